@@ -1,0 +1,270 @@
+// ctgraph/graph/analysis.hpp: graph analysis at compile time.
+//
+// Measured on this machine (shared/notes/dependency-stack.md, section 5): Hana folds that carry a
+// growing set through the nodes blow up (N=200 does not fit in 24 GB) while constexpr arrays stay
+// near-linear. So:
+//   * flattening is a memoised depth-first visit over plain type lists (each (visited, node) pair is
+//     instantiated once; membership is a fold of std::is_same_v, no Hana);
+//   * everything after it (operand indices, consumers, which nodes need an adjoint, lifetimes, leaf
+//     tables) is constexpr std::array computed by constexpr functions;
+//   * execution is an index_sequence fold over the node list.
+// Structural identity is type identity: two identical pure subexpressions are one node, evaluated
+// once, their adjoint accumulated once.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "ctgraph/graph/node.hpp"
+#include "ctgraph/tensor.hpp"
+
+namespace ctg {
+
+/// Compile options of a program.
+struct options {
+    bool input_grads = false;  // also compute adjoints of floating-point inputs (dL/dx)
+};
+
+namespace detail {
+
+template <class L, class T>
+inline constexpr bool contains_v = false;
+template <class... Ts, class T>
+inline constexpr bool contains_v<tlist<Ts...>, T> = (__is_same(Ts, T) || ...);  // builtin: no instantiation per pair
+
+template <class L, class T>
+struct push_back;
+template <class... Ts, class T>
+struct push_back<tlist<Ts...>, T> {
+    using type = tlist<Ts..., T>;
+};
+
+template <class Acc, class Args>
+struct visit_args;
+
+// Post-order visit: operands first, then the node, unless it was seen already.
+template <class Acc, class N, bool Seen = contains_v<Acc, N>>
+struct visit {
+    using type = Acc;
+};
+template <class Acc, class N>
+struct visit<Acc, N, false> {
+    using type = typename push_back<typename visit_args<Acc, typename N::args>::type, N>::type;
+};
+template <class Acc>
+struct visit_args<Acc, tlist<>> {
+    using type = Acc;
+};
+template <class Acc, class A, class... R>
+struct visit_args<Acc, tlist<A, R...>> {
+    using type = typename visit_args<typename visit<Acc, A>::type, tlist<R...>>::type;
+};
+
+/// All distinct nodes reachable from Outs, operands before users (a topological order).
+template <class... Outs>
+using topo_order = typename visit_args<tlist<>, tlist<Outs...>>::type;
+
+// O(1) type-at-index through overload resolution on indexed bases.
+template <std::size_t I, class T>
+struct indexed {
+    using type = T;
+};
+template <class Seq, class... Ts>
+struct indexer;
+template <std::size_t... I, class... Ts>
+struct indexer<std::index_sequence<I...>, Ts...> : indexed<I, Ts>... {};
+template <std::size_t I, class T>
+indexed<I, T> select_index(const indexed<I, T>&);
+
+template <class T, class... Ts>
+constexpr int index_of(tlist<Ts...>) {
+    constexpr bool hits[] = {__is_same(T, Ts)..., false};
+    for (std::size_t i = 0; i < sizeof...(Ts); ++i)
+        if (hits[i]) return int(i);
+    return -1;
+}
+
+template <class N>
+constexpr std::string_view node_label() {
+    if constexpr (N::kind == leaf_kind::param || N::kind == leaf_kind::input || N::kind == leaf_kind::index_input)
+        return N::name.view();
+    else if constexpr (N::kind == leaf_kind::constant)
+        return "constant";
+    else
+        return N::op::name;
+}
+
+/// The op of a node; leaves have none.
+struct no_op {};
+template <class N>
+struct op_of {
+    using type = no_op;
+};
+template <class N>
+    requires(N::kind == leaf_kind::none && !N::is_poison)
+struct op_of<N> {
+    using type = typename N::op;
+};
+template <class N>
+using op_of_t = typename op_of<N>::type;
+
+template <class N>
+constexpr double constant_value() {
+    if constexpr (N::kind == leaf_kind::constant) return N::value; else return 0.0;
+}
+
+template <class S>
+constexpr std::array<dim, max_rank> padded_dims() {
+    std::array<dim, max_rank> r{0, 0, 0, 0};
+    for (std::size_t i = 0; i < S::rank; ++i) r[i] = S::dims[i];
+    return r;
+}
+
+}  // namespace detail
+
+/// Everything the compiler knows about a graph: its nodes in topological order and constexpr tables.
+template <class NodeList, options Opt, std::size_t NumOutputs>
+struct graph;
+
+template <class... Ns, options Opt, std::size_t NumOutputs>
+struct graph<tlist<Ns...>, Opt, NumOutputs> {
+    using list = tlist<Ns...>;
+    static constexpr std::size_t size = sizeof...(Ns);
+    static constexpr options opts = Opt;
+
+    template <std::size_t I>
+    using node_t = typename decltype(detail::select_index<I>(
+        detail::indexer<std::index_sequence_for<Ns...>, Ns...>{}))::type;
+
+    static constexpr std::size_t max_arity = std::max({std::size_t(1), Ns::args::size...});
+    static constexpr std::array<std::size_t, size> arity{Ns::args::size...};
+    static constexpr std::array<leaf_kind, size> kind{Ns::kind...};
+    static constexpr std::array<bool, size> is_index{Ns::is_index...};
+    static constexpr std::array<std::string_view, size> label{detail::node_label<Ns>()...};
+    static constexpr std::array<double, size> constant_value{detail::constant_value<Ns>()...};
+    static constexpr std::array<std::size_t, size> rank{Ns::shape::rank...};
+    static constexpr std::array<std::array<dim, max_rank>, size> dims{detail::padded_dims<typename Ns::shape>()...};
+
+    template <class N, class... A>
+    static constexpr std::array<int, max_arity> operand_indices(tlist<A...>) {
+        std::array<int, max_arity> r{};
+        r.fill(-1);
+        std::size_t k = 0;
+        ((r[k++] = detail::index_of<A>(list{})), ...);
+        return r;
+    }
+    static constexpr std::array<std::array<int, max_arity>, size> operands{
+        operand_indices<Ns>(typename Ns::args{})...};
+
+    static constexpr bool is_leaf(std::size_t i) { return kind[i] != leaf_kind::none; }
+
+    /// Nodes that need an adjoint: parameters, (optionally) float inputs, and whatever depends on them.
+    static constexpr std::array<bool, size> needs_grad = [] {
+        std::array<bool, size> g{};
+        for (std::size_t i = 0; i < size; ++i) {
+            if (kind[i] == leaf_kind::param) g[i] = true;
+            else if (kind[i] == leaf_kind::input) g[i] = Opt.input_grads;
+            else if (kind[i] == leaf_kind::none && !is_index[i])
+                for (std::size_t k = 0; k < arity[i]; ++k) g[i] = g[i] || g[operands[i][k]];
+        }
+        return g;
+    }();
+
+    /// Number of uses of each node by other nodes.
+    static constexpr std::array<std::size_t, size> consumers = [] {
+        std::array<std::size_t, size> c{};
+        for (std::size_t i = 0; i < size; ++i)
+            for (std::size_t k = 0; k < arity[i]; ++k) ++c[operands[i][k]];
+        return c;
+    }();
+
+    /// Index of the last node that reads each node's value in forward (size for outputs/unused).
+    static constexpr std::array<std::size_t, size> last_use = [] {
+        std::array<std::size_t, size> u{};
+        for (std::size_t i = 0; i < size; ++i) u[i] = i;
+        for (std::size_t i = 0; i < size; ++i)
+            for (std::size_t k = 0; k < arity[i]; ++k) u[operands[i][k]] = std::max(u[operands[i][k]], i);
+        return u;
+    }();
+
+    static constexpr std::size_t count_kind(leaf_kind k) {
+        std::size_t n = 0;
+        for (auto x : kind) n += x == k;
+        return n;
+    }
+    template <std::size_t M>
+    static constexpr std::array<std::size_t, M> indices_of_kind(leaf_kind k) {
+        std::array<std::size_t, M> r{};
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < size; ++i)
+            if (kind[i] == k) r[n++] = i;
+        return r;
+    }
+    static constexpr std::size_t num_params = count_kind(leaf_kind::param);
+    static constexpr std::size_t num_inputs = count_kind(leaf_kind::input) + count_kind(leaf_kind::index_input);
+    static constexpr std::array<std::size_t, num_params> param_nodes = indices_of_kind<num_params>(leaf_kind::param);
+    static constexpr std::array<std::size_t, num_inputs> input_nodes = [] {
+        std::array<std::size_t, num_inputs> r{};
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < size; ++i)
+            if (kind[i] == leaf_kind::input || kind[i] == leaf_kind::index_input) r[n++] = i;
+        return r;
+    }();
+
+    /// The outputs are the last NumOutputs distinct roots given to compile(), see program.
+    static constexpr std::size_t num_outputs = NumOutputs;
+
+    /// Distinct dynamic-dimension letters, in order of first appearance in the inputs.
+    static constexpr auto symbols_and_count = [] {
+        std::array<char, max_rank * (num_inputs + 1)> s{};
+        std::size_t n = 0;
+        for (std::size_t i : input_nodes)
+            for (std::size_t a = 0; a < rank[i]; ++a) {
+                char c = dims[i][a].sym;
+                if (!c) continue;
+                bool seen = false;
+                for (std::size_t j = 0; j < n; ++j) seen = seen || s[j] == c;
+                if (!seen) s[n++] = c;
+            }
+        return std::pair{s, n};
+    }();
+    static constexpr std::size_t num_symbols = symbols_and_count.second;
+    static constexpr int symbol_index(char c) {
+        for (std::size_t j = 0; j < num_symbols; ++j)
+            if (symbols_and_count.first[j] == c) return int(j);
+        return -1;
+    }
+
+    /// Every dynamic dimension of every node is bound by some input.
+    static constexpr bool dims_bound_by_inputs = [] {
+        for (std::size_t i = 0; i < size; ++i)
+            for (std::size_t a = 0; a < rank[i]; ++a)
+                if (dims[i][a].sym && symbol_index(dims[i][a].sym) < 0) return false;
+        return true;
+    }();
+
+    /// Leaves with the same name must be the same leaf (same kind and shape). Returns a clash or -1.
+    static constexpr std::pair<int, int> name_clash = [] {
+        for (std::size_t i = 0; i < size; ++i)
+            for (std::size_t j = i + 1; j < size; ++j)
+                if (is_leaf(i) && is_leaf(j) && kind[i] != leaf_kind::constant && kind[j] != leaf_kind::constant &&
+                    label[i] == label[j])
+                    return std::pair{int(i), int(j)};
+        return std::pair{-1, -1};
+    }();
+
+    /// Bit k is set when input k (in input_nodes order) reaches node i; used to name the op where
+    /// two inputs that disagree at run time meet.
+    static constexpr std::array<unsigned long long, size> input_reach = [] {
+        std::array<unsigned long long, size> m{};
+        for (std::size_t k = 0; k < num_inputs && k < 64; ++k) m[input_nodes[k]] |= 1ULL << k;
+        for (std::size_t i = 0; i < size; ++i)
+            for (std::size_t a = 0; a < arity[i]; ++a) m[i] |= m[operands[i][a]];
+        return m;
+    }();
+};
+
+}  // namespace ctg

@@ -1,0 +1,87 @@
+// ctgraph/graph/exec.hpp: running one node.
+//
+// These are free functions templated on the op, its arity and the scalar type only, never on the
+// graph or the node's position. A function templated on the node index would carry the whole graph
+// type in its mangled name (about 10 KB for a 300-node graph), and g++ spends most of its time on
+// such names: measured 64 s / 1.4 GB for 300 nodes with per-index member functions against a few
+// seconds with this layout. Identical ops at different places also share one instantiation.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "ctgraph/graph/analysis.hpp"
+#include "ctgraph/op.hpp"
+
+namespace ctg::detail {
+
+/// Where a program keeps its per-node views and tables, as plain pointers.
+struct exec_state {
+    const view* val;
+    const view* adj;
+    const view* scratch;
+    const rshape* shapes;
+    const bool* needs_grad;
+    const std::string_view* label;
+    const int* operands;  // node i's operands: operands[i * stride + k]
+    std::size_t stride;
+};
+
+template <class T, std::size_t K>
+inline op_io<T, K> build_io(const exec_state& s, std::size_t i) {
+    op_io<T, K> c;
+    c.y = s.val[i];
+    c.gy = s.adj[i];
+    for (std::size_t k = 0; k < K; ++k) {
+        const std::size_t j = std::size_t(s.operands[i * s.stride + k]);
+        c.x[k] = s.val[j];
+        c.gx[k] = s.needs_grad[j] ? s.adj[j] : view{nullptr, s.shapes[j]};
+        c.x_name[k] = s.label[j];
+    }
+    c.scratch = s.scratch[i];
+    c.node_name = s.label[i];
+    return c;
+}
+
+template <class Op, std::size_t K, class T>
+inline void exec_forward(const exec_state& s, std::size_t i) {
+    if constexpr (!std::is_same_v<Op, no_op>) {
+        auto c = build_io<T, K>(s, i);
+        Op::template forward<T>(c);
+    }
+}
+
+template <class Op, std::size_t K, bool NeedsGrad, class T>
+inline void exec_backward(const exec_state& s, std::size_t i) {
+    if constexpr (!std::is_same_v<Op, no_op> && NeedsGrad) {
+        auto c = build_io<T, K>(s, i);
+        Op::template backward<T>(c);
+    }
+}
+
+template <class Op, std::size_t K>
+inline std::size_t scratch_size_of(const rshape* shapes, const int* operands, std::size_t stride, std::size_t i) {
+    if constexpr (requires(const rshape& y, const std::array<rshape, K>& x) { Op::scratch_size(y, x); }) {
+        std::array<rshape, K> xs{};
+        for (std::size_t k = 0; k < K; ++k) xs[k] = shapes[std::size_t(operands[i * stride + k])];
+        return Op::scratch_size(shapes[i], xs);
+    } else {
+        return 0;
+    }
+}
+
+/// The op's printed name with its attributes ("scale[0.5]"); empty for leaves.
+template <class Op>
+inline std::string describe_op() {
+    if constexpr (std::is_same_v<Op, no_op>) {
+        return {};
+    } else {
+        std::string s(Op::name);
+        if constexpr (requires { Op::describe(); }) s += "[" + Op::describe() + "]";
+        return s;
+    }
+}
+
+}  // namespace ctg::detail

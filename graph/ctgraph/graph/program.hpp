@@ -1,0 +1,527 @@
+// ctgraph/graph/program.hpp: compile(outputs...) -> a program: forward, backward, parameters.
+//
+//   auto prog = ctg::compile<float>(loss);           // or compile<double, options{.input_grads = true}>
+//   prog.params().init(seed);                         // parameters live in a (shareable) store
+//   prog.feed<"x">(batch_x); prog.feed<"y">(batch_y); // copies into the program's input buffers
+//   float l = prog.forward();                         // runs every node once, in topological order
+//   prog.backward();                                  // vector-Jacobian products in reverse order;
+//                                                     // parameter gradients ADD (zero_grad() clears)
+//
+// Memory: every activation, adjoint and op scratch lives in one aligned arena, planned from the graph
+// when the dynamic sizes change (and only grown, never shrunk); a step with unchanged sizes allocates
+// nothing. Dynamic dimensions are bound from the fed inputs and checked once at the entry of forward().
+#pragma once
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xexpression.hpp>
+#include <xtensor/xnoalias.hpp>
+#include <xtensor/xtensor.hpp>
+
+#include "ctgraph/error.hpp"
+#include "ctgraph/graph/analysis.hpp"
+#include "ctgraph/graph/exec.hpp"
+#include "ctgraph/kernels/simd.hpp"
+#include "ctgraph/memory.hpp"
+#include "ctgraph/op.hpp"
+#include "ctgraph/params.hpp"
+
+namespace ctg {
+
+template <class T, options Opt, class... Outs>
+class program {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                  "ctg::compile: the scalar type must be float or double");
+
+public:
+    using scalar = T;
+    using graph_type = graph<detail::topo_order<Outs...>, Opt, sizeof...(Outs)>;
+    using G = graph_type;
+    static constexpr std::size_t N = G::size;
+    template <std::size_t I>
+    using node_t = typename G::template node_t<I>;
+    static constexpr std::size_t num_outputs = sizeof...(Outs);
+    static constexpr std::array<std::size_t, num_outputs> output_nodes{
+        std::size_t(detail::index_of<Outs>(typename G::list{}))...};
+
+private:
+    static constexpr auto clash = G::name_clash;
+    template <int I>
+    using pretty_of = std::conditional_t<(I >= 0), typename G::template node_t<(I >= 0 ? I : 0)>::shape::pretty,
+                                         shape_is<>>;
+    static_assert(with_shapes<clash.first < 0, pretty_of<clash.first>, pretty_of<clash.second>>::value,
+                  "ctg::compile: two different leaves share one name (a name must mean one tensor: same kind "
+                  "and same shape)");
+    static_assert(G::dims_bound_by_inputs,
+                  "ctg::compile: a dynamic dimension is used that no input declares (bind it through an input)");
+    static_assert(G::num_inputs <= 64, "ctg::compile: at most 64 distinct inputs per program");
+
+    struct input_slot {
+        aligned_vector<T> values;
+        std::vector<index_t> indices;
+        rshape shape{};
+        bool fed = false;
+    };
+
+public:
+    /// A program with its own, zero-initialised parameter store.
+    program() : program(std::make_shared<parameter_store<T>>()) {}
+
+    /// A program bound to an existing store (shared with other programs); missing parameters are
+    /// added, existing ones must have the same shape.
+    explicit program(std::shared_ptr<parameter_store<T>> store) : store_(std::move(store)) {
+        for (std::size_t p = 0; p < G::num_params; ++p) {
+            const std::size_t i = G::param_nodes[p];
+            param_slot_[p] = store_->add(G::label[i], static_shape(i));
+        }
+    }
+
+    // ---------------------------------------------------------------- parameters
+    parameter_store<T>& params() { return *store_; }
+    const parameter_store<T>& params() const { return *store_; }
+    std::shared_ptr<parameter_store<T>> shared_params() const { return store_; }
+    void zero_grad() { store_->zero_grad(); }
+
+    /// Value of parameter `Name` as an xtensor view (writable).
+    template <fixed_string Name>
+    auto param() { return adapt(store_->value(param_slot_[param_ordinal<Name>()]), static_shape(leaf<Name>())); }
+    /// Gradient of parameter `Name` as an xtensor view.
+    template <fixed_string Name>
+    auto grad() { return adapt(store_->grad(param_slot_[param_ordinal<Name>()]), static_shape(leaf<Name>())); }
+
+    // ---------------------------------------------------------------- inputs
+    /// Copies an xtensor expression into input `Name`. Its rank and static dimensions must match the
+    /// declaration; dynamic ones bind the dimension letters (checked together at forward()).
+    template <fixed_string Name, class E>
+    void feed(const xt::xexpression<E>& e) {
+        constexpr int i = leaf<Name>();
+        static_assert(with_name<(G::kind[i] == leaf_kind::input || G::kind[i] == leaf_kind::index_input), Name>::value,
+                      "ctg::program::feed: this leaf is not an input");
+        const auto& d = e.derived_cast();
+        rshape s = to_rshape(d.shape(), Name.view());
+        if constexpr (G::kind[i] == leaf_kind::index_input) {
+            static_assert(std::is_integral_v<typename E::value_type>,
+                          "ctg::program::feed: an index_input takes an integer tensor");
+            auto& slot = set_shape(input_ordinal(i), s);
+            std::size_t k = 0;
+            for (auto v : d) {  // row-major traversal
+                const long long id = static_cast<long long>(v);
+                if (id < std::numeric_limits<index_t>::min() || id > std::numeric_limits<index_t>::max())
+                    throw index_error("ctg::program::feed: input '" + std::string(Name.view()) + "' element " +
+                                      std::to_string(k) + " = " + std::to_string(id) + " does not fit int32");
+                slot.indices[k++] = index_t(id);
+            }
+        } else {
+            auto& slot = set_shape(input_ordinal(i), s);
+            auto dst = xt::adapt(slot.values.data(), s.size(), xt::no_ownership(), s.to_vector());
+            xt::noalias(dst) = xt::cast<T>(d);
+        }
+    }
+    /// Runtime-named feeding of a floating-point input from raw row-major data.
+    void feed(std::string_view name, const T* data, const rshape& s) {
+        std::size_t k = input_by_name(name, false);
+        auto& slot = set_shape(k, check_shape(G::input_nodes[k], s));
+        std::copy(data, data + s.size(), slot.values.data());
+    }
+    /// Runtime-named feeding of an index input from raw row-major data.
+    void feed(std::string_view name, const index_t* data, const rshape& s) {
+        std::size_t k = input_by_name(name, true);
+        auto& slot = set_shape(k, check_shape(G::input_nodes[k], s));
+        std::copy(data, data + s.size(), slot.indices.data());
+    }
+
+    // ---------------------------------------------------------------- running
+    /// Runs the forward pass. Returns the first output when it is a scalar (the loss).
+    auto forward() {
+        prepare();
+        run_forward(std::make_index_sequence<N>{});
+        forwarded_ = true;
+        if (check_finite_)
+            for (std::size_t o = 0; o < num_outputs; ++o) {
+                const std::size_t i = output_nodes[o];
+                if (G::rank[i] == 0 && !G::is_index[i] && !std::isfinite(*val_[i].template as<T>()))
+                    throw numeric_error("ctg::program::forward: output " + std::to_string(o) + " (" + node_name(i) +
+                                        ") is " + std::to_string(*val_[i].template as<T>()));
+            }
+        if constexpr (G::rank[output_nodes[0]] == 0) return *val_[output_nodes[0]].template as<T>();
+    }
+
+    /// Runs the backward pass: scalar outputs are seeded with 1, others with seed<k>() (zero unless
+    /// written). Parameter gradients are added to; input gradients (options::input_grads) are fresh.
+    void backward() {
+        if (!forwarded_) throw error("ctg::program::backward: call forward() first");
+        std::memset(arena_.data() + adj_begin_, 0, (adj_end_ - adj_begin_) * sizeof(T));
+        for (std::size_t o = 0; o < num_outputs; ++o) {
+            const std::size_t i = output_nodes[o];
+            if (!G::needs_grad[i]) continue;
+            T* g = adj_[i].template as<T>();
+            if (G::rank[i] == 0) g[0] += T(1);
+            else kernels::add_to(adj_[i].size(), seeds_[o].data(), g);
+        }
+        run_backward(std::make_index_sequence<N>{});
+    }
+
+    /// The seed of output k's adjoint (for non-scalar outputs); valid after the first forward().
+    auto seed(std::size_t k) { return adapt(seeds_.at(k).data(), shapes_[output_nodes[k]]); }
+
+    /// Throw numeric_error when a scalar output is not finite (default: on).
+    void check_finite(bool on) { check_finite_ = on; }
+    /// Fill the arena with NaN whenever it is planned, so reading an element no op wrote shows (tests).
+    void poison_arena(bool on) { poison_ = on; }
+
+    // ---------------------------------------------------------------- results
+    /// Output k after forward(), as an xtensor view.
+    template <std::size_t K = 0>
+    auto output() { return adapt(val_[output_nodes[K]].template as<T>(), shapes_[output_nodes[K]]); }
+    /// Gradient of input `Name` (needs options::input_grads) after backward().
+    template <fixed_string Name>
+    auto input_grad() {
+        constexpr int i = leaf<Name>();
+        static_assert(with_name<G::needs_grad[i] && G::kind[i] == leaf_kind::input, Name>::value,
+                      "ctg::program::input_grad: no gradient for this input (compile with options{.input_grads = true})");
+        return adapt(adj_[i].template as<T>(), shapes_[i]);
+    }
+    /// Raw views of node i (tests, printing).
+    const view& value_view(std::size_t i) const { return val_[i]; }
+    const view& adjoint_view(std::size_t i) const { return adj_[i]; }
+    const rshape& node_shape(std::size_t i) const { return shapes_[i]; }
+    /// Elements of T in the arena (activations, adjoints and scratch).
+    std::size_t arena_elements() const { return arena_.size(); }
+
+    /// The value of dimension letter c bound by the last forward() (0 when unbound).
+    std::size_t dim_value(char c) const {
+        int j = G::symbol_index(c);
+        return j < 0 ? 0 : env_[std::size_t(j)];
+    }
+
+    // ---------------------------------------------------------------- printing
+    /// One line per node: "%3 = matmul(%1, %2) : (B,256)  [adjoint]".
+    std::string to_text() const {
+        std::ostringstream os;
+        os << "program: " << N << " nodes, " << G::num_params << " parameters, " << G::num_inputs
+           << " inputs, outputs:";
+        for (auto o : output_nodes) os << " %" << o;
+        os << "\n";
+        for (std::size_t i = 0; i < N; ++i) {
+            os << "%" << i << " = " << node_text(i) << " : " << shape_text(i);
+            if (G::needs_grad[i]) os << "  [adjoint]";
+            if (G::kind[i] == leaf_kind::none) os << "  last use %" << G::last_use[i];
+            os << "\n";
+        }
+        return os.str();
+    }
+    /// The graph in Graphviz DOT (operands point to their users).
+    std::string to_dot() const {
+        std::ostringstream os;
+        os << "digraph ctgraph {\n  rankdir=TB;\n  node [fontname=\"monospace\"];\n";
+        for (std::size_t i = 0; i < N; ++i) {
+            const char* shp = G::kind[i] == leaf_kind::param ? "box" : G::is_leaf(i) ? "ellipse" : "rect";
+            os << "  n" << i << " [shape=" << shp << ", label=\"%" << i << " " << escape(node_text(i)) << "\\n"
+               << shape_text(i) << "\"";
+            if (G::kind[i] == leaf_kind::param) os << ", style=filled, fillcolor=\"#fde9c8\"";
+            os << "];\n";
+        }
+        for (std::size_t i = 0; i < N; ++i)
+            for (std::size_t k = 0; k < G::arity[i]; ++k) os << "  n" << G::operands[i][k] << " -> n" << i << ";\n";
+        os << "}\n";
+        return os.str();
+    }
+
+private:
+    // ---------------------------------------------------------------- compile-time lookups
+    template <fixed_string Name>
+    static constexpr int leaf() {
+        constexpr int idx = [] {
+            for (std::size_t i = 0; i < N; ++i)
+                if (G::is_leaf(i) && G::kind[i] != leaf_kind::constant && G::label[i] == Name.view()) return int(i);
+            return -1;
+        }();
+        static_assert(with_name<(idx >= 0), Name>::value, "ctg::program: no leaf of this name in the program");
+        return idx < 0 ? 0 : idx;
+    }
+    template <fixed_string Name>
+    static constexpr std::size_t param_ordinal() {
+        constexpr int i = leaf<Name>();
+        static_assert(with_name<G::kind[i] == leaf_kind::param, Name>::value,
+                      "ctg::program::param: this leaf is not a parameter");
+        for (std::size_t p = 0; p < G::num_params; ++p)
+            if (G::param_nodes[p] == std::size_t(i)) return p;
+        return 0;
+    }
+    static constexpr std::size_t input_ordinal(std::size_t i) {
+        for (std::size_t k = 0; k < G::num_inputs; ++k)
+            if (G::input_nodes[k] == i) return k;
+        return 0;
+    }
+
+    // ---------------------------------------------------------------- shapes
+    static rshape static_shape(std::size_t i) {
+        rshape s;
+        s.rank = G::rank[i];
+        for (std::size_t a = 0; a < s.rank; ++a) s.d[a] = std::size_t(G::dims[i][a].n);
+        return s;
+    }
+    static std::string declared(std::size_t i) {
+        std::string s = "(";
+        for (std::size_t a = 0; a < G::rank[i]; ++a) {
+            if (a) s += ',';
+            if (G::dims[i][a].sym) s += G::dims[i][a].sym; else s += std::to_string(G::dims[i][a].n);
+        }
+        return s + ")";
+    }
+    template <class S>
+    static rshape to_rshape(const S& shp, std::string_view name) {
+        rshape s;
+        if (shp.size() > max_rank)
+            throw shape_error("ctg::program::feed: input '" + std::string(name) + "' has rank " +
+                              std::to_string(shp.size()) + ", more than ctgraph's maximum " + std::to_string(max_rank));
+        s.rank = shp.size();
+        for (std::size_t a = 0; a < s.rank; ++a) s.d[a] = shp[a];
+        return check_shape(std::size_t(find_leaf(name)), s);
+    }
+    static int find_leaf(std::string_view name) {
+        for (std::size_t i = 0; i < N; ++i)
+            if (G::is_leaf(i) && G::label[i] == name) return int(i);
+        return -1;
+    }
+    static const rshape& check_shape(std::size_t i, const rshape& s) {
+        bool ok = s.rank == G::rank[i];
+        for (std::size_t a = 0; ok && a < s.rank; ++a)
+            ok = G::dims[i][a].sym || std::size_t(G::dims[i][a].n) == s.d[a];
+        if (!ok)
+            throw shape_error("ctg::program::feed: input '" + std::string(G::label[i]) + "' is declared " + declared(i) +
+                              " but was given " + to_string(s));
+        return s;
+    }
+    std::size_t input_by_name(std::string_view name, bool index) const {
+        for (std::size_t k = 0; k < G::num_inputs; ++k) {
+            const std::size_t i = G::input_nodes[k];
+            if (G::label[i] != name) continue;
+            if ((G::kind[i] == leaf_kind::index_input) != index)
+                throw error("ctg::program::feed: input '" + std::string(name) + "' is " +
+                            (index ? "a floating-point input, given index data" : "an index input, given floating-point data"));
+            return k;
+        }
+        throw error("ctg::program::feed: this program has no input named '" + std::string(name) + "'");
+    }
+    input_slot& set_shape(std::size_t k, const rshape& s) {
+        input_slot& slot = inputs_[k];
+        if (G::kind[G::input_nodes[k]] == leaf_kind::index_input) {
+            if (slot.indices.size() < s.size()) slot.indices.resize(s.size());
+        } else if (slot.values.size() < s.size()) {
+            slot.values.resize(s.size());
+        }
+        slot.shape = s;
+        slot.fed = true;
+        return slot;
+    }
+
+    static auto adapt(T* p, const rshape& s) { return xt::adapt(p, s.size(), xt::no_ownership(), s.to_vector()); }
+
+    // ---------------------------------------------------------------- planning
+    // Binds the dimension letters from the inputs (throwing on disagreement), plans the arena when
+    // the sizes changed, and points every view at its memory.
+    void prepare() {
+        std::array<std::size_t, G::num_symbols + 1> env{};
+        std::array<int, G::num_symbols + 1> bound_by{};
+        bound_by.fill(-1);
+        for (std::size_t k = 0; k < G::num_inputs; ++k) {
+            const std::size_t i = G::input_nodes[k];
+            if (!inputs_[k].fed)
+                throw error("ctg::program::forward: input '" + std::string(G::label[i]) + "' was not fed");
+            for (std::size_t a = 0; a < G::rank[i]; ++a) {
+                const char c = G::dims[i][a].sym;
+                if (!c) continue;
+                const std::size_t j = std::size_t(G::symbol_index(c));
+                const std::size_t v = inputs_[k].shape.d[a];
+                if (bound_by[j] < 0) {
+                    env[j] = v;
+                    bound_by[j] = int(k);
+                } else if (env[j] != v) {
+                    dimension_conflict(c, std::size_t(bound_by[j]), k);
+                }
+            }
+        }
+        bool same = planned_;
+        for (std::size_t j = 0; j < G::num_symbols; ++j) same = same && env_[j] == env[j];
+        if (!same) {
+            for (std::size_t j = 0; j < G::num_symbols; ++j) env_[j] = env[j];
+            plan();
+        }
+        bind_leaves();
+    }
+
+    [[noreturn]] void dimension_conflict(char c, std::size_t k1, std::size_t k2) const {
+        const std::size_t i1 = G::input_nodes[k1], i2 = G::input_nodes[k2];
+        std::string meet = "no op";
+        for (std::size_t i = 0; i < N; ++i)
+            if (((G::input_reach[i] >> k1) & 1) && ((G::input_reach[i] >> k2) & 1)) {
+                meet = "op '" + std::string(G::label[i]) + "' (node %" + std::to_string(i) + ")";
+                break;
+            }
+        throw shape_error(std::string("ctg::program::forward: dimension '") + c + "' disagrees between input '" +
+                          std::string(G::label[i1]) + "' of shape " + to_string(inputs_[k1].shape) + " and input '" +
+                          std::string(G::label[i2]) + "' of shape " + to_string(inputs_[k2].shape) +
+                          "; they meet at " + meet);
+    }
+
+    rshape concrete_shape(std::size_t i) const {
+        rshape s;
+        s.rank = G::rank[i];
+        for (std::size_t a = 0; a < s.rank; ++a) {
+            const dim d = G::dims[i][a];
+            s.d[a] = d.sym ? env_[std::size_t(G::symbol_index(d.sym))] : std::size_t(d.n);
+        }
+        return s;
+    }
+
+    template <std::size_t... I>
+    void scratch_sizes(std::array<std::size_t, N>& out, std::index_sequence<I...>) const {
+        ((out[I] = detail::scratch_size_of<detail::op_of_t<node_t<I>>, G::arity[I]>(
+              shapes_.data(), &G::operands[0][0], G::max_arity, I)),
+         ...);
+    }
+
+    void plan() {
+        for (std::size_t i = 0; i < N; ++i) shapes_[i] = concrete_shape(i);
+        std::array<std::size_t, N> scratch{};
+        scratch_sizes(scratch, std::make_index_sequence<N>{});
+        std::array<std::size_t, N> val_off{}, adj_off{}, scr_off{};
+        std::size_t off = 0;
+        for (std::size_t i = 0; i < N; ++i)
+            if (G::kind[i] == leaf_kind::none || G::kind[i] == leaf_kind::constant) {
+                val_off[i] = off;
+                off += round_up_elems<T>(shapes_[i].size());
+            }
+        adj_begin_ = off;
+        for (std::size_t i = 0; i < N; ++i)
+            if (G::needs_grad[i] && G::kind[i] != leaf_kind::param) {
+                adj_off[i] = off;
+                off += round_up_elems<T>(shapes_[i].size());
+            }
+        adj_end_ = off;
+        for (std::size_t i = 0; i < N; ++i) {
+            scr_off[i] = off;
+            off += round_up_elems<T>(scratch[i]);
+        }
+        if (arena_.size() < off) arena_.resize(off);
+        if (poison_) std::fill(arena_.begin(), arena_.end(), std::numeric_limits<T>::quiet_NaN());
+        T* base = arena_.data();
+        for (std::size_t i = 0; i < N; ++i) {
+            val_[i] = {nullptr, shapes_[i]};
+            adj_[i] = {nullptr, shapes_[i]};
+            scratch_[i] = {scratch[i] ? base + scr_off[i] : nullptr, rshape{1, {scratch[i]}}};
+            if (G::kind[i] == leaf_kind::none || G::kind[i] == leaf_kind::constant) val_[i].ptr = base + val_off[i];
+            if (G::needs_grad[i] && G::kind[i] != leaf_kind::param) adj_[i].ptr = base + adj_off[i];
+        }
+        for (std::size_t i = 0; i < N; ++i)
+            if (G::kind[i] == leaf_kind::constant) *val_[i].template as<T>() = T(G::constant_value[i]);
+        for (std::size_t o = 0; o < num_outputs; ++o) seeds_[o].assign(shapes_[output_nodes[o]].size(), T(0));
+        planned_ = true;
+    }
+    // Leaves point into the parameter store and the input buffers (which may have moved since).
+    void bind_leaves() {
+        for (std::size_t p = 0; p < G::num_params; ++p) {
+            const std::size_t i = G::param_nodes[p];
+            val_[i].ptr = store_->value(param_slot_[p]);
+            adj_[i].ptr = store_->grad(param_slot_[p]);
+        }
+        for (std::size_t k = 0; k < G::num_inputs; ++k) {
+            const std::size_t i = G::input_nodes[k];
+            val_[i].ptr = G::kind[i] == leaf_kind::index_input ? static_cast<void*>(inputs_[k].indices.data())
+                                                               : static_cast<void*>(inputs_[k].values.data());
+        }
+    }
+
+    // ---------------------------------------------------------------- execution
+    detail::exec_state state() const {
+        return {val_.data(), adj_.data(), scratch_.data(), shapes_.data(), G::needs_grad.data(), G::label.data(),
+                &G::operands[0][0], G::max_arity};
+    }
+    template <std::size_t... I>
+    void run_forward(std::index_sequence<I...>) {
+        const detail::exec_state s = state();
+        (detail::exec_forward<detail::op_of_t<node_t<I>>, G::arity[I], T>(s, I), ...);
+    }
+    template <std::size_t... I>
+    void run_backward(std::index_sequence<I...>) {
+        const detail::exec_state s = state();
+        (detail::exec_backward<detail::op_of_t<node_t<N - 1 - I>>, G::arity[N - 1 - I], G::needs_grad[N - 1 - I], T>(
+             s, N - 1 - I),
+         ...);
+    }
+
+    // ---------------------------------------------------------------- printing helpers
+    template <std::size_t... I>
+    static std::array<std::string, N> op_texts(std::index_sequence<I...>) {
+        return {detail::describe_op<detail::op_of_t<node_t<I>>>()...};
+    }
+    static std::string node_text(std::size_t i) {
+        static const std::array<std::string, N> ops = op_texts(std::make_index_sequence<N>{});
+        const std::string name(G::label[i]);
+        switch (G::kind[i]) {
+            case leaf_kind::param: return "param \"" + name + "\"";
+            case leaf_kind::input: return "input \"" + name + "\"";
+            case leaf_kind::index_input: return "index_input \"" + name + "\"";
+            case leaf_kind::constant: {
+                std::ostringstream o;
+                o << "constant " << G::constant_value[i];
+                return o.str();
+            }
+            default: break;
+        }
+        std::string s = ops[i] + "(";
+        for (std::size_t k = 0; k < G::arity[i]; ++k) s += (k ? ", %" : "%") + std::to_string(G::operands[i][k]);
+        return s + ")";
+    }
+    std::string node_name(std::size_t i) const { return "%" + std::to_string(i) + " " + std::string(G::label[i]); }
+    std::string shape_text(std::size_t i) const {
+        std::string s = declared(i);
+        bool dynamic = false;
+        for (std::size_t a = 0; a < G::rank[i]; ++a) dynamic = dynamic || G::dims[i][a].sym;
+        if (planned_ && dynamic) s += "=" + to_string(shapes_[i]);
+        return s;
+    }
+    static std::string escape(const std::string& s) {
+        std::string r;
+        for (char c : s) {
+            if (c == '"') r += '\\';
+            r += c;
+        }
+        return r;
+    }
+
+    std::shared_ptr<parameter_store<T>> store_;
+    std::array<std::size_t, G::num_params + 1> param_slot_{};
+    std::array<input_slot, G::num_inputs + 1> inputs_{};
+    aligned_vector<T> arena_;
+    std::array<view, N> val_{}, adj_{}, scratch_{};
+    std::array<rshape, N> shapes_{};
+    std::array<aligned_vector<T>, num_outputs> seeds_{};
+    std::array<std::size_t, G::num_symbols + 1> env_{};
+    std::size_t adj_begin_ = 0, adj_end_ = 0;
+    bool planned_ = false, forwarded_ = false, check_finite_ = true, poison_ = false;
+};
+
+/// Compiles outputs (usually one scalar loss) into a program over scalar type T.
+template <class T = float, options Opt = options{}, expr... Outs>
+auto compile(Outs...) {
+    static_assert(sizeof...(Outs) >= 1, "ctg::compile: give at least one output");
+    if constexpr (any_poison<Outs...>) return poison{};  // the error was reported where it happened
+    else return program<T, Opt, Outs...>{};
+}
+
+/// The program type compile<T, Opt>(outs...) returns, for declaring members.
+template <class T, options Opt, class... Outs>
+using program_for = program<T, Opt, Outs...>;
+
+}  // namespace ctg

@@ -1,0 +1,95 @@
+// ctgraph/kernels/simd.hpp: element-wise loops over contiguous memory with xsimd.
+//
+// Every kernel is written once as a generic function of `V`, which is either the scalar T (the
+// reference path and the tail of each loop) or xsimd::batch<T> (the fast path). `ctg::kernels::
+// scalar_only` forces the reference path, so tests can compare the two on the same inputs.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+namespace ctg::kernels {
+
+/// When true, every map runs its scalar path (used by tests to check SIMD against scalar).
+inline bool& scalar_only() {
+    static bool flag = false;
+    return flag;
+}
+
+template <class T>
+using batch = xsimd::batch<T>;
+
+// Helpers that read the same for scalars and batches.
+template <class T>
+inline T vmax(T a, T b) { return a > b ? a : b; }
+template <class T, class A>
+inline xsimd::batch<T, A> vmax(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) { return xsimd::max(a, b); }
+template <class T>
+inline T where(bool c, T a, T b) { return c ? a : b; }
+template <class T, class A>
+inline xsimd::batch<T, A> where(const xsimd::batch_bool<T, A>& c, const xsimd::batch<T, A>& a,
+                                const xsimd::batch<T, A>& b) { return xsimd::select(c, a, b); }
+
+/// out[i] = f(in_0[i], in_1[i], ...) for i < n. `out` may be one of the inputs (in-place update).
+template <class T, class F, class... In>
+inline void map(std::size_t n, T* out, F&& f, const In*... in) {
+    static_assert((std::is_same_v<T, In> && ...), "ctg::kernels::map: all arrays have one element type");
+    std::size_t i = 0;
+    if (!scalar_only()) {
+        constexpr std::size_t W = batch<T>::size;
+        for (; i + W <= n; i += W) f(batch<T>::load_unaligned(in + i)...).store_unaligned(out + i);
+    }
+    for (; i < n; ++i) out[i] = f(in[i]...);
+}
+
+/// Returns sum_i f(x[i], y[i]).
+template <class T, class F>
+inline T reduce_sum(std::size_t n, const T* x, const T* y, F&& f) {
+    std::size_t i = 0;
+    T s = 0;
+    if (!scalar_only()) {
+        constexpr std::size_t W = batch<T>::size;
+        batch<T> acc(T(0));
+        for (; i + W <= n; i += W) acc += f(batch<T>::load_unaligned(x + i), batch<T>::load_unaligned(y + i));
+        s = xsimd::hadd(acc);
+    }
+    for (; i < n; ++i) s += f(x[i], y[i]);
+    return s;
+}
+
+/// Returns sum_i x[i].
+template <class T>
+inline T sum(std::size_t n, const T* x) {
+    return reduce_sum(n, x, x, [](auto a, auto) { return a; });
+}
+
+/// Returns max_i x[i] (n >= 1). xsimd 8.1 has no horizontal max: store the batch and finish in scalar.
+template <class T>
+inline T max(std::size_t n, const T* x) {
+    std::size_t i = 0;
+    T m = x[0];
+    if (!scalar_only()) {
+        constexpr std::size_t W = batch<T>::size;
+        if (n >= W) {
+            batch<T> acc = batch<T>::load_unaligned(x);
+            for (i = W; i + W <= n; i += W) acc = xsimd::max(acc, batch<T>::load_unaligned(x + i));
+            alignas(64) T lanes[W];
+            acc.store_aligned(lanes);
+            m = lanes[0];
+            for (std::size_t k = 1; k < W; ++k) m = lanes[k] > m ? lanes[k] : m;
+        }
+    }
+    for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/// y[i] += x[i].
+template <class T>
+inline void add_to(std::size_t n, const T* x, T* y) {
+    map(n, y, [](auto a, auto b) { return a + b; }, x, static_cast<const T*>(y));
+}
+
+}  // namespace ctg::kernels

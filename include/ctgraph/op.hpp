@@ -1,0 +1,60 @@
+// ctgraph/op.hpp: the contract of a primitive op (what a new primitive must provide).
+//
+// A primitive is one struct, in one header under ops/, holding its shape rule, its forward and its
+// vector-Jacobian product side by side:
+//
+//   struct my_op {
+//     static constexpr std::string_view name = "my_op";        // printed in graphs and errors
+//
+//     // Shape rule. check<S...>() receives the static shapes (ctg::shape<...>) of the operands and
+//     // returns whether they are acceptable (silently). The op's public entry function (my_op(a, b),
+//     // same header) static_asserts one sentence naming the op, with
+//     // ctg::with_shapes<ok, S::pretty...>::value as the asserted expression so the shapes print,
+//     // then returns ctg::make_node<my_op>(a, b), which yields ctg::poison instead of a node when the
+//     // check failed, so one mistake gives one error.
+//     template <class... S> static consteval bool check();
+//     // dims<S...>() returns the result's dimensions as std::array<ctg::dim, R>.
+//     template <class... S> static consteval auto dims();
+//
+//     // forward: writes every element of c.y from c.x[0..K). Must not read c.y first.
+//     template <class T> static void forward(ctg::op_io<T, K>& c);
+//     // backward: ADDS dL/dx_k = (dL/dy) dy/dx_k into c.gx[k] for every k whose c.gx[k] is non-null;
+//     // it never overwrites (the engine zeroed the adjoints; several consumers add into one).
+//     // c.y, c.x and c.scratch hold what forward left there.
+//     template <class T> static void backward(ctg::op_io<T, K>& c);
+//
+//     // optional: elements of op-private memory kept from forward to backward (saved statistics).
+//     static std::size_t scratch_size(const ctg::rshape& y, const std::array<ctg::rshape, K>& x);
+//     // optional: extra text for printing (an axis, a constant).
+//     static std::string describe();
+//     // optional: set when the output is an integer tensor (never differentiated).
+//   };
+//
+// Elements of index operands (token ids) are ctg::index_t; everything else is the program's T.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "ctgraph/error.hpp"
+#include "ctgraph/tensor.hpp"
+
+namespace ctg {
+
+/// What the engine hands an op: views of its output, operands, their adjoints and its scratch.
+template <class T, std::size_t K>
+struct op_io {
+    view y, gy;                              // output value; its adjoint (backward only)
+    std::array<view, K> x{}, gx{};           // operand values; their adjoints (null: not needed)
+    view scratch{};                          // op-private memory (scratch_size elements of T)
+    std::array<std::string_view, K> x_name{};  // operand names for error messages
+    std::string_view node_name{};            // this node, e.g. "%7 embedding"
+
+    T* y_data() const { return y.template as<T>(); }
+    T* gy_data() const { return gy.template as<T>(); }
+    const T* x_data(std::size_t k) const { return x[k].template as<T>(); }
+    T* gx_data(std::size_t k) const { return gx[k].template as<T>(); }
+};
+
+}  // namespace ctg

@@ -1,0 +1,126 @@
+// ctgraph/params.hpp: parameters held by name.
+//
+// A parameter_store holds every parameter's values and gradients in two flat, aligned arrays (so an
+// optimizer is one loop over contiguous memory) and a table of names, shapes and offsets. Programs
+// bind to a store by name, so a training program and a decoding program can share one.
+//
+// Default initialisation (seeded, deterministic): rank >= 2 -> Xavier/Glorot uniform
+// U(-a, a), a = sqrt(6 / (fan_in + fan_out)), fan_in = product of all but the last dimension,
+// fan_out = last dimension; rank <= 1 (biases, gains) -> zeros. Override per parameter with
+// `init(name, fn)` or by writing `value(name)`.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ctgraph/error.hpp"
+#include "ctgraph/memory.hpp"
+#include "ctgraph/tensor.hpp"
+
+namespace ctg {
+
+template <class T>
+class parameter_store {
+public:
+    struct entry {
+        std::string name;
+        rshape shape;
+        std::size_t offset = 0;  // into values() and grads()
+    };
+
+    /// Adds a parameter (zero-initialised); returns its slot. Re-adding the same name with the same
+    /// shape returns the existing slot; a different shape throws.
+    std::size_t add(std::string_view name, const rshape& shape) {
+        if (auto s = find(name); s >= 0) {
+            if (!(entries_[std::size_t(s)].shape == shape))
+                throw shape_error("ctg::parameter_store: parameter '" + std::string(name) + "' exists with shape " +
+                                  to_string(entries_[std::size_t(s)].shape) + ", cannot add it with shape " +
+                                  to_string(shape));
+            return std::size_t(s);
+        }
+        entry e{std::string(name), shape, total_};
+        total_ += round_up_elems<T>(shape.size());
+        entries_.push_back(e);
+        values_.resize(total_, T(0));
+        grads_.resize(total_, T(0));
+        return entries_.size() - 1;
+    }
+
+    /// Slot of a parameter, or -1.
+    long find(std::string_view name) const {
+        for (std::size_t i = 0; i < entries_.size(); ++i)
+            if (entries_[i].name == name) return long(i);
+        return -1;
+    }
+    /// Slot of a parameter; throws naming the parameter when it does not exist.
+    std::size_t slot(std::string_view name) const {
+        long s = find(name);
+        if (s < 0) throw error("ctg::parameter_store: no parameter named '" + std::string(name) + "'");
+        return std::size_t(s);
+    }
+
+    std::size_t size() const { return entries_.size(); }
+    const entry& at(std::size_t slot) const { return entries_[slot]; }
+    const std::vector<entry>& entries() const { return entries_; }
+
+    T* value(std::size_t slot) { return values_.data() + entries_[slot].offset; }
+    const T* value(std::size_t slot) const { return values_.data() + entries_[slot].offset; }
+    T* grad(std::size_t slot) { return grads_.data() + entries_[slot].offset; }
+    const T* grad(std::size_t slot) const { return grads_.data() + entries_[slot].offset; }
+
+    /// The flat arrays (padding between parameters is kept at zero).
+    aligned_vector<T>& values() { return values_; }
+    aligned_vector<T>& grads() { return grads_; }
+    const aligned_vector<T>& values() const { return values_; }
+    const aligned_vector<T>& grads() const { return grads_; }
+
+    /// Total number of parameter elements (without padding).
+    std::size_t num_elements() const {
+        std::size_t n = 0;
+        for (auto& e : entries_) n += e.shape.size();
+        return n;
+    }
+
+    void zero_grad() { std::memset(grads_.data(), 0, grads_.size() * sizeof(T)); }
+
+    /// Default initialisation of every parameter from `seed` (see the file comment).
+    void init(unsigned long long seed) {
+        for (std::size_t s = 0; s < entries_.size(); ++s) init_default(s, seed);
+    }
+    /// Sets one parameter's values with fn(rng, index) for each element.
+    void init(std::string_view name, const std::function<T(std::mt19937_64&, std::size_t)>& fn,
+              unsigned long long seed = 0) {
+        std::size_t s = slot(name);
+        std::mt19937_64 rng(seed ^ std::hash<std::string_view>{}(name));
+        for (std::size_t i = 0; i < entries_[s].shape.size(); ++i) value(s)[i] = fn(rng, i);
+    }
+
+private:
+    void init_default(std::size_t s, unsigned long long seed) {
+        const entry& e = entries_[s];
+        T* v = value(s);
+        if (e.shape.rank <= 1) {
+            std::fill(v, v + e.shape.size(), T(0));
+            return;
+        }
+        const double fan_out = double(e.shape.cols());
+        const double fan_in = double(e.shape.rows());
+        const double a = std::sqrt(6.0 / (fan_in + fan_out));
+        // Each parameter gets its own stream (seed mixed with its name), so adding a parameter does
+        // not change the others' initial values.
+        std::mt19937_64 rng(seed ^ (std::hash<std::string>{}(e.name) * 0x9E3779B97F4A7C15ULL));
+        std::uniform_real_distribution<double> u(-a, a);
+        for (std::size_t i = 0; i < e.shape.size(); ++i) v[i] = T(u(rng));
+    }
+
+    std::vector<entry> entries_;
+    std::size_t total_ = 0;
+    aligned_vector<T> values_, grads_;
+};
+
+}  // namespace ctg

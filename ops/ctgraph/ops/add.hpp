@@ -1,0 +1,23 @@
+// ctgraph/ops/add.hpp: y = a + b (row broadcast, see detail/binary.hpp); dy/da = dy/db = 1.
+#pragma once
+#include "ctgraph/ops/detail/binary.hpp"
+
+namespace ctg {
+namespace ops {
+struct add_fn {
+    static constexpr std::string_view name = "add";
+    template <class V> static V f(V a, V b) { return a + b; }
+    template <class V> static V da(V, V, V) { return V(1); }
+    template <class V> static V db(V, V, V) { return V(1); }
+};
+using add_op = binary_op<add_fn>;
+}  // namespace ops
+
+template <expr A, expr B>
+constexpr auto add(A a, B b) {
+    static_assert(with_shapes<any_poison<A, B> || ops::broadcastable<typename A::shape, typename B::shape>(),
+                              typename A::shape::pretty, typename B::shape::pretty>::value,
+                  "ctg::add: the operand shapes differ and neither is a trailing part of the other");
+    return make_float_node<ops::add_op>(a, b);
+}
+}  // namespace ctg

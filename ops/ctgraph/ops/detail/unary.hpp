@@ -1,0 +1,52 @@
+// ctgraph/ops/detail/unary.hpp: the family of element-wise unary primitives.
+//
+// A member of the family is a small struct Fn with
+//   static constexpr std::string_view name;
+//   template <class V> static V f(V x);              // value, for V = T and V = xsimd::batch<T>
+//   template <class V> static V df(V x, V y);        // dy/dx, given x and y = f(x)
+// and the generic unary_op<Fn> supplies the shape rule (same shape), forward and the VJP
+// gx += gy * df(x, y). Use the output y where it is cheaper (tanh: 1 - y^2, exp: y).
+#pragma once
+#include <string>
+#include <string_view>
+
+#include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/simd.hpp"
+#include "ctgraph/op.hpp"
+
+namespace ctg::ops {
+
+template <class Fn>
+struct unary_op {
+    static constexpr std::string_view name = Fn::name;
+    template <class S>
+    static consteval bool check() { return true; }
+    template <class S>
+    static consteval auto dims() { return S::dims; }
+
+    template <class T>
+    static void forward(op_io<T, 1>& c) {
+        kernels::map(c.y.size(), c.y_data(), [](auto x) { return Fn::f(x); }, c.x_data(0));
+    }
+    template <class T>
+    static void backward(op_io<T, 1>& c) {
+        if (!c.gx[0]) return;
+        T* gx = c.gx_data(0);
+        kernels::map(c.y.size(), gx, [](auto g, auto gy, auto x, auto y) { return g + gy * Fn::df(x, y); },
+                     static_cast<const T*>(gx), static_cast<const T*>(c.gy_data()), c.x_data(0),
+                     static_cast<const T*>(c.y_data()));
+    }
+    static std::string describe()
+        requires requires { Fn::describe(); }
+    {
+        return Fn::describe();
+    }
+};
+
+/// Applies unary family member Fn to a floating-point expression.
+template <class Fn, expr A>
+constexpr auto make_unary(A a) {
+    return make_float_node<unary_op<Fn>>(a);
+}
+
+}  // namespace ctg::ops

@@ -1,0 +1,90 @@
+// ctgraph/ops/matmul.hpp: matrix product, row-major, batched over leading dimensions.
+//
+//   (..., k) x (k, n) -> (..., n)       a weight shared by every row: one GEMM over all rows
+//   (..., k) x (k)    -> (...)          a vector: the same with n = 1 (additive attention's w)
+//   (..., m, k) x (..., k, n) -> (..., m, n)   both batched, equal leading dimensions: a GEMM per batch
+// VJP: dA += dY B^T, dB += A^T dY (per batch), accumulated by the GEMM itself (beta = 1).
+#pragma once
+#include <string_view>
+
+#include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/gemm.hpp"
+#include "ctgraph/op.hpp"
+
+namespace ctg {
+namespace ops {
+struct matmul_op {
+    static constexpr std::string_view name = "matmul";
+
+    template <class A, class B>
+    static consteval bool check() {
+        if constexpr (A::rank == 0 || B::rank == 0) {
+            return false;
+        } else if constexpr (B::rank <= 2) {
+            return A::dims[A::rank - 1] == B::dims[0];
+        } else {
+            if (A::rank != B::rank) return false;
+            for (std::size_t i = 0; i + 2 < A::rank; ++i)
+                if (!(A::dims[i] == B::dims[i])) return false;
+            return A::dims[A::rank - 1] == B::dims[B::rank - 2];
+        }
+    }
+    template <class A, class B>
+    static consteval auto dims() {
+        if constexpr (B::rank == 1) {
+            std::array<dim, A::rank - 1> r{};
+            for (std::size_t i = 0; i + 1 < A::rank; ++i) r[i] = A::dims[i];
+            return r;
+        } else {
+            std::array<dim, A::rank> r = A::dims;
+            r[A::rank - 1] = B::dims[B::rank - 1];
+            return r;
+        }
+    }
+
+    // Problem sizes: `batches` GEMMs of (M x K) (K x N); strides between batches.
+    struct sizes {
+        std::size_t batches, M, K, N, sa, sb, sy;
+    };
+    static sizes sizes_of(const rshape& a, const rshape& b) {
+        if (b.rank <= 2) {
+            const std::size_t K = a.cols(), N = b.rank == 2 ? b.d[1] : 1;
+            return {1, a.rows(), K, N, 0, 0, 0};
+        }
+        const std::size_t M = a[-2], K = a[-1], N = b[-1];
+        return {a.size() / (M * K), M, K, N, M * K, K * N, M * N};
+    }
+
+    template <class T>
+    static void forward(op_io<T, 2>& c) {
+        const sizes s = sizes_of(c.x[0].shape, c.x[1].shape);
+        const T *a = c.x_data(0), *b = c.x_data(1);
+        T* y = c.y_data();
+        for (std::size_t i = 0; i < s.batches; ++i)
+            kernels::gemm(false, false, s.M, s.N, s.K, T(1), a + i * s.sa, s.K, b + i * s.sb, s.N, T(0), y + i * s.sy, s.N);
+    }
+    template <class T>
+    static void backward(op_io<T, 2>& c) {
+        const sizes s = sizes_of(c.x[0].shape, c.x[1].shape);
+        const T *a = c.x_data(0), *b = c.x_data(1), *gy = c.gy_data();
+        T *ga = c.gx_data(0), *gb = c.gx_data(1);
+        for (std::size_t i = 0; i < s.batches; ++i) {
+            if (ga)  // (M x K) += (M x N)(N x K)
+                kernels::gemm(false, true, s.M, s.K, s.N, T(1), gy + i * s.sy, s.N, b + i * s.sb, s.N, T(1), ga + i * s.sa, s.K);
+            if (gb)  // (K x N) += (K x M)(M x N)
+                kernels::gemm(true, false, s.K, s.N, s.M, T(1), a + i * s.sa, s.K, gy + i * s.sy, s.N, T(1), gb + i * s.sb, s.N);
+        }
+    }
+};
+}  // namespace ops
+
+/// Matrix product (see the file comment for the accepted shapes). Also spelled a * b.
+template <expr A, expr B>
+constexpr auto matmul(A a, B b) {
+    static_assert(with_shapes<any_poison<A, B> || ops::matmul_op::check<typename A::shape, typename B::shape>(),
+                              typename A::shape::pretty, typename B::shape::pretty>::value,
+                  "ctg::matmul: the last dimension of the left operand must equal the row dimension of the right "
+                  "operand (and batched operands need equal leading dimensions)");
+    return make_float_node<ops::matmul_op>(a, b);
+}
+}  // namespace ctg

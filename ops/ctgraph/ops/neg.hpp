@@ -1,0 +1,19 @@
+// ctgraph/ops/neg.hpp: y = -x; dy/dx = -1.
+#pragma once
+#include "ctgraph/ops/detail/unary.hpp"
+
+namespace ctg {
+namespace ops {
+struct neg_fn {
+    static constexpr std::string_view name = "neg";
+    template <class V>
+    static V f(V x) { return -x; }
+    template <class V>
+    static V df(V, V) { return V(-1); }
+};
+using neg_op = unary_op<neg_fn>;
+}  // namespace ops
+
+template <expr A>
+constexpr auto neg(A a) { return ops::make_unary<ops::neg_fn>(a); }
+}  // namespace ctg

@@ -1,0 +1,21 @@
+// ctgraph/ops/operators.hpp: operator spellings. a * b is the matrix product (the row-vector form
+// h W of the design); the element-wise product is mul(a, b).
+#pragma once
+#include "ctgraph/ops/add.hpp"
+#include "ctgraph/ops/div.hpp"
+#include "ctgraph/ops/matmul.hpp"
+#include "ctgraph/ops/neg.hpp"
+#include "ctgraph/ops/sub.hpp"
+
+namespace ctg {
+template <expr A, expr B>
+constexpr auto operator+(A a, B b) { return add(a, b); }
+template <expr A, expr B>
+constexpr auto operator-(A a, B b) { return sub(a, b); }
+template <expr A, expr B>
+constexpr auto operator*(A a, B b) { return matmul(a, b); }
+template <expr A, expr B>
+constexpr auto operator/(A a, B b) { return div(a, b); }
+template <expr A>
+constexpr auto operator-(A a) { return neg(a); }
+}  // namespace ctg

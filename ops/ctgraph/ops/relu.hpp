@@ -1,0 +1,19 @@
+// ctgraph/ops/relu.hpp: y = max(x, 0); dy/dx = [x > 0].
+#pragma once
+#include "ctgraph/ops/detail/unary.hpp"
+
+namespace ctg {
+namespace ops {
+struct relu_fn {
+    static constexpr std::string_view name = "relu";
+    template <class V>
+    static V f(V x) { return kernels::vmax(x, V(0)); }
+    template <class V>
+    static V df(V x, V) { return kernels::where(x > V(0), V(1), V(0)); }
+};
+using relu_op = unary_op<relu_fn>;
+}  // namespace ops
+
+template <expr A>
+constexpr auto relu(A a) { return ops::make_unary<ops::relu_fn>(a); }
+}  // namespace ctg

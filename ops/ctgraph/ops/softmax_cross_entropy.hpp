@@ -1,0 +1,94 @@
+// ctgraph/ops/softmax_cross_entropy.hpp: fused log-softmax + negative log-likelihood, a scalar.
+//   logits (..., V), targets (...) index_input with values in [0, V) or IgnoreIndex;
+//   L = -(1/n) sum_{rows r with t_r != IgnoreIndex} log softmax(z_r)[t_r],  n = number of such rows
+//   (L = 0 when every row is ignored).
+// Fused VJP (stable, one pass): gz_r += gy (softmax(z_r) - onehot(t_r)) / n; ignored rows get nothing.
+// The log-probabilities are kept in scratch between forward and backward.
+#pragma once
+#include <cmath>
+#include <string>
+#include <string_view>
+
+#include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/softmax.hpp"
+#include "ctgraph/op.hpp"
+
+namespace ctg {
+namespace ops {
+template <long long IgnoreIndex>
+struct softmax_cross_entropy_op {
+    static constexpr std::string_view name = "softmax_cross_entropy";
+    template <class Z, class Tg>
+    static consteval bool check() {
+        if constexpr (Z::rank != Tg::rank + 1) {
+            return false;
+        } else {
+            for (std::size_t i = 0; i < Tg::rank; ++i)
+                if (!(Z::dims[i] == Tg::dims[i])) return false;
+            return true;
+        }
+    }
+    template <class Z, class Tg>
+    static consteval auto dims() { return std::array<dim, 0>{}; }
+    static std::size_t scratch_size(const rshape&, const std::array<rshape, 2>& x) { return x[0].size(); }
+
+    template <class T>
+    static void forward(op_io<T, 2>& c) {
+        const std::size_t V = c.x[0].shape.cols(), rows = c.x[0].shape.rows();
+        const index_t* t = c.x[1].template as<index_t>();
+        T* logp = c.scratch.template as<T>();
+        double total = 0;
+        std::size_t n = 0;
+        for (std::size_t r = 0; r < rows; ++r) {
+            kernels::log_softmax_row(V, c.x_data(0) + r * V, logp + r * V);
+            if (t[r] == IgnoreIndex) continue;
+            if (t[r] < 0 || std::size_t(t[r]) >= V)
+                throw index_error("ctg::softmax_cross_entropy: target " + std::to_string(t[r]) + " at position " +
+                                  std::to_string(r) + " of input '" + std::string(c.x_name[1]) +
+                                  "' is outside [0, " + std::to_string(V) + ") and is not the ignore index " +
+                                  std::to_string(IgnoreIndex));
+            total -= double(logp[r * V + std::size_t(t[r])]);
+            ++n;
+        }
+        *c.y_data() = n ? T(total / double(n)) : T(0);
+    }
+    template <class T>
+    static void backward(op_io<T, 2>& c) {
+        T* g = c.gx_data(0);
+        if (!g) return;
+        const std::size_t V = c.x[0].shape.cols(), rows = c.x[0].shape.rows();
+        const index_t* t = c.x[1].template as<index_t>();
+        const T* logp = c.scratch.template as<T>();
+        std::size_t n = 0;
+        for (std::size_t r = 0; r < rows; ++r) n += t[r] != IgnoreIndex;
+        if (!n) return;
+        const T k = *c.gy_data() / T(n);
+        for (std::size_t r = 0; r < rows; ++r) {
+            if (t[r] == IgnoreIndex) continue;
+            T* gr = g + r * V;
+            kernels::map(V, gr, [k](auto acc, auto lp) {
+                using std::exp;
+                return acc + decltype(lp)(k) * exp(lp);
+            }, static_cast<const T*>(gr), logp + r * V);
+            gr[t[r]] -= k;
+        }
+    }
+    static std::string describe() { return "ignore " + std::to_string(IgnoreIndex); }
+};
+}  // namespace ops
+
+/// Mean cross-entropy of softmax(logits) against integer targets; rows whose target equals
+/// IgnoreIndex (default -100, as PyTorch) count neither in the sum nor in the mean.
+template <long long IgnoreIndex = -100, expr Z, expr Tg>
+constexpr auto softmax_cross_entropy(Z z, Tg t) {
+    static_assert(with_shapes<any_poison<Z, Tg> || (Tg::is_index && !Z::is_index), typename Z::shape::pretty,
+                              typename Tg::shape::pretty>::value,
+                  "ctg::softmax_cross_entropy: the logits must be floating-point and the targets an index_input");
+    static_assert(with_shapes<any_poison<Z, Tg> ||
+                                  ops::softmax_cross_entropy_op<IgnoreIndex>::template check<typename Z::shape,
+                                                                                             typename Tg::shape>(),
+                              typename Z::shape::pretty, typename Tg::shape::pretty>::value,
+                  "ctg::softmax_cross_entropy: the targets must have the logits' shape without its last (class) axis");
+    return make_node<ops::softmax_cross_entropy_op<IgnoreIndex>>(z, t);
+}
+}  // namespace ctg

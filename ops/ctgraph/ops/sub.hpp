@@ -1,0 +1,23 @@
+// ctgraph/ops/sub.hpp: y = a - b (row broadcast, see detail/binary.hpp); dy/da = 1, dy/db = -1.
+#pragma once
+#include "ctgraph/ops/detail/binary.hpp"
+
+namespace ctg {
+namespace ops {
+struct sub_fn {
+    static constexpr std::string_view name = "sub";
+    template <class V> static V f(V a, V b) { return a - b; }
+    template <class V> static V da(V, V, V) { return V(1); }
+    template <class V> static V db(V, V, V) { return V(-1); }
+};
+using sub_op = binary_op<sub_fn>;
+}  // namespace ops
+
+template <expr A, expr B>
+constexpr auto sub(A a, B b) {
+    static_assert(with_shapes<any_poison<A, B> || ops::broadcastable<typename A::shape, typename B::shape>(),
+                              typename A::shape::pretty, typename B::shape::pretty>::value,
+                  "ctg::sub: the operand shapes differ and neither is a trailing part of the other");
+    return make_float_node<ops::sub_op>(a, b);
+}
+}  // namespace ctg

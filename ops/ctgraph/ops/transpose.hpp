@@ -1,0 +1,55 @@
+// ctgraph/ops/transpose.hpp: swaps the last two axes, (..., m, n) -> (..., n, m). The VJP is the
+// transpose of the adjoint, added.
+#pragma once
+#include <string_view>
+
+#include "ctgraph/graph/node.hpp"
+#include "ctgraph/op.hpp"
+
+namespace ctg {
+namespace ops {
+struct transpose_op {
+    static constexpr std::string_view name = "transpose";
+    template <class A>
+    static consteval bool check() { return A::rank >= 2; }
+    template <class A>
+    static consteval auto dims() {
+        auto r = A::dims;
+        r[A::rank - 1] = A::dims[A::rank - 2];
+        r[A::rank - 2] = A::dims[A::rank - 1];
+        return r;
+    }
+    // dst (n x m) op= src (m x n), per batch, in cache-sized tiles.
+    template <class T, bool Accumulate>
+    static void transpose(const rshape& in, const T* src, T* dst) {
+        const std::size_t m = in[-2], n = in[-1], batches = in.size() / (m * n);
+        constexpr std::size_t tile = 32;
+        for (std::size_t b = 0; b < batches; ++b) {
+            const T* s = src + b * m * n;
+            T* d = dst + b * m * n;
+            for (std::size_t i0 = 0; i0 < m; i0 += tile)
+                for (std::size_t j0 = 0; j0 < n; j0 += tile)
+                    for (std::size_t i = i0; i < std::min(m, i0 + tile); ++i)
+                        for (std::size_t j = j0; j < std::min(n, j0 + tile); ++j) {
+                            if constexpr (Accumulate) d[j * m + i] += s[i * n + j];
+                            else d[j * m + i] = s[i * n + j];
+                        }
+        }
+    }
+    template <class T>
+    static void forward(op_io<T, 1>& c) { transpose<T, false>(c.x[0].shape, c.x_data(0), c.y_data()); }
+    template <class T>
+    static void backward(op_io<T, 1>& c) {
+        if (T* gx = c.gx_data(0)) transpose<T, true>(c.y.shape, c.gy_data(), gx);
+    }
+};
+}  // namespace ops
+
+/// Swaps the last two axes.
+template <expr A>
+constexpr auto transpose(A a) {
+    static_assert(with_shapes<any_poison<A> || (A::shape::rank >= 2), typename A::shape::pretty>::value,
+                  "ctg::transpose: the operand must have rank 2 or more");
+    return make_float_node<ops::transpose_op>(a);
+}
+}  // namespace ctg

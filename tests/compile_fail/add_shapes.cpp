@@ -1,0 +1,9 @@
+// Adding (B,10) and (B,5): neither shape is a trailing part of the other.
+// EXPECT: ctg::add: the operand shapes differ and neither is a trailing part of the other
+// EXPECT: shape_is<'B', 10>, ctg::shape_is<'B', 5>
+#include <ctgraph/ctgraph.hpp>
+using namespace ctg;
+int main() {
+    auto y = input<"a", dyn('B'), 10>{} + input<"b", dyn('B'), 5>{};
+    (void)y;
+}

@@ -1,0 +1,149 @@
+// The engine: node identity, topological order, printing, memory planning, parameter sharing.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+
+#include <ctgraph/ctgraph.hpp>
+
+using namespace ctg;
+
+namespace {
+inline constexpr dim B = dyn('B');
+using X = input<"x", B, 3>;
+using W = param<"W", 3, 3>;
+}  // namespace
+
+TEST_CASE("structurally identical subexpressions are one node", "[engine]") {
+    auto h1 = tanh(X{} * W{});
+    auto h2 = tanh(X{} * W{});  // spelled again: the same type, hence the same node
+    STATIC_REQUIRE(std::is_same_v<decltype(h1), decltype(h2)>);
+    auto prog = compile<double>(sum(mul(h1, h2) + h1));
+    // x, W, matmul, tanh, mul, add, sum: 7 nodes, not 10.
+    STATIC_REQUIRE(decltype(prog)::N == 7);
+    using G = decltype(prog)::graph_type;
+    // tanh (node 3) is read by mul twice and by add once.
+    STATIC_REQUIRE(G::consumers[3] == 3);
+    STATIC_REQUIRE(G::last_use[3] == 5);
+}
+
+TEST_CASE("the order is topological and leaves without parameters need no adjoint", "[engine]") {
+    auto prog = compile<float>(mean(relu(X{} * W{} + param<"b", 3>{})));
+    using G = decltype(prog)::graph_type;
+    for (std::size_t i = 0; i < G::size; ++i)
+        for (std::size_t k = 0; k < G::arity[i]; ++k) CHECK(G::operands[i][k] < int(i));
+    STATIC_REQUIRE(!G::needs_grad[0]);  // the input x
+    STATIC_REQUIRE(G::needs_grad[1]);   // W
+    STATIC_REQUIRE(G::num_params == 2);
+    STATIC_REQUIRE(G::num_inputs == 1);
+}
+
+TEST_CASE("a program prints as text and as Graphviz DOT", "[engine]") {
+    auto prog = compile<float>(mean(tanh(X{} * W{})));
+    const std::string text = prog.to_text();
+    CHECK(text.find("%0 = input \"x\" : (B,3)") != std::string::npos);
+    CHECK(text.find("%1 = param \"W\" : (3,3)  [adjoint]") != std::string::npos);
+    CHECK(text.find("%2 = matmul(%0, %1) : (B,3)") != std::string::npos);
+    CHECK(text.find("%4 = mean[all](%3) : ()") != std::string::npos);
+    const std::string dot = prog.to_dot();
+    CHECK(dot.rfind("digraph ctgraph {", 0) == 0);
+    CHECK(dot.find("n0 -> n2;") != std::string::npos);
+    CHECK(dot.find("n1 -> n2;") != std::string::npos);
+    // After a forward pass, dynamic dimensions print with their values.
+    prog.params().init(3);
+    prog.feed<"x">(xt::xtensor<float, 2>(xt::ones<float>({5, 3})));
+    prog.forward();
+    CHECK(prog.to_text().find("(B,3)=(5,3)") != std::string::npos);
+}
+
+TEST_CASE("forward and backward match a hand computation", "[engine]") {
+    // L = mean((x W + b)^2 - y)... kept tiny so the expected numbers are exact.
+    auto prog = compile<double>(mse_loss(X{} * W{} + param<"b", 3>{}, input<"y", B, 3>{}));
+    prog.param<"W">() = xt::eye<double>(3);
+    prog.param<"b">() = xt::xtensor<double, 1>{1, 0, 0};
+    prog.feed<"x">(xt::xtensor<double, 2>{{1, 2, 3}});
+    prog.feed<"y">(xt::xtensor<double, 2>{{0, 0, 0}});
+    // prediction (2, 2, 3): L = (4 + 4 + 9) / 3
+    CHECK(prog.forward() == Approx(17.0 / 3));
+    prog.backward();
+    // dL/db = 2 p / 3 = (4/3, 4/3, 2); dL/dW = x^T (2p/3)
+    auto gb = prog.grad<"b">();
+    CHECK(gb(0) == Approx(4.0 / 3));
+    CHECK(gb(2) == Approx(2.0));
+    CHECK(prog.grad<"W">()(2, 2) == Approx(6.0));
+    // backward adds: a second backward doubles the gradient; zero_grad clears it.
+    prog.backward();
+    CHECK(prog.grad<"b">()(2) == Approx(4.0));
+    prog.zero_grad();
+    CHECK(prog.grad<"b">()(2) == 0.0);
+}
+
+TEST_CASE("the arena is planned once per size and reused", "[engine]") {
+    auto prog = compile<float>(mean(tanh(X{} * W{})));
+    prog.params().init(1);
+    xt::xtensor<float, 2> x = xt::ones<float>({8, 3});
+    prog.feed<"x">(x);
+    prog.forward();
+    prog.backward();
+    const std::size_t arena = prog.arena_elements();
+    const float* where = prog.value_view(2).as<float>();
+    for (int step = 0; step < 3; ++step) {
+        prog.feed<"x">(x);
+        prog.forward();
+        prog.backward();
+    }
+    CHECK(prog.arena_elements() == arena);
+    CHECK(prog.value_view(2).as<float>() == where);
+    // A smaller batch reuses the same memory; the dimension letter follows the input.
+    prog.feed<"x">(xt::xtensor<float, 2>(xt::ones<float>({2, 3})));
+    prog.forward();
+    CHECK(prog.dim_value('B') == 2);
+    CHECK(prog.arena_elements() == arena);
+}
+
+TEST_CASE("two programs share one parameter store by name", "[engine]") {
+    auto train = compile<float>(mean(tanh(X{} * W{})));
+    train.params().init(5);
+    auto infer = program_for<float, options{}, decltype(tanh(X{} * W{}))>(train.shared_params());
+    CHECK((infer.param<"W">() == train.param<"W">()));
+    train.param<"W">()(0, 0) = 42.0f;
+    CHECK(infer.param<"W">()(0, 0) == 42.0f);
+    infer.feed<"x">(xt::xtensor<float, 2>{{1, 0, 0}});
+    infer.forward();
+    CHECK(infer.output()(0, 0) == Approx(std::tanh(42.0f)));
+}
+
+TEST_CASE("parameters are initialised Xavier-uniform (matrices) and zero (vectors)", "[engine]") {
+    auto prog = compile<double>(mean(X{} * param<"W", 3, 300>{} + param<"b", 300>{}));
+    prog.params().init(11);
+    auto w = prog.param<"W">();
+    const double a = std::sqrt(6.0 / (3 + 300));
+    CHECK(xt::amax(xt::abs(w))() <= a);
+    CHECK(xt::amax(xt::abs(w))() > 0.9 * a);
+    CHECK(std::abs(xt::mean(w)()) < 0.1 * a);
+    CHECK(xt::amax(xt::abs(prog.param<"b">()))() == 0.0);
+    // Deterministic per seed.
+    auto again = compile<double>(mean(X{} * param<"W", 3, 300>{} + param<"b", 300>{}));
+    again.params().init(11);
+    CHECK((again.param<"W">() == prog.param<"W">()));
+}
+
+TEST_CASE("a two-layer network learns XOR", "[engine]") {
+    using In = input<"x", B, 2>;
+    using Tg = index_input<"y", B>;
+    auto logits = tanh(In{} * param<"W1", 2, 8>{} + param<"b1", 8>{}) * param<"W2", 8, 2>{} + param<"b2", 2>{};
+    auto prog = compile<float>(softmax_cross_entropy(logits, Tg{}));
+    prog.params().init(2);
+    prog.feed<"x">(xt::xtensor<float, 2>{{0, 0}, {0, 1}, {1, 0}, {1, 1}});
+    prog.feed<"y">(xt::xtensor<int, 1>{0, 1, 1, 0});
+    float first = prog.forward(), last = first;
+    for (int step = 0; step < 500; ++step) {
+        prog.zero_grad();
+        last = prog.forward();
+        prog.backward();
+        auto& ps = prog.params();
+        for (std::size_t i = 0; i < ps.values().size(); ++i) ps.values()[i] -= 0.5f * ps.grads()[i];
+    }
+    CHECK(first > 0.5f);
+    CHECK(last < 0.05f);
+}
