@@ -28,4 +28,5 @@
 #include "ctgraph/ops/sub.hpp"
 #include "ctgraph/ops/tanh.hpp"
 #include "ctgraph/ops/transpose.hpp"
+#include "ctgraph/optim.hpp"
 #include "ctgraph/params.hpp"

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what ctgraph needs on Debian 12 (only what is missing). Run as root or with sudo.
+set -euo pipefail
+packages=(g++ cmake make time libboost-dev xtensor-dev libxsimd-dev xtl-dev catch2 libopenblas-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi
