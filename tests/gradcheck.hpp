@@ -32,7 +32,8 @@ struct check_config {
     double tol = 1e-6;                          // max |analytic - numeric| / max(1, |numeric|)
     double h = 1e-6;                            // finite-difference step
     std::map<char, std::size_t> dims{};         // dynamic dimension values (default 3)
-    std::map<std::string, int> index_bound{};   // index inputs: ids drawn from [0, bound)
+    std::map<std::string, int> index_bound{};   // index inputs: ids drawn from [low, bound)
+    std::map<std::string, int> index_low{};     // (default low = 0)
     std::map<std::string, int> index_ignore{};  // index inputs: this value appears in some positions
     unsigned seed = 7;
 };
@@ -84,7 +85,8 @@ std::size_t check_gradients(Out out, const check_config& cfg = {}) {
         } else if (Gr::kind[i] == leaf_kind::index_input) {
             const int bound = cfg.index_bound.count(name) ? cfg.index_bound.at(name) : 2;
             std::vector<index_t> ids(s.size());
-            std::uniform_int_distribution<int> u(0, bound - 1);
+            const int low = cfg.index_low.count(name) ? cfg.index_low.at(name) : 0;
+            std::uniform_int_distribution<int> u(low, bound - 1);
             for (auto& id : ids) id = u(rng);
             if (cfg.index_ignore.count(name) && ids.size() > 1) ids[1] = cfg.index_ignore.at(name);
             prog.feed(name, ids.data(), s);

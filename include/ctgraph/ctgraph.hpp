@@ -5,6 +5,7 @@
 #include "ctgraph/error.hpp"
 #include "ctgraph/graph/node.hpp"
 #include "ctgraph/graph/program.hpp"
+#include "ctgraph/graph/scan.hpp"
 #include "ctgraph/ops/add.hpp"
 #include "ctgraph/ops/concat.hpp"
 #include "ctgraph/ops/div.hpp"

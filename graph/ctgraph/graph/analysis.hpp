@@ -89,7 +89,8 @@ constexpr int index_of(tlist<Ts...>) {
 
 template <class N>
 constexpr std::string_view node_label() {
-    if constexpr (N::kind == leaf_kind::param || N::kind == leaf_kind::input || N::kind == leaf_kind::index_input)
+    if constexpr (N::kind == leaf_kind::param || N::kind == leaf_kind::input || N::kind == leaf_kind::index_input ||
+                  N::kind == leaf_kind::placeholder)
         return N::name.view();
     else if constexpr (N::kind == leaf_kind::constant)
         return "constant";

@@ -15,7 +15,7 @@ struct tlist {
     static constexpr std::size_t size = sizeof...(Ts);
 };
 
-enum class leaf_kind { none, param, input, index_input, constant };
+enum class leaf_kind { none, param, input, index_input, constant, placeholder };
 
 /// Base of every symbolic value.
 struct expr_base {
@@ -64,6 +64,18 @@ struct constant : expr_base {
     using args = tlist<>;
     static constexpr leaf_kind kind = leaf_kind::constant;
     static constexpr double value = V.value();
+};
+
+/// Stands for a per-step value inside a scan cell (the carried state, the step's input). Only
+/// scan creates these; they never reach an outer program.
+template <int Role, bool Index, dim... D>
+struct placeholder : expr_base {
+    using shape = ctg::shape<D...>;
+    using args = tlist<>;
+    static constexpr leaf_kind kind = leaf_kind::placeholder;
+    static constexpr bool is_index = Index;
+    static constexpr int role = Role;  // 0: carried state, 1: step input
+    static constexpr fixed_string<11> name = Role == 0 ? fixed_string<11>("scan.state") : fixed_string<11>("scan.input");
 };
 
 namespace detail {

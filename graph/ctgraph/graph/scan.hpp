@@ -1,0 +1,429 @@
+// ctgraph/graph/scan.hpp: recurrence over a runtime sequence length (backpropagation through time).
+//
+//   auto hs = scan<H>(cell, xs);                 // xs (T, B, X) time-major -> hs (T, B, H)
+//   auto hs = scan<H>(cell, xs, h0);             // initial state h0 (B, H) instead of zeros
+//   auto hs = scan<H>(cell, xs, h0, lengths);    // per-sequence lengths: an index_input (B)
+//   auto hs = scan<H>(cell, xs, zero_state{}, lengths);
+//
+// `cell(state, x)` is ordinary ctgraph code: it receives placeholders for the carried state (B, H)
+// and the step's input (B, X) and returns the new state (B, H). It is declared once; nothing about T
+// is a template parameter. Its type is a static sub-graph whose backward is generated like any other.
+//
+// What the cell reads that does not depend on the state or the step input (its parameters, an
+// encoder's states, their projections: "loop invariants") becomes an operand of the scan node,
+// computed once in the outer graph; its adjoint is accumulated over all steps, so a decoder that
+// attends to encoder states sends gradient back into the encoder.
+//
+// Forward runs the cell T times, keeping each step's intermediate values; the state of step t is
+// written straight into the output hs[t], and step t+1 reads it from there. Backward is BPTT: for
+// t = T-1 .. 0 the cell's VJPs run with the output adjoint hs'[t], which already holds the loss's
+// part and the next step's part (step t+1 adds its state adjoint into hs'[t]).
+//
+// Lengths: for a row b with t >= lengths[b], the step is padding: hs[t][b] = hs[t-1][b] (the state
+// is carried unchanged) and in backward the row's adjoint passes through to step t-1, the cell
+// receiving none. The cell must treat batch rows independently (every built-in cell does).
+//
+// A state with several parts (LSTM's h and c) is one tensor: concat them, slice inside the cell.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "ctgraph/graph/analysis.hpp"
+#include "ctgraph/graph/exec.hpp"
+#include "ctgraph/graph/node.hpp"
+#include "ctgraph/memory.hpp"
+#include "ctgraph/op.hpp"
+
+namespace ctg {
+
+/// Marks "no initial state" (zeros) where scan takes one.
+struct zero_state {};
+
+namespace detail {
+
+/// Compile-time facts about a cell's sub-graph.
+template <class CellOut>
+struct cell_info {
+    using G = graph<topo_order<CellOut>, options{}, 1>;
+    static constexpr std::size_t N = G::size;
+    static constexpr std::size_t out = N - 1;  // the cell's result is last in topological order
+
+    /// Depends on the state or the step input (runs every step).
+    static constexpr std::array<bool, N> variant = [] {
+        std::array<bool, N> v{};
+        for (std::size_t i = 0; i < N; ++i) {
+            v[i] = G::kind[i] == leaf_kind::placeholder;
+            for (std::size_t k = 0; k < G::arity[i]; ++k) v[i] = v[i] || v[std::size_t(G::operands[i][k])];
+        }
+        return v;
+    }();
+    /// Invariant nodes read by variant ones: they become operands of the scan node.
+    static constexpr std::array<bool, N> hoisted_mask = [] {
+        std::array<bool, N> h{};
+        for (std::size_t i = 0; i < N; ++i)
+            if (variant[i] && G::kind[i] != leaf_kind::placeholder)
+                for (std::size_t k = 0; k < G::arity[i]; ++k) {
+                    const std::size_t j = std::size_t(G::operands[i][k]);
+                    if (!variant[j]) h[j] = true;
+                }
+        return h;
+    }();
+    static constexpr std::size_t num_hoisted = [] {
+        std::size_t n = 0;
+        for (bool b : hoisted_mask) n += b;
+        return n;
+    }();
+    static constexpr std::array<std::size_t, num_hoisted + 1> hoisted = [] {
+        std::array<std::size_t, num_hoisted + 1> r{};
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < N; ++i)
+            if (hoisted_mask[i]) r[n++] = i;
+        return r;
+    }();
+    /// Every node except index-valued ones gets an adjoint inside the cell (unneeded ones go to a sink).
+    static constexpr std::array<bool, N> has_adjoint = [] {
+        std::array<bool, N> g{};
+        for (std::size_t i = 0; i < N; ++i) g[i] = !G::is_index[i];
+        return g;
+    }();
+
+    template <std::size_t... J>
+    static auto hoisted_types(std::index_sequence<J...>) -> tlist<typename G::template node_t<hoisted[J]>...>;
+    using hoisted_list = decltype(hoisted_types(std::make_index_sequence<num_hoisted>{}));
+};
+
+template <class N, int Role>
+constexpr bool is_role() {
+    if constexpr (N::kind == leaf_kind::placeholder) return N::role == Role; else return false;
+}
+template <class CellOut, int Role, std::size_t... I>
+constexpr int find_role_impl(std::index_sequence<I...>) {
+    using G = typename cell_info<CellOut>::G;
+    constexpr bool hits[] = {is_role<typename G::template node_t<I>, Role>()..., false};
+    for (std::size_t i = 0; i < sizeof...(I); ++i)
+        if (hits[i]) return int(i);
+    return -1;
+}
+
+}  // namespace detail
+
+namespace ops {
+
+/// The scan primitive. Operands: xs, [h0], [lengths], then the cell's hoisted invariants.
+template <class CellOut, bool HasH0, bool HasLengths>
+struct scan_op {
+    using info = detail::cell_info<CellOut>;
+    using G = typename info::G;
+    static constexpr std::size_t N = info::N;
+    static constexpr std::size_t len_index = 1 + HasH0;
+    static constexpr std::size_t first_hoisted = 1 + HasH0 + HasLengths;
+    static constexpr int state_node =
+        detail::find_role_impl<CellOut, 0>(std::make_index_sequence<N>{});
+    static constexpr int input_node =
+        detail::find_role_impl<CellOut, 1>(std::make_index_sequence<N>{});
+    static constexpr std::string_view name = "scan";
+
+    template <class Xs, class... R>
+    static consteval bool check() { return true; }
+    template <class Xs, class... R>
+    static consteval auto dims() {
+        using S = typename CellOut::shape;
+        std::array<dim, S::rank + 1> r{};
+        r[0] = Xs::dims[0];
+        for (std::size_t i = 0; i < S::rank; ++i) r[i + 1] = S::dims[i];
+        return r;
+    }
+    static std::string describe() {
+        return std::to_string(N) + "-node cell" + (HasH0 ? ", h0" : "") + (HasLengths ? ", lengths" : "");
+    }
+
+    // ---------------------------------------------------------------- sizes
+    // Everything below is derived from the operand shapes, identically in scratch_size, forward and
+    // backward (the op keeps no state of its own).
+    template <std::size_t K>
+    struct layout {
+        std::array<rshape, N> shapes{};
+        std::array<std::size_t, N> val_off{}, adj_off{}, scr_off{}, scr_size{};
+        std::size_t steps = 0, per_step = 0, adj_block = 0, sink = 0, zeros = 0, total = 0;
+        std::size_t x_stride = 0, y_stride = 0;
+    };
+
+    template <std::size_t K>
+    static layout<K> plan(const std::array<rshape, K>& x) {
+        layout<K> L;
+        // Bind the cell's dimension letters from the operands' runtime shapes.
+        std::array<std::pair<char, std::size_t>, 16> env{};
+        std::size_t nenv = 0;
+        auto bind = [&](std::size_t cell_node, const rshape& s, std::size_t skip) {
+            for (std::size_t a = 0; a < G::rank[cell_node]; ++a) {
+                const char c = G::dims[cell_node][a].sym;
+                if (!c) continue;
+                bool seen = false;
+                for (std::size_t e = 0; e < nenv; ++e) seen = seen || env[e].first == c;
+                if (!seen && nenv < env.size()) env[nenv++] = {c, s.d[a + skip]};
+            }
+        };
+        L.steps = x[0].rank ? x[0].d[0] : 0;
+        if constexpr (input_node >= 0) bind(std::size_t(input_node), x[0], 1);
+        for (std::size_t j = 0; j < info::num_hoisted; ++j) bind(info::hoisted[j], x[first_hoisted + j], 0);
+        if constexpr (HasH0) bind(std::size_t(state_node), x[1], 0);
+        if constexpr (HasLengths) {  // lengths (B): the state's first dimension
+            if (G::dims[state_node][0].sym) bind(std::size_t(state_node), rshape{1, {x[len_index].d[0]}}, 0);
+        }
+        auto value_of = [&](char c) -> std::size_t {
+            for (std::size_t e = 0; e < nenv; ++e)
+                if (env[e].first == c) return env[e].second;
+            return 0;
+        };
+        for (std::size_t i = 0; i < N; ++i) {
+            L.shapes[i].rank = G::rank[i];
+            for (std::size_t a = 0; a < G::rank[i]; ++a)
+                L.shapes[i].d[a] = G::dims[i][a].sym ? value_of(G::dims[i][a].sym) : std::size_t(G::dims[i][a].n);
+        }
+        scratch_sizes(L, std::make_index_sequence<N>{});
+        // Per step: values and op scratch of the variant nodes (the result lives in the output).
+        std::size_t off = 0, sink = 0;
+        for (std::size_t i = 0; i < N; ++i) {
+            sink = std::max(sink, L.shapes[i].size());
+            if (!info::variant[i] || G::kind[i] == leaf_kind::placeholder) continue;
+            if (i != info::out) {
+                L.val_off[i] = off;
+                off += round_up_elems<double>(L.shapes[i].size());
+            }
+            L.scr_off[i] = off;
+            off += round_up_elems<double>(L.scr_size[i]);
+        }
+        L.per_step = off;
+        std::size_t a = 0;
+        for (std::size_t i = 0; i < N; ++i)
+            if (info::variant[i] && G::kind[i] != leaf_kind::placeholder && i != info::out) {
+                L.adj_off[i] = a;
+                a += round_up_elems<double>(L.shapes[i].size());
+            }
+        L.adj_block = a;
+        L.sink = round_up_elems<double>(sink);
+        L.zeros = round_up_elems<double>(L.shapes[info::out].size());
+        L.total = L.steps * L.per_step + L.adj_block + L.sink + L.zeros;
+        L.x_stride = L.steps ? x[0].size() / L.steps : 0;
+        L.y_stride = L.shapes[info::out].size();
+        return L;
+    }
+    template <std::size_t K, std::size_t... I>
+    static void scratch_sizes(layout<K>& L, std::index_sequence<I...>) {
+        ((L.scr_size[I] = info::variant[I] ? detail::scratch_size_of<detail::op_of_t<typename G::template node_t<I>>,
+                                                                     G::arity[I]>(L.shapes.data(), &G::operands[0][0],
+                                                                                   G::max_arity, I)
+                                           : 0),
+         ...);
+    }
+
+    static std::size_t scratch_size(const rshape&, const auto& x) { return plan(x).total; }
+
+    // ---------------------------------------------------------------- views of one step
+    template <class T, std::size_t K>
+    struct step_views {
+        std::array<view, N> val{}, adj{}, scr{};
+    };
+
+    template <class T, std::size_t K>
+    static void values_at(step_views<T, K>& v, const op_io<T, K>& c, const layout<K>& L, std::size_t t) {
+        T* base = c.scratch.template as<T>();
+        T* y = c.y_data();
+        for (std::size_t i = 0; i < N; ++i) {
+            v.val[i].shape = L.shapes[i];
+            v.adj[i].shape = L.shapes[i];
+            v.scr[i] = {base + t * L.per_step + L.scr_off[i], rshape{1, {L.scr_size[i]}}};
+            if (info::variant[i] && G::kind[i] != leaf_kind::placeholder)
+                v.val[i].ptr = i == info::out ? y + t * L.y_stride : base + t * L.per_step + L.val_off[i];
+        }
+        for (std::size_t j = 0; j < info::num_hoisted; ++j) v.val[info::hoisted[j]].ptr = c.x[first_hoisted + j].ptr;
+        if constexpr (state_node >= 0) {
+            T* zeros = base + L.steps * L.per_step + L.adj_block + L.sink;
+            void* prev = t > 0 ? static_cast<void*>(y + (t - 1) * L.y_stride) : HasH0 ? c.x[1].ptr : zeros;
+            v.val[state_node].ptr = prev;
+        }
+        if constexpr (input_node >= 0) {
+            if constexpr (G::is_index[input_node])
+                v.val[input_node].ptr = c.x[0].template as<index_t>() + t * L.x_stride;
+            else
+                v.val[input_node].ptr = c.x[0].template as<T>() + t * L.x_stride;
+        }
+    }
+
+    // ---------------------------------------------------------------- forward
+    template <class T, std::size_t K>
+    static void forward(op_io<T, K>& c) {
+        std::array<rshape, K> xs{};
+        for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
+        const layout<K> L = plan(xs);
+        T* base = c.scratch.template as<T>();
+        std::fill(base + L.steps * L.per_step + L.adj_block + L.sink,
+                  base + L.steps * L.per_step + L.adj_block + L.sink + L.zeros, T(0));
+        check_lengths<T, K>(c, L);
+        step_views<T, K> v;
+        const std::size_t rows = rows_of(L), width = rows ? L.y_stride / rows : 0;
+        for (std::size_t t = 0; t < L.steps; ++t) {
+            values_at(v, c, L, t);
+            const detail::exec_state s{v.val.data(), v.adj.data(), v.scr.data(), L.shapes.data(),
+                                       info::has_adjoint.data(), G::label.data(), &G::operands[0][0], G::max_arity};
+            run_forward<T>(s, std::make_index_sequence<N>{});
+            if constexpr (HasLengths) {
+                const index_t* len = c.x[len_index].template as<index_t>();
+                const T* prev = static_cast<const T*>(v.val[state_node].ptr);
+                T* cur = c.y_data() + t * L.y_stride;
+                for (std::size_t b = 0; b < rows; ++b)
+                    if (index_t(t) >= len[b]) std::copy(prev + b * width, prev + (b + 1) * width, cur + b * width);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- backward (BPTT)
+    template <class T, std::size_t K>
+    static void backward(op_io<T, K>& c) {
+        std::array<rshape, K> xs{};
+        for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
+        const layout<K> L = plan(xs);
+        T* base = c.scratch.template as<T>();
+        T* adj_block = base + L.steps * L.per_step;
+        T* sink = adj_block + L.adj_block;
+        T* gy = c.gy_data();
+        step_views<T, K> v;
+        const std::size_t rows = rows_of(L), width = rows ? L.y_stride / rows : 0;
+        for (std::size_t t = L.steps; t-- > 0;) {
+            values_at(v, c, L, t);
+            std::memset(adj_block, 0, L.adj_block * sizeof(T));
+            for (std::size_t i = 0; i < N; ++i) {
+                v.adj[i].ptr = sink;
+                if (info::variant[i] && G::kind[i] != leaf_kind::placeholder)
+                    v.adj[i].ptr = i == info::out ? gy + t * L.y_stride : adj_block + L.adj_off[i];
+            }
+            for (std::size_t j = 0; j < info::num_hoisted; ++j)
+                if (c.gx[first_hoisted + j]) v.adj[info::hoisted[j]].ptr = c.gx[first_hoisted + j].ptr;
+            T* g_state = sink;
+            if constexpr (state_node >= 0) {
+                if (t > 0) g_state = gy + (t - 1) * L.y_stride;
+                else if (HasH0 && c.gx[1]) g_state = c.gx_data(1);
+                v.adj[state_node].ptr = g_state;
+            }
+            if constexpr (input_node >= 0) {
+                if (!G::is_index[input_node] && c.gx[0]) v.adj[input_node].ptr = c.gx_data(0) + t * L.x_stride;
+            }
+            if constexpr (HasLengths) {  // padding rows: the adjoint passes to the previous state
+                const index_t* len = c.x[len_index].template as<index_t>();
+                T* g_out = gy + t * L.y_stride;
+                for (std::size_t b = 0; b < rows; ++b)
+                    if (index_t(t) >= len[b]) {
+                        for (std::size_t k = 0; k < width; ++k) g_state[b * width + k] += g_out[b * width + k];
+                        std::fill(g_out + b * width, g_out + (b + 1) * width, T(0));
+                    }
+            }
+            std::memset(sink, 0, L.sink * sizeof(T));
+            const detail::exec_state s{v.val.data(), v.adj.data(), v.scr.data(), L.shapes.data(),
+                                       info::has_adjoint.data(), G::label.data(), &G::operands[0][0], G::max_arity};
+            run_backward<T>(s, std::make_index_sequence<N>{});
+        }
+    }
+
+private:
+    template <std::size_t K>
+    static std::size_t rows_of(const layout<K>& L) {
+        return L.shapes[info::out].rank ? L.shapes[info::out].d[0] : 1;
+    }
+    template <class T, std::size_t K>
+    static void check_lengths(const op_io<T, K>& c, const layout<K>& L) {
+        if constexpr (HasLengths) {
+            const index_t* len = c.x[len_index].template as<index_t>();
+            const std::size_t rows = rows_of(L);
+            if (c.x[len_index].size() != rows)
+                throw shape_error("ctg::scan: input '" + std::string(c.x_name[len_index]) + "' holds " +
+                                  std::to_string(c.x[len_index].size()) + " lengths for a batch of " + std::to_string(rows));
+            for (std::size_t b = 0; b < rows; ++b)
+                if (len[b] < 1 || std::size_t(len[b]) > L.steps)
+                    throw index_error("ctg::scan: length " + std::to_string(len[b]) + " of sequence " +
+                                      std::to_string(b) + " in input '" + std::string(c.x_name[len_index]) +
+                                      "' is outside [1, " + std::to_string(L.steps) + "] (the padded length)");
+        }
+    }
+    template <class T, std::size_t... I>
+    static void run_forward(const detail::exec_state& s, std::index_sequence<I...>) {
+        ((info::variant[I] && G::kind[I] != leaf_kind::placeholder
+              ? detail::exec_forward<detail::op_of_t<typename G::template node_t<I>>, G::arity[I], T>(s, I)
+              : void()),
+         ...);
+    }
+    template <class T, std::size_t... I>
+    static void run_backward(const detail::exec_state& s, std::index_sequence<I...>) {
+        constexpr std::size_t M = sizeof...(I);
+        ((info::variant[M - 1 - I] && G::kind[M - 1 - I] != leaf_kind::placeholder
+              ? detail::exec_backward<detail::op_of_t<typename G::template node_t<M - 1 - I>>, G::arity[M - 1 - I],
+                                      !G::is_index[M - 1 - I], T>(s, M - 1 - I)
+              : void()),
+         ...);
+    }
+};
+
+}  // namespace ops
+
+namespace detail {
+template <class S, bool Index>
+struct placeholder_of;
+template <dim... D, bool Index>
+struct placeholder_of<shape<D...>, Index> {
+    template <int Role>
+    using type = placeholder<Role, Index, D...>;
+};
+// The step input's shape: xs's without its leading (time) axis.
+template <class Xs>
+struct step_shape {
+    static constexpr auto value = [] {
+        std::array<dim, Xs::shape::rank - 1> r{};
+        for (std::size_t i = 1; i < Xs::shape::rank; ++i) r[i - 1] = Xs::shape::dims[i];
+        return r;
+    }();
+};
+template <class Op, class Xs, class... Pre, class... H>
+constexpr auto make_scan_node(Xs xs, tlist<H...>, Pre... pre) {
+    return make_node<Op>(xs, pre..., H{}...);
+}
+}  // namespace detail
+
+/// Runs `cell` over the leading (time) axis of `xs`; the state has shape (B, StateDims...) where B is
+/// xs's second dimension. See the file comment.
+template <dim... StateDims, class Cell, expr Xs, class H0 = zero_state, class Len = zero_state>
+constexpr auto scan(Cell cell, Xs xs, H0 h0 = {}, Len lengths = {}) {
+    static_assert(Xs::shape::rank >= 2, "ctg::scan: the sequence needs a time axis and a batch axis (T, B, ...)");
+    using state_shape = shape<Xs::shape::dims[1], StateDims...>;
+    using State = typename detail::placeholder_of<state_shape, false>::template type<0>;
+    using Step = typename detail::placeholder_of<shape_from<detail::step_shape<Xs>>, Xs::is_index>::template type<1>;
+    using Out = decltype(cell(State{}, Step{}));
+    static_assert(with_shapes<Out::is_poison || std::is_same_v<typename Out::shape, state_shape>,
+                              typename Out::shape::pretty, typename state_shape::pretty>::value,
+                  "ctg::scan: the cell must return a new state of the state's shape");
+    constexpr bool has_h0 = !std::is_same_v<H0, zero_state>;
+    constexpr bool has_len = !std::is_same_v<Len, zero_state>;
+    if constexpr (has_h0) {
+        static_assert(with_shapes<std::is_same_v<typename H0::shape, state_shape>, typename H0::shape::pretty,
+                                  typename state_shape::pretty>::value,
+                      "ctg::scan: the initial state must have the state's shape");
+    }
+    if constexpr (has_len) {
+        static_assert(with_shapes<Len::is_index && Len::shape::rank == 1 && Len::shape::dims[0] == Xs::shape::dims[1],
+                                  typename Len::shape::pretty, typename Xs::shape::pretty>::value,
+                      "ctg::scan: lengths must be an index_input with one entry per sequence (B)");
+    }
+    if constexpr (Out::is_poison) {
+        return poison{};
+    } else {
+        using Op = ops::scan_op<Out, has_h0, has_len>;
+        using hoisted = typename detail::cell_info<Out>::hoisted_list;
+        if constexpr (has_h0 && has_len) return detail::make_scan_node<Op>(xs, hoisted{}, h0, lengths);
+        else if constexpr (has_h0) return detail::make_scan_node<Op>(xs, hoisted{}, h0);
+        else if constexpr (has_len) return detail::make_scan_node<Op>(xs, hoisted{}, lengths);
+        else return detail::make_scan_node<Op>(xs, hoisted{});
+    }
+}
+
+}  // namespace ctg

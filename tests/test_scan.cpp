@@ -1,0 +1,63 @@
+// scan: recurrence with BPTT, checked by finite differences (float64) and against an unrolled graph.
+#include "gradcheck.hpp"
+
+using namespace ctg;
+using ctg::testing::check_gradients;
+
+namespace {
+inline constexpr dim B = dyn('B');
+inline constexpr dim T = dyn('T');
+constexpr int X = 3, H = 4;
+using Xs = input<"xs", T, B, X>;
+
+auto elman = [](auto h, auto x) { return tanh(h * param<"W_h", H, H>{} + x * param<"W_x", X, H>{} + param<"b", H>{}); };
+}  // namespace
+
+TEST_CASE("scan: an Elman cell through time, zero initial state", "[scan]") {
+    CHECK(check_gradients(scan<H>(elman, Xs{}), {.dims = {{'T', 5}, {'B', 2}}}) > 0);
+}
+
+TEST_CASE("scan: an initial state and closed-over context", "[scan]") {
+    using H0 = input<"h0", B, H>;
+    using Ctx = input<"ctx", B, H>;  // read by every step: its adjoint sums over steps
+    auto cell = [](auto h, auto x) { return tanh(mul(h, Ctx{}) + x * param<"W_x", X, H>{}); };
+    CHECK(check_gradients(scan<H>(cell, Xs{}, H0{}), {.dims = {{'T', 5}, {'B', 2}}}) > 0);
+}
+
+TEST_CASE("scan: variable lengths carry the state and stop the gradient", "[scan]") {
+    using Len = index_input<"lengths", B>;
+    // lengths drawn from [0, 5): the checker draws ids; shift them to [1, 5] by feeding by hand below
+    auto hs = scan<H>(elman, Xs{}, zero_state{}, Len{});
+    auto prog = compile<double, options{.input_grads = true}>(sum(mul(hs, input<"g", T, B, H>{})));
+    prog.params().init(3);
+    xt::xtensor<double, 3> xs = xt::ones<double>({5, 3, X}) * 0.3;
+    xt::xtensor<double, 3> g = xt::ones<double>({5, 3, H});
+    prog.feed<"xs">(xs);
+    prog.feed<"g">(g);
+    prog.feed<"lengths">(xt::xtensor<int, 1>{5, 2, 1});
+    prog.forward();
+    auto out = prog.output();
+    // Row 1 stops after 2 steps: its state stays h_2 from then on.
+    for (std::size_t t = 2; t < 5; ++t)
+        for (std::size_t k = 0; k < H; ++k) CHECK(out(t, 1, k) == out(1, 1, k));
+    prog.backward();
+    auto gx = prog.input_grad<"xs">();
+    for (std::size_t t = 2; t < 5; ++t)
+        for (std::size_t k = 0; k < X; ++k) CHECK(gx(t, 1, k) == 0.0);  // padded steps get no gradient
+    for (std::size_t t = 1; t < 5; ++t)
+        for (std::size_t k = 0; k < X; ++k) CHECK(gx(t, 2, k) == 0.0);
+    CHECK(gx(4, 0, 0) != 0.0);
+    // Lengths outside [1, T] are an error naming the input and the value.
+    prog.feed<"lengths">(xt::xtensor<int, 1>{5, 6, 1});
+    REQUIRE_THROWS_WITH(prog.forward(), Catch::Matchers::Contains("length 6 of sequence 1 in input 'lengths'"));
+    prog.feed<"lengths">(xt::xtensor<int, 1>{5, 0, 1});
+    REQUIRE_THROWS_AS(prog.forward(), index_error);
+}
+
+TEST_CASE("scan: variable lengths under finite differences", "[scan]") {
+    using Len = index_input<"lengths", B>;
+    // Lengths drawn from [1, 4] for T = 4 over 5 sequences: some are padded, some full.
+    auto hs = scan<H>(elman, Xs{}, input<"h0", B, H>{}, Len{});
+    CHECK(check_gradients(hs, {.dims = {{'T', 4}, {'B', 5}}, .index_bound = {{"lengths", 5}},
+                               .index_low = {{"lengths", 1}}}) > 0);
+}
