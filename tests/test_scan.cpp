@@ -61,3 +61,36 @@ TEST_CASE("scan: variable lengths under finite differences", "[scan]") {
     CHECK(check_gradients(hs, {.dims = {{'T', 4}, {'B', 5}}, .index_bound = {{"lengths", 5}},
                                .index_low = {{"lengths", 1}}}) > 0);
 }
+
+TEST_CASE("cells through scan: Elman (tanh, relu), GRU, LSTM, stacked and bidirectional", "[scan][cells]") {
+    const ctg::testing::check_config cfg{.dims = {{'T', 5}, {'B', 2}}};
+    CHECK(check_gradients(nn::elman<"rnn", X, H>::run(Xs{}), cfg) > 0);
+    CHECK(check_gradients(nn::elman<"rnn", X, H, nn::activation::relu>::run(Xs{}),
+                          {.values = {-1.5, 1.5, 0.05}, .dims = {{'T', 5}, {'B', 2}}}) > 0);
+    CHECK(check_gradients(nn::gru<"gru", X, H>::run(Xs{}), cfg) > 0);
+    CHECK(check_gradients(nn::lstm<"lstm", X, H>::run(Xs{}), cfg) > 0);
+    // The raw-input form (projection inside the step) is the same function.
+    CHECK(check_gradients(scan<H>([](auto h, auto x) { return nn::gru<"gru", X, H>::cell(h, x); }, Xs{}), cfg) > 0);
+    // Two stacked layers, and a bidirectional encoder with variable lengths.
+    CHECK(check_gradients(nn::gru<"l2", H, H>::run(nn::elman<"l1", X, H>::run(Xs{})), cfg) > 0);
+    using Len = index_input<"lengths", B>;
+    CHECK(check_gradients(nn::bidirectional<nn::gru<"f", X, H>, nn::gru<"b", X, H>>::run(Xs{}, Len{}),
+                          {.dims = {{'T', 4}, {'B', 3}}, .index_bound = {{"lengths", 5}}, .index_low = {{"lengths", 1}}}) > 0);
+}
+
+TEST_CASE("reverse_time with and without lengths", "[scan]") {
+    using Len = index_input<"lengths", B>;
+    CHECK(check_gradients(reverse_time(Xs{}), {.dims = {{'T', 4}, {'B', 2}}}) > 0);
+    CHECK(check_gradients(mul(reverse_time(Xs{}, Len{}), Xs{}),
+                          {.dims = {{'T', 4}, {'B', 3}}, .index_bound = {{"lengths", 5}}}) > 0);
+    auto prog = compile<float>(reverse_time(Xs{}, Len{}));
+    xt::xtensor<float, 3> xs = xt::zeros<float>({3, 1, X});
+    for (std::size_t t = 0; t < 3; ++t) xs(t, 0, 0) = float(t);
+    prog.feed<"xs">(xs);
+    prog.feed<"lengths">(xt::xtensor<int, 1>{2});
+    prog.forward();
+    auto y = prog.output();  // (0, 1, 2) with length 2 -> (1, 0, 2)
+    CHECK(y(0, 0, 0) == 1.0f);
+    CHECK(y(1, 0, 0) == 0.0f);
+    CHECK(y(2, 0, 0) == 2.0f);
+}

@@ -1,0 +1,128 @@
+// ctgraph/nn/cells.hpp: recurrent cells built from primitives (their backward is generated).
+//
+// Each cell is a struct template over a name prefix and sizes; its parameters are named
+// "<prefix>_W_x", ... so two layers with different prefixes have different weights and the same
+// prefix means the same weights. Row-vector form: the seed article's W_h h_{t-1} + W_x x_t + b is
+// h_{t-1} W_h + x_t W_x + b here, with W stored (in, out) - PyTorch's weight transposed.
+//
+//   Cell::project(xs)   the input projection of the whole sequence, one GEMM outside the loop:
+//                       (T, B, X) -> (T, B, G) with G = H (Elman), 3H (GRU), 4H (LSTM)
+//   Cell::step(s, p)    one step on a projected input p (what scan runs)
+//   Cell::cell(s, x)    one step on a raw input x (project inside the step)
+//   Cell::run(xs, ...)  scan over the sequence: (T, B, X) -> (T, B, H); forwards h0 and lengths to scan
+//
+// GRU and LSTM follow PyTorch's equations and gate order (GRU: r, z, n; LSTM: i, f, g, o), so their
+// weights exchange with torch.nn.GRU / nn.LSTM by transposing.
+#pragma once
+#include "ctgraph/graph/scan.hpp"
+#include "ctgraph/ops/add.hpp"
+#include "ctgraph/ops/concat.hpp"
+#include "ctgraph/ops/matmul.hpp"
+#include "ctgraph/ops/mul.hpp"
+#include "ctgraph/ops/relu.hpp"
+#include "ctgraph/ops/sigmoid.hpp"
+#include "ctgraph/ops/slice.hpp"
+#include "ctgraph/ops/sub.hpp"
+#include "ctgraph/ops/tanh.hpp"
+
+namespace ctg {
+
+/// "ab" from "a" and "b" at compile time (parameter name prefixes).
+template <std::size_t N, std::size_t M>
+consteval fixed_string<N + M - 1> operator+(const fixed_string<N>& a, const fixed_string<M>& b) {
+    char buf[N + M - 1]{};
+    for (std::size_t i = 0; i + 1 < N; ++i) buf[i] = a.data[i];
+    for (std::size_t i = 0; i < M; ++i) buf[N - 1 + i] = b.data[i];
+    return fixed_string<N + M - 1>(buf);
+}
+
+/// 1 - x.
+template <expr A>
+constexpr auto one_minus(A a) { return sub(constant<1>{}, a); }
+
+namespace nn {
+
+enum class activation { tanh, relu };
+
+/// Elman: h_t = phi(h_{t-1} W_h + x_t W_x + b), phi = tanh or relu.
+template <fixed_string P, int X, int H, activation Phi = activation::tanh>
+struct elman {
+    using W_x = param<P + fixed_string("_W_x"), X, H>;
+    using W_h = param<P + fixed_string("_W_h"), H, H>;
+    using b = param<P + fixed_string("_b"), H>;
+    static constexpr auto phi(auto a) {
+        if constexpr (Phi == activation::tanh) return ctg::tanh(a); else return ctg::relu(a);
+    }
+    static constexpr auto project(auto xs) { return xs * W_x{} + b{}; }
+    static constexpr auto step(auto h, auto p) { return phi(h * W_h{} + p); }
+    static constexpr auto cell(auto h, auto x) { return step(h, x * W_x{} + b{}); }
+    template <class... Extra>
+    static constexpr auto run(auto xs, Extra... extra) {
+        return scan<H>([](auto h, auto p) { return step(h, p); }, project(xs), extra...);
+    }
+};
+
+/// GRU (PyTorch): r = s(p_r + h W_hr + b_hr), z = s(p_z + h W_hz + b_hz),
+/// n = tanh(p_n + r * (h W_hn + b_hn)), h' = (1 - z) * n + z * h, with p = x W_i + b_i.
+template <fixed_string P, int X, int H>
+struct gru {
+    using W_i = param<P + fixed_string("_W_i"), X, 3 * H>;
+    using W_h = param<P + fixed_string("_W_h"), H, 3 * H>;
+    using b_i = param<P + fixed_string("_b_i"), 3 * H>;
+    using b_h = param<P + fixed_string("_b_h"), 3 * H>;
+    static constexpr auto project(auto xs) { return xs * W_i{} + b_i{}; }
+    static constexpr auto step(auto h, auto p) {
+        auto q = h * W_h{} + b_h{};
+        auto r = sigmoid(slice<0, H>(p) + slice<0, H>(q));
+        auto z = sigmoid(slice<H, 2 * H>(p) + slice<H, 2 * H>(q));
+        auto n = ctg::tanh(slice<2 * H, 3 * H>(p) + mul(r, slice<2 * H, 3 * H>(q)));
+        return mul(one_minus(z), n) + mul(z, h);
+    }
+    static constexpr auto cell(auto h, auto x) { return step(h, x * W_i{} + b_i{}); }
+    template <class... Extra>
+    static constexpr auto run(auto xs, Extra... extra) {
+        return scan<H>([](auto h, auto p) { return step(h, p); }, project(xs), extra...);
+    }
+};
+
+/// LSTM (PyTorch): gates = x W_i + b_i + h W_h + b_h split as i, f, g, o;
+/// c' = s(f) * c + s(i) * tanh(g), h' = s(o) * tanh(c'). The carried state is [h, c] (B, 2H);
+/// run() returns the h part (T, B, H), run_state() the whole state.
+template <fixed_string P, int X, int H>
+struct lstm {
+    using W_i = param<P + fixed_string("_W_i"), X, 4 * H>;
+    using W_h = param<P + fixed_string("_W_h"), H, 4 * H>;
+    using b_i = param<P + fixed_string("_b_i"), 4 * H>;
+    using b_h = param<P + fixed_string("_b_h"), 4 * H>;
+    static constexpr auto project(auto xs) { return xs * W_i{} + b_i{}; }
+    static constexpr auto step(auto s, auto p) {
+        auto h = slice<0, H>(s);
+        auto c = slice<H, 2 * H>(s);
+        auto g = p + h * W_h{} + b_h{};
+        auto c2 = mul(sigmoid(slice<H, 2 * H>(g)), c) + mul(sigmoid(slice<0, H>(g)), ctg::tanh(slice<2 * H, 3 * H>(g)));
+        auto h2 = mul(sigmoid(slice<3 * H, 4 * H>(g)), ctg::tanh(c2));
+        return concat(h2, c2);
+    }
+    static constexpr auto cell(auto s, auto x) { return step(s, x * W_i{} + b_i{}); }
+    template <class... Extra>
+    static constexpr auto run_state(auto xs, Extra... extra) {
+        return scan<2 * H>([](auto s, auto p) { return step(s, p); }, project(xs), extra...);
+    }
+    template <class... Extra>
+    static constexpr auto run(auto xs, Extra... extra) { return slice<0, H>(run_state(xs, extra...)); }
+};
+
+/// A bidirectional encoder from two cells of output size H each: (T, B, X) -> (T, B, 2H), the
+/// forward states then the backward states (the backward cell reads each sequence reversed within
+/// its length).
+template <class Fwd, class Bwd>
+struct bidirectional {
+    static constexpr auto run(auto xs) { return concat(Fwd::run(xs), reverse_time(Bwd::run(reverse_time(xs)))); }
+    static constexpr auto run(auto xs, auto lengths) {
+        return concat(Fwd::run(xs, zero_state{}, lengths),
+                      reverse_time(Bwd::run(reverse_time(xs, lengths), zero_state{}, lengths), lengths));
+    }
+};
+
+}  // namespace nn
+}  // namespace ctg
