@@ -1,6 +1,8 @@
 // scan: recurrence with BPTT, checked by finite differences (float64) and against an unrolled graph.
 #include "gradcheck.hpp"
 
+#include <xtensor/xview.hpp>
+
 using namespace ctg;
 using ctg::testing::check_gradients;
 
@@ -78,6 +80,17 @@ TEST_CASE("cells through scan: Elman (tanh, relu), GRU, LSTM, stacked and bidire
                           {.dims = {{'T', 4}, {'B', 3}}, .index_bound = {{"lengths", 5}}, .index_low = {{"lengths", 1}}}) > 0);
 }
 
+TEST_CASE("at_time picks a step (the final state of an encoder)", "[scan]") {
+    CHECK(check_gradients(at_time<-1>(Xs{}), {.dims = {{'T', 4}, {'B', 2}}}) > 0);
+    CHECK(check_gradients(at_time<1>(Xs{}), {.dims = {{'T', 4}, {'B', 2}}}) > 0);
+    using Len = index_input<"lengths", B>;
+    CHECK(check_gradients(at_time<-1>(nn::gru<"enc", X, H>::run(Xs{}, zero_state{}, Len{})),
+                          {.dims = {{'T', 4}, {'B', 3}}, .index_bound = {{"lengths", 5}}, .index_low = {{"lengths", 1}}}) > 0);
+    auto prog = compile<float>(at_time<5>(Xs{}));
+    prog.feed<"xs">(xt::xtensor<float, 3>(xt::zeros<float>({3, 1, X})));
+    REQUIRE_THROWS_WITH(prog.forward(), Catch::Matchers::Contains("step 5 of a sequence of 3 steps"));
+}
+
 TEST_CASE("reverse_time with and without lengths", "[scan]") {
     using Len = index_input<"lengths", B>;
     CHECK(check_gradients(reverse_time(Xs{}), {.dims = {{'T', 4}, {'B', 2}}}) > 0);
@@ -93,4 +106,28 @@ TEST_CASE("reverse_time with and without lengths", "[scan]") {
     CHECK(y(0, 0, 0) == 1.0f);
     CHECK(y(1, 0, 0) == 0.0f);
     CHECK(y(2, 0, 0) == 2.0f);
+}
+
+TEST_CASE("the adjoint of a scan's states is dL/dh_t for every step", "[scan]") {
+    // L = sum(h_T): dL/dh_T = 1, and dL/dh_t = (dL/dh_{t+1}) (1 - h_{t+1}^2) W_h^T going back.
+    auto hs = scan<H>(elman, Xs{});
+    auto prog = compile<double>(sum(mul(hs, input<"last", T, B, H>{})));
+    prog.params().init(5);
+    xt::xtensor<double, 3> xs = xt::ones<double>({4, 1, X}) * 0.5;
+    xt::xtensor<double, 3> last = xt::zeros<double>({4, 1, H});
+    xt::view(last, 3, xt::all(), xt::all()) = 1.0;
+    prog.feed<"xs">(xs);
+    prog.feed<"last">(last);
+    prog.forward();
+    prog.backward();
+    auto g = prog.adjoint_of(hs);
+    auto h = prog.value_of(hs);
+    auto W = prog.param<"W_h">();
+    for (std::size_t k = 0; k < H; ++k) CHECK(g(3, 0, k) == Approx(1.0));
+    for (int t = 2; t >= 0; --t)
+        for (std::size_t i = 0; i < H; ++i) {
+            double expect = 0;
+            for (std::size_t j = 0; j < H; ++j) expect += g(t + 1, 0, j) * (1 - h(t + 1, 0, j) * h(t + 1, 0, j)) * W(i, j);
+            CHECK(g(t, 0, i) == Approx(expect));
+        }
 }

@@ -190,6 +190,22 @@ public:
                       "ctg::program::input_grad: no gradient for this input (compile with options{.input_grads = true})");
         return adapt(adj_[i].template as<T>(), shapes_[i]);
     }
+    /// The value of any node of the graph after forward(), as an xtensor view: prog.value_of(h).
+    template <expr E>
+    auto value_of(E) {
+        constexpr int i = detail::index_of<E>(typename G::list{});
+        static_assert(i >= 0, "ctg::program::value_of: this expression is not a node of the program");
+        static_assert(!E::is_index, "ctg::program::value_of: index tensors are read where they were fed");
+        return adapt(val_[i].template as<T>(), shapes_[i]);
+    }
+    /// The adjoint dL/dE of any node after backward() (for gradient-flow inspection): prog.adjoint_of(hs).
+    template <expr E>
+    auto adjoint_of(E) {
+        constexpr int i = detail::index_of<E>(typename G::list{});
+        static_assert(i >= 0, "ctg::program::adjoint_of: this expression is not a node of the program");
+        static_assert(G::needs_grad[i], "ctg::program::adjoint_of: this node has no adjoint (no parameter below it)");
+        return adapt(adj_[i].template as<T>(), shapes_[i]);
+    }
     /// Raw views of node i (tests, printing).
     const view& value_view(std::size_t i) const { return val_[i]; }
     const view& adjoint_view(std::size_t i) const { return adj_[i]; }
