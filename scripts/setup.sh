@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what ctgraph needs on Debian 12 (only what is missing). Run as root or with sudo.
 set -euo pipefail
-packages=(g++ cmake make time libboost-dev xtensor-dev libxsimd-dev xtl-dev catch2 libopenblas-dev python3-numpy)
+packages=(g++ cmake make time libboost-dev xtensor-dev libxsimd-dev xtl-dev catch2 libopenblas-dev python3-numpy python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,0 +1,243 @@
+// ctg-bench: the reference workloads (shared/WORKLOADS.md), timed or checked against PyTorch.
+//
+//   ctg-bench --workload NAME [--threads K] [--steps N] [--warmup W] [--json]
+//   ctg-bench --workload NAME --check DIR [--dtype float32|float64]
+//
+// Timing: W warm-up steps (default 3), then N measured steps (default 20), each a whole training
+// step (forward, loss, backward, optimizer update) timed with steady_clock; the median is reported.
+// Check: loads DIR/<workload>[-f64]/{weights,batch}.npz written by
+// `shared/bench/torch_ref.py --dump-npz DIR`, runs one step, and compares the loss, every gradient
+// and the weights after the update with the dump: per tensor max|a - b| / max|b| <= 1e-4 (float32)
+// or 1e-9 (float64); an all-zero reference needs max|a| <= 1e-6 (1e-12). Exit status 1 on failure.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "workloads.hpp"
+
+using namespace ctg;
+
+namespace {
+
+struct args {
+    std::string workload, check_dir, dtype = "float32";
+    int threads = 1, steps = 20, warmup = 3;
+    bool json = false;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+    std::fprintf(stderr,
+                 "ctg-bench: %s\nusage: ctg-bench --workload NAME [--threads K] [--steps N] [--warmup W] [--json]\n"
+                 "       ctg-bench --workload NAME --check DIR [--dtype float32|float64]\nworkloads: mlp rnn\n",
+                 why.c_str());
+    std::exit(2);
+}
+
+args parse(int argc, char** argv) {
+    args a;
+    for (int i = 1; i < argc; ++i) {
+        std::string k = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) usage("missing value after " + k);
+            return argv[++i];
+        };
+        auto number = [&]() {
+            const std::string v = value();
+            try {
+                std::size_t used = 0;
+                const int n = std::stoi(v, &used);
+                if (used != v.size() || n < 0) throw std::invalid_argument(v);
+                return n;
+            } catch (const std::exception&) {
+                usage(k + " needs a non-negative integer, got '" + v + "'");
+            }
+        };
+        if (k == "--workload") a.workload = value();
+        else if (k == "--threads") a.threads = number();
+        else if (k == "--steps") a.steps = number();
+        else if (k == "--warmup") a.warmup = number();
+        else if (k == "--check") a.check_dir = value();
+        else if (k == "--dtype") a.dtype = value();
+        else if (k == "--json") a.json = true;
+        else usage("unknown option " + k);
+    }
+    if (a.workload.empty()) usage("--workload is required");
+    if (a.dtype != "float32" && a.dtype != "float64") usage("--dtype is float32 or float64");
+    if (a.threads < 1) usage("--threads must be at least 1");
+    if (a.steps < 1) usage("--steps must be at least 1");
+    return a;
+}
+
+double peak_rss_mib() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return double(u.ru_maxrss) / 1024.0;
+}
+
+// ---------------------------------------------------------------- timing
+template <class W>
+int run_timing(const args& a) {
+    set_num_threads(a.threads);
+    W w;
+    w.prog.params().init(1234);
+    w.random_batch(1235);
+    const double rss_before = peak_rss_mib();
+    double first = 0, last = 0;
+    for (int i = 0; i < a.warmup; ++i) {
+        const double l = w.step();
+        if (i == 0) first = l;
+    }
+    std::vector<double> ms;
+    for (int i = 0; i < a.steps; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        last = w.step();
+        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::vector<double> sorted = ms;
+    std::sort(sorted.begin(), sorted.end());
+    const std::size_t n = sorted.size();
+    const double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    const double gflops = W::flops() / (median * 1e-3) / 1e9;
+    if (a.json) {
+        std::printf("{\"workload\": \"%s\", \"threads\": %d, \"steps\": %d, \"warmup\": %d, \"median_ms\": %.6f, "
+                    "\"min_ms\": %.6f, \"max_ms\": %.6f, \"gflops\": %.4f, \"flops_per_step\": %.0f, "
+                    "\"peak_rss_mib\": %.2f, \"rss_before_loop_mib\": %.2f, \"loss_first\": %.6f, "
+                    "\"loss_last\": %.6f}\n",
+                    W::name, a.threads, a.steps, a.warmup, median, sorted.front(), sorted.back(), gflops, W::flops(),
+                    peak_rss_mib(), rss_before, first, last);
+    } else {
+        std::printf("%-16s threads %d  median %.3f ms  (min %.3f, max %.3f)  %.2f GFLOP/s\n", W::name, a.threads,
+                    median, sorted.front(), sorted.back(), gflops);
+        std::printf("%-16s peak RSS %.1f MiB  loss %.6f -> %.6f\n", "", peak_rss_mib(), first, last);
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------- parity check
+struct comparison {
+    double err = 0;
+    bool ok = true;
+};
+
+comparison compare(const std::vector<double>& ours, const std::vector<double>& ref, bool f64) {
+    double diff = 0, scale = 0, mag = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+        diff = std::max(diff, std::abs(ours[i] - ref[i]));
+        scale = std::max(scale, std::abs(ref[i]));
+        mag = std::max(mag, std::abs(ours[i]));
+    }
+    comparison c;
+    if (scale == 0) {
+        c.err = mag;
+        c.ok = mag <= (f64 ? 1e-12 : 1e-6);
+    } else {
+        c.err = diff / scale;
+        c.ok = std::isfinite(c.err) && c.err <= (f64 ? 1e-9 : 1e-4);
+    }
+    return c;
+}
+
+// The dump's layout of parameter p: ctgraph's values, transposed back for [out, in] weights.
+template <class W, class T>
+std::vector<double> in_torch_layout(const parameter_store<T>& ps, std::size_t slot, const T* data) {
+    const auto& e = ps.at(slot);
+    std::vector<double> v(e.shape.size());
+    if (W::transposed().count(e.name)) {
+        const std::size_t r = e.shape.d[0], c = e.shape.d[1];
+        for (std::size_t i = 0; i < r; ++i)
+            for (std::size_t j = 0; j < c; ++j) v[j * r + i] = double(data[i * c + j]);
+    } else {
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = double(data[i]);
+    }
+    return v;
+}
+
+template <class W, class T>
+void load_torch_weights(parameter_store<T>& ps, const std::map<std::string, npz::array>& weights) {
+    for (std::size_t s = 0; s < ps.size(); ++s) {
+        const auto& e = ps.at(s);
+        auto it = weights.find(e.name);
+        if (it == weights.end()) throw io_error("weights.npz has no array '" + e.name + "'");
+        const auto src = npz::to_vector<double>(it->second);
+        if (src.size() != e.shape.size())
+            throw io_error("weights.npz: '" + e.name + "' has " + std::to_string(src.size()) + " elements, ctgraph's " +
+                           to_string(e.shape) + " needs " + std::to_string(e.shape.size()));
+        T* dst = ps.value(s);
+        if (W::transposed().count(e.name)) {
+            const std::size_t r = e.shape.d[0], c = e.shape.d[1];
+            if (it->second.shape != std::vector<std::size_t>{c, r})
+                throw io_error("weights.npz: '" + e.name + "' is not stored [out, in] = [" + std::to_string(c) + ", " +
+                               std::to_string(r) + "]");
+            for (std::size_t i = 0; i < r; ++i)
+                for (std::size_t j = 0; j < c; ++j) dst[i * c + j] = T(src[j * r + i]);
+        } else {
+            for (std::size_t i = 0; i < src.size(); ++i) dst[i] = T(src[i]);
+        }
+    }
+}
+
+template <template <class> class WT, class T>
+int run_check(const args& a) {
+    using W = WT<T>;
+    const bool f64 = std::is_same_v<T, double>;
+    const std::string dir = a.check_dir + "/" + W::name + (f64 ? "-f64" : "");
+    const auto weights = npz::read(dir + "/weights.npz");
+    const auto batch = npz::read(dir + "/batch.npz");
+    const auto result = npz::read(dir + "/result.npz");
+    const auto grads = npz::read(dir + "/grads.npz");
+    const auto after = npz::read(dir + "/weights_after_step1.npz");
+
+    W w;
+    auto& ps = w.prog.params();
+    load_torch_weights<W>(ps, weights);
+    w.feed_dump(batch);
+    const double loss = w.step(false);
+    bool all_ok = true;
+    auto report = [&](const std::string& what, const comparison& c) {
+        std::printf("  %-34s %.3e  %s\n", what.c_str(), c.err, c.ok ? "ok" : "FAIL");
+        all_ok = all_ok && c.ok;
+    };
+    std::printf("%s (%s): max|a - b| / max|b| per tensor, limit %s\n", W::name, f64 ? "float64" : "float32",
+                f64 ? "1e-9" : "1e-4");
+    report("loss", compare({loss}, npz::to_vector<double>(result.at("loss")), f64));
+    for (std::size_t s = 0; s < ps.size(); ++s) {
+        const auto& e = ps.at(s);
+        if (!grads.count(e.name)) throw io_error("grads.npz has no array '" + e.name + "'");
+        report("grad " + e.name, compare(in_torch_layout<W>(ps, s, ps.grad(s)), npz::to_vector<double>(grads.at(e.name)), f64));
+    }
+    w.opt.step(ps);
+    for (std::size_t s = 0; s < ps.size(); ++s) {
+        const auto& e = ps.at(s);
+        if (!after.count(e.name)) throw io_error("weights_after_step1.npz has no array '" + e.name + "'");
+        report("after step " + e.name,
+               compare(in_torch_layout<W>(ps, s, ps.value(s)), npz::to_vector<double>(after.at(e.name)), f64));
+    }
+    std::printf("%s\n", all_ok ? "parity: PASS" : "parity: FAIL");
+    return all_ok ? 0 : 1;
+}
+
+template <template <class> class WT>
+int dispatch(const args& a) {
+    if (!a.check_dir.empty())
+        return a.dtype == "float64" ? run_check<WT, double>(a) : run_check<WT, float>(a);
+    return run_timing<WT<float>>(a);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+    const args a = parse(argc, argv);
+    if (a.workload == "mlp") return dispatch<bench::mlp>(a);
+    if (a.workload == "rnn") return dispatch<bench::rnn>(a);
+    usage("unknown workload '" + a.workload + "'");
+} catch (const ctg::error& e) {
+    std::fprintf(stderr, "ctg-bench: %s\n", e.what());
+    return 2;
+}
