@@ -26,6 +26,13 @@ TEST_CASE("scan: an initial state and closed-over context", "[scan]") {
     CHECK(check_gradients(scan<H>(cell, Xs{}, H0{}), {.dims = {{'T', 5}, {'B', 2}}}) > 0);
 }
 
+TEST_CASE("scan: a learnable initial state shared by every sequence", "[scan]") {
+    CHECK(check_gradients(scan<H>(elman, Xs{}, param<"h0", H>{}), {.dims = {{'T', 4}, {'B', 3}}}) > 0);
+    using Len = index_input<"lengths", B>;
+    CHECK(check_gradients(scan<H>(elman, Xs{}, param<"h0", H>{}, Len{}),
+                          {.dims = {{'T', 4}, {'B', 3}}, .index_bound = {{"lengths", 5}}, .index_low = {{"lengths", 1}}}) > 0);
+}
+
 TEST_CASE("scan: variable lengths carry the state and stop the gradient", "[scan]") {
     using Len = index_input<"lengths", B>;
     // lengths drawn from [0, 5): the checker draws ids; shift them to [1, 5] by feeding by hand below

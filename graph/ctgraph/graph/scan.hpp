@@ -1,7 +1,9 @@
 // ctgraph/graph/scan.hpp: recurrence over a runtime sequence length (backpropagation through time).
 //
 //   auto hs = scan<H>(cell, xs);                 // xs (T, B, X) time-major -> hs (T, B, H)
-//   auto hs = scan<H>(cell, xs, h0);             // initial state h0 (B, H) instead of zeros
+//   auto hs = scan<H>(cell, xs, h0);             // initial state h0 (B, H) instead of zeros, or
+//                                                // h0 (H), one row for every sequence (a learnable
+//                                                // param<"h0", H>: its gradient sums over the batch)
 //   auto hs = scan<H>(cell, xs, h0, lengths);    // per-sequence lengths: an index_input (B)
 //   auto hs = scan<H>(cell, xs, zero_state{}, lengths);
 //
@@ -34,13 +36,16 @@
 #include "ctgraph/graph/analysis.hpp"
 #include "ctgraph/graph/exec.hpp"
 #include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/memory.hpp"
 #include "ctgraph/op.hpp"
 
 namespace ctg {
 
 /// Marks "no initial state" (zeros) where scan takes one.
-struct zero_state {};
+struct zero_state {
+    using shape = ctg::shape<>;
+};
 
 namespace detail {
 
@@ -113,7 +118,7 @@ constexpr int find_role_impl(std::index_sequence<I...>) {
 namespace ops {
 
 /// The scan primitive. Operands: xs, [h0], [lengths], then the cell's hoisted invariants.
-template <class CellOut, bool HasH0, bool HasLengths>
+template <class CellOut, bool HasH0, bool HasLengths, bool H0Rows = false>
 struct scan_op {
     using info = detail::cell_info<CellOut>;
     using G = typename info::G;
@@ -147,7 +152,7 @@ struct scan_op {
     struct layout {
         std::array<rshape, N> shapes{};
         std::array<std::size_t, N> val_off{}, adj_off{}, scr_off{}, scr_size{};
-        std::size_t steps = 0, per_step = 0, adj_block = 0, sink = 0, zeros = 0, total = 0;
+        std::size_t steps = 0, per_step = 0, adj_block = 0, sink = 0, zeros = 0, h0_adj = 0, total = 0;
         std::size_t x_stride = 0, y_stride = 0;
     };
 
@@ -169,7 +174,7 @@ struct scan_op {
         L.steps = x[0].rank ? x[0].d[0] : 0;
         if constexpr (input_node >= 0) bind(std::size_t(input_node), x[0], 1);
         for (std::size_t j = 0; j < info::num_hoisted; ++j) bind(info::hoisted[j], x[first_hoisted + j], 0);
-        if constexpr (HasH0) bind(std::size_t(state_node), x[1], 0);
+        if constexpr (HasH0 && !H0Rows) bind(std::size_t(state_node), x[1], 0);
         if constexpr (HasLengths) {  // lengths (B): the state's first dimension
             if (G::dims[state_node][0].sym) bind(std::size_t(state_node), rshape{1, {x[len_index].d[0]}}, 0);
         }
@@ -206,7 +211,8 @@ struct scan_op {
         L.adj_block = a;
         L.sink = round_up_elems<double>(sink);
         L.zeros = round_up_elems<double>(L.shapes[info::out].size());
-        L.total = L.steps * L.per_step + L.adj_block + L.sink + L.zeros;
+        L.h0_adj = H0Rows ? L.zeros : 0;
+        L.total = L.steps * L.per_step + L.adj_block + L.sink + L.zeros + L.h0_adj;
         L.x_stride = L.steps ? x[0].size() / L.steps : 0;
         L.y_stride = L.shapes[info::out].size();
         return L;
@@ -242,7 +248,8 @@ struct scan_op {
         for (std::size_t j = 0; j < info::num_hoisted; ++j) v.val[info::hoisted[j]].ptr = c.x[first_hoisted + j].ptr;
         if constexpr (state_node >= 0) {
             T* zeros = base + L.steps * L.per_step + L.adj_block + L.sink;
-            void* prev = t > 0 ? static_cast<void*>(y + (t - 1) * L.y_stride) : HasH0 ? c.x[1].ptr : zeros;
+            // A one-row h0 was copied into every row of the zeros block by forward().
+            void* prev = t > 0 ? static_cast<void*>(y + (t - 1) * L.y_stride) : (HasH0 && !H0Rows) ? c.x[1].ptr : zeros;
             v.val[state_node].ptr = prev;
         }
         if constexpr (input_node >= 0) {
@@ -260,8 +267,12 @@ struct scan_op {
         for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
         const layout<K> L = plan(xs);
         T* base = c.scratch.template as<T>();
-        std::fill(base + L.steps * L.per_step + L.adj_block + L.sink,
-                  base + L.steps * L.per_step + L.adj_block + L.sink + L.zeros, T(0));
+        T* zeros = base + L.steps * L.per_step + L.adj_block + L.sink;
+        std::fill(zeros, zeros + L.zeros, T(0));
+        if constexpr (H0Rows) {  // the initial state: h0 repeated for every sequence
+            const std::size_t w = c.x[1].size();
+            for (std::size_t r = 0; r * w < L.y_stride; ++r) std::copy(c.x_data(1), c.x_data(1) + w, zeros + r * w);
+        }
         check_lengths<T, K>(c, L);
         step_views<T, K> v;
         const std::size_t rows = rows_of(L), width = rows ? L.y_stride / rows : 0;
@@ -304,7 +315,9 @@ struct scan_op {
                 if (c.gx[first_hoisted + j]) v.adj[info::hoisted[j]].ptr = c.gx[first_hoisted + j].ptr;
             T* g_state = sink;
             if constexpr (state_node >= 0) {
+                T* h0_rows = sink + L.sink + L.zeros;
                 if (t > 0) g_state = gy + (t - 1) * L.y_stride;
+                else if (H0Rows && c.gx[1]) g_state = static_cast<T*>(std::memset(h0_rows, 0, L.h0_adj * sizeof(T)));
                 else if (HasH0 && c.gx[1]) g_state = c.gx_data(1);
                 v.adj[state_node].ptr = g_state;
             }
@@ -324,6 +337,12 @@ struct scan_op {
             const detail::exec_state s{v.val.data(), v.adj.data(), v.scr.data(), L.shapes.data(),
                                        info::has_adjoint.data(), G::label.data(), &G::operands[0][0], G::max_arity};
             run_backward<T>(s, std::make_index_sequence<N>{});
+            if constexpr (H0Rows) {  // the one-row h0's gradient sums over the sequences
+                if (t == 0 && c.gx[1]) {
+                    const std::size_t w = c.x[1].size();
+                    for (std::size_t r = 0; r * w < L.y_stride; ++r) kernels::add_to(w, g_state + r * w, c.gx_data(1));
+                }
+            }
         }
     }
 
@@ -404,10 +423,11 @@ constexpr auto scan(Cell cell, Xs xs, H0 h0 = {}, Len lengths = {}) {
                   "ctg::scan: the cell must return a new state of the state's shape");
     constexpr bool has_h0 = !std::is_same_v<H0, zero_state>;
     constexpr bool has_len = !std::is_same_v<Len, zero_state>;
+    constexpr bool h0_rows = has_h0 && std::is_same_v<typename H0::shape, shape<StateDims...>>;
     if constexpr (has_h0) {
-        static_assert(with_shapes<std::is_same_v<typename H0::shape, state_shape>, typename H0::shape::pretty,
-                                  typename state_shape::pretty>::value,
-                      "ctg::scan: the initial state must have the state's shape");
+        static_assert(with_shapes<std::is_same_v<typename H0::shape, state_shape> || h0_rows,
+                                  typename H0::shape::pretty, typename state_shape::pretty>::value,
+                      "ctg::scan: the initial state must have the state's shape, or that shape without the batch axis");
     }
     if constexpr (has_len) {
         static_assert(with_shapes<Len::is_index && Len::shape::rank == 1 && Len::shape::dims[0] == Xs::shape::dims[1],
@@ -417,7 +437,7 @@ constexpr auto scan(Cell cell, Xs xs, H0 h0 = {}, Len lengths = {}) {
     if constexpr (Out::is_poison) {
         return poison{};
     } else {
-        using Op = ops::scan_op<Out, has_h0, has_len>;
+        using Op = ops::scan_op<Out, has_h0, has_len, h0_rows>;
         using hoisted = typename detail::cell_info<Out>::hoisted_list;
         if constexpr (has_h0 && has_len) return detail::make_scan_node<Op>(xs, hoisted{}, h0, lengths);
         else if constexpr (has_h0) return detail::make_scan_node<Op>(xs, hoisted{}, h0);
