@@ -138,3 +138,30 @@ TEST_CASE("the adjoint of a scan's states is dL/dh_t for every step", "[scan]") 
             CHECK(g(t, 0, i) == Approx(expect));
         }
 }
+
+TEST_CASE("all three cells under finite differences with variable lengths, T = 6", "[scan][cells]") {
+    using Len = index_input<"lengths", B>;
+    const ctg::testing::check_config cfg{
+        .dims = {{'T', 6}, {'B', 4}}, .index_bound = {{"lengths", 7}}, .index_low = {{"lengths", 1}}};
+    CHECK(check_gradients(nn::elman<"rnn", X, H>::run(Xs{}, zero_state{}, Len{}), cfg) > 0);
+    CHECK(check_gradients(nn::gru<"gru", X, H>::run(Xs{}, zero_state{}, Len{}), cfg) > 0);
+    CHECK(check_gradients(nn::lstm<"lstm", X, H>::run(Xs{}, zero_state{}, Len{}), cfg) > 0);
+}
+
+TEST_CASE("scan inputs that disagree on the batch size are named", "[scan][errors]") {
+    using Len = index_input<"lengths", B>;
+    auto prog = compile<float>(sum(nn::gru<"gru", X, H>::run(Xs{}, zero_state{}, Len{})));
+    prog.feed<"xs">(xt::xtensor<float, 3>(xt::zeros<float>({5, 3, X})));
+    prog.feed<"lengths">(xt::xtensor<int, 1>{5, 5});
+    REQUIRE_THROWS_WITH(prog.forward(), Catch::Matchers::Contains("dimension 'B' disagrees between input 'xs' of shape (5,3,3)") &&
+                                            Catch::Matchers::Contains("input 'lengths' of shape (2)") &&
+                                            Catch::Matchers::Contains("op 'scan'"));
+}
+
+TEST_CASE("a token outside the vocabulary inside a recurrent model is named", "[scan][errors]") {
+    using Tok = index_input<"tokens", T, B>;
+    auto hs = nn::elman<"rnn", 4, H>::run(embedding(param<"embed", 10, 4>{}, Tok{}));
+    auto prog = compile<float>(sum(hs));
+    prog.feed<"tokens">(xt::xtensor<int, 2>{{1, 2}, {3, 12}});
+    REQUIRE_THROWS_WITH(prog.forward(), Catch::Matchers::Contains("id 12 at position 3 of input 'tokens'"));
+}
