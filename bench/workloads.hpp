@@ -16,9 +16,22 @@ namespace ctg::bench {
 
 inline constexpr dim B = dyn('B');
 
+/// One training step (forward, loss, backward, optimizer update), the same for every workload.
+template <class W>
+struct workload_base {
+    auto step(bool update = true) {
+        W& w = static_cast<W&>(*this);
+        w.prog.zero_grad();
+        const auto l = w.prog.forward();
+        w.prog.backward();
+        if (update) w.opt.step(w.prog.params());
+        return l;
+    }
+};
+
 /// The `mlp` workload: 784 -> 256 -> 10, ReLU, softmax cross-entropy (mean), SGD lr 0.1, batch 64.
 template <class T>
-struct mlp {
+struct mlp : workload_base<mlp<T>> {
     static constexpr const char* name = "mlp";
     static constexpr std::size_t batch = 64;
     using X = input<"x", B, 784>;
@@ -54,20 +67,13 @@ struct mlp {
         auto yv = npz::to_vector<index_t>(y);
         prog.feed("y", yv.data(), rshape{1, {y.shape[0]}});
     }
-    T step(bool update = true) {
-        prog.zero_grad();
-        const T l = prog.forward();
-        prog.backward();
-        if (update) opt.step(prog.params());
-        return l;
-    }
 };
 
 /// The `rnn` workload: Elman RNN language model, vocab 65, embed 64, hidden 128, T 64, batch 16,
 /// cross-entropy at every step (mean over T x B), full BPTT, Adam lr 1e-3. Time-major inside:
 /// the dump's [B, T] token arrays are fed transposed as (T, B).
 template <class T>
-struct rnn {
+struct rnn : workload_base<rnn<T>> {
     static constexpr const char* name = "rnn";
     static constexpr std::size_t V = 65, E = 64, H = 128, steps = 64, batch = 16;
     static constexpr dim Tm = dyn('T');
@@ -113,13 +119,6 @@ struct rnn {
         if (x.shape != std::vector<std::size_t>{batch, steps})
             throw io_error("batch.npz: 'x' must be [16, 64] tokens for the rnn workload");
         feed_tokens(npz::to_vector<index_t>(x), npz::to_vector<index_t>(b.at("y")));
-    }
-    T step(bool update = true) {
-        prog.zero_grad();
-        const T l = prog.forward();
-        prog.backward();
-        if (update) opt.step(prog.params());
-        return l;
     }
 };
 

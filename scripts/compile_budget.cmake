@@ -12,7 +12,10 @@ math(EXPR last "${NODES} - 2")  # the final mean() is the last node
 set(ops add mul tanh sub sigmoid matmul add relu mul exp)
 foreach(i RANGE 1 ${last})
   math(EXPR prev "${i} - 1")
-  math(EXPR back "${i} - 1 - (${i} * 7) % (${i})")
+  math(EXPR back "${i} - 1 - (${i} * 7) % 5")  # an edge back to one of the five previous nodes
+  if(back LESS 0)
+    set(back 0)
+  endif()
   math(EXPR which "${i} % 10")
   math(EXPR is_leaf "${i} % 9")
   if(is_leaf EQUAL 0)

@@ -54,9 +54,10 @@ struct cval {
 
 namespace detail {
 // How a dimension prints inside a compiler diagnostic: 784 or 'B'.
+// (int, not long long: clang would print 784LL)
 template <dim d>
 constexpr auto pretty_dim() {
-    if constexpr (d.sym != 0) return d.sym; else return d.n;
+    if constexpr (d.sym != 0) return d.sym; else return int(d.n);
 }
 }  // namespace detail
 

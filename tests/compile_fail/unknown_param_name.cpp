@@ -1,6 +1,6 @@
 // Asking a program for a parameter it does not have.
 // EXPECT: ctg::program: no leaf of this name in the program
-// EXPECT: fixed_string<5>{"W_hh"}
+// EXPECT: (fixed_string<5>{"W_hh"}|{{87, 95, 104, 104, 0}})
 #include <ctgraph/ctgraph.hpp>
 using namespace ctg;
 int main() {

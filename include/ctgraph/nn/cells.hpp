@@ -44,9 +44,21 @@ namespace nn {
 
 enum class activation { tanh, relu };
 
+/// What every cell offers once it has project() and step(): one raw step, and the scan.
+template <class Cell, int StateWidth>
+struct recurrent {
+    static constexpr auto cell(auto s, auto x) { return Cell::step(s, Cell::project(x)); }
+    template <class... Extra>
+    static constexpr auto run_state(auto xs, Extra... extra) {
+        return scan<StateWidth>([](auto s, auto p) { return Cell::step(s, p); }, Cell::project(xs), extra...);
+    }
+    template <class... Extra>
+    static constexpr auto run(auto xs, Extra... extra) { return run_state(xs, extra...); }
+};
+
 /// Elman: h_t = phi(h_{t-1} W_h + x_t W_x + b), phi = tanh or relu.
 template <fixed_string P, int X, int H, activation Phi = activation::tanh>
-struct elman {
+struct elman : recurrent<elman<P, X, H, Phi>, H> {
     using W_x = param<P + fixed_string("_W_x"), X, H>;
     using W_h = param<P + fixed_string("_W_h"), H, H>;
     using b = param<P + fixed_string("_b"), H>;
@@ -55,17 +67,12 @@ struct elman {
     }
     static constexpr auto project(auto xs) { return xs * W_x{} + b{}; }
     static constexpr auto step(auto h, auto p) { return phi(h * W_h{} + p); }
-    static constexpr auto cell(auto h, auto x) { return step(h, x * W_x{} + b{}); }
-    template <class... Extra>
-    static constexpr auto run(auto xs, Extra... extra) {
-        return scan<H>([](auto h, auto p) { return step(h, p); }, project(xs), extra...);
-    }
 };
 
 /// GRU (PyTorch): r = s(p_r + h W_hr + b_hr), z = s(p_z + h W_hz + b_hz),
 /// n = tanh(p_n + r * (h W_hn + b_hn)), h' = (1 - z) * n + z * h, with p = x W_i + b_i.
 template <fixed_string P, int X, int H>
-struct gru {
+struct gru : recurrent<gru<P, X, H>, H> {
     using W_i = param<P + fixed_string("_W_i"), X, 3 * H>;
     using W_h = param<P + fixed_string("_W_h"), H, 3 * H>;
     using b_i = param<P + fixed_string("_b_i"), 3 * H>;
@@ -78,18 +85,13 @@ struct gru {
         auto n = ctg::tanh(slice<2 * H, 3 * H>(p) + mul(r, slice<2 * H, 3 * H>(q)));
         return mul(one_minus(z), n) + mul(z, h);
     }
-    static constexpr auto cell(auto h, auto x) { return step(h, x * W_i{} + b_i{}); }
-    template <class... Extra>
-    static constexpr auto run(auto xs, Extra... extra) {
-        return scan<H>([](auto h, auto p) { return step(h, p); }, project(xs), extra...);
-    }
 };
 
 /// LSTM (PyTorch): gates = x W_i + b_i + h W_h + b_h split as i, f, g, o;
 /// c' = s(f) * c + s(i) * tanh(g), h' = s(o) * tanh(c'). The carried state is [h, c] (B, 2H);
 /// run() returns the h part (T, B, H), run_state() the whole state.
 template <fixed_string P, int X, int H>
-struct lstm {
+struct lstm : recurrent<lstm<P, X, H>, 2 * H> {
     using W_i = param<P + fixed_string("_W_i"), X, 4 * H>;
     using W_h = param<P + fixed_string("_W_h"), H, 4 * H>;
     using b_i = param<P + fixed_string("_b_i"), 4 * H>;
@@ -103,13 +105,10 @@ struct lstm {
         auto h2 = mul(sigmoid(slice<3 * H, 4 * H>(g)), ctg::tanh(c2));
         return concat(h2, c2);
     }
-    static constexpr auto cell(auto s, auto x) { return step(s, x * W_i{} + b_i{}); }
     template <class... Extra>
-    static constexpr auto run_state(auto xs, Extra... extra) {
-        return scan<2 * H>([](auto s, auto p) { return step(s, p); }, project(xs), extra...);
+    static constexpr auto run(auto xs, Extra... extra) {
+        return slice<0, H>(lstm::recurrent::run_state(xs, extra...));
     }
-    template <class... Extra>
-    static constexpr auto run(auto xs, Extra... extra) { return slice<0, H>(run_state(xs, extra...)); }
 };
 
 /// A bidirectional encoder from two cells of output size H each: (T, B, X) -> (T, B, 2H), the

@@ -1,41 +1,27 @@
 // ctgraph/ops/log_softmax.hpp: row-wise log-softmax over the last axis.
 //   y = x - max - log(sum(exp(x - max)));   VJP: gx += gy - exp(y) * sum(gy)   (per row)
 #pragma once
-#include <string_view>
+#include <cmath>
 
-#include "ctgraph/graph/node.hpp"
 #include "ctgraph/kernels/softmax.hpp"
-#include "ctgraph/op.hpp"
+#include "ctgraph/ops/detail/rowwise.hpp"
 
 namespace ctg {
 namespace ops {
-struct log_softmax_op {
+struct log_softmax_fn {
     static constexpr std::string_view name = "log_softmax";
-    template <class A>
-    static consteval bool check() { return A::rank >= 1; }
-    template <class A>
-    static consteval auto dims() { return A::dims; }
     template <class T>
-    static void forward(op_io<T, 1>& c) {
-        const std::size_t n = c.y.shape.cols(), rows = c.y.shape.rows();
-        for (std::size_t r = 0; r < rows; ++r) kernels::log_softmax_row(n, c.x_data(0) + r * n, c.y_data() + r * n);
-    }
+    static void forward_row(std::size_t n, const T* x, T* y) { kernels::log_softmax_row(n, x, y); }
     template <class T>
-    static void backward(op_io<T, 1>& c) {
-        T* gx = c.gx_data(0);
-        if (!gx) return;
-        const std::size_t n = c.y.shape.cols(), rows = c.y.shape.rows();
-        for (std::size_t r = 0; r < rows; ++r) {
-            const T *y = c.y_data() + r * n, *gy = c.gy_data() + r * n;
-            T* g = gx + r * n;
-            const T s = kernels::sum(n, gy);
-            kernels::map(n, g, [s](auto acc, auto yv, auto gyv) {
-                using std::exp;
-                return acc + gyv - exp(yv) * decltype(yv)(s);
-            }, static_cast<const T*>(g), y, gy);
-        }
+    static void backward_row(std::size_t n, const T* y, const T* gy, T* gx) {
+        const T s = kernels::sum(n, gy);
+        kernels::map(n, gx, [s](auto acc, auto yv, auto gyv) {
+            using std::exp;
+            return acc + gyv - exp(yv) * decltype(yv)(s);
+        }, static_cast<const T*>(gx), y, gy);
     }
 };
+using log_softmax_op = rowwise_op<log_softmax_fn>;
 }  // namespace ops
 
 /// Log-softmax over the last axis.
