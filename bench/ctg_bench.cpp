@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include <boost/hana/for_each.hpp>
+
 #include "workloads.hpp"
 
 using namespace ctg;
@@ -32,11 +34,22 @@ struct args {
     bool json = false;
 };
 
+template <class Template>
+using workload_in = typename Template::template apply<float>::type;
+
+std::string workload_names() {
+    std::string names;
+    boost::hana::for_each(bench::registry, [&](auto t) {
+        names += std::string(names.empty() ? "" : " ") + workload_in<decltype(t)>::name;
+    });
+    return names;
+}
+
 [[noreturn]] void usage(const std::string& why) {
     std::fprintf(stderr,
                  "ctg-bench: %s\nusage: ctg-bench --workload NAME [--threads K] [--steps N] [--warmup W] [--json]\n"
-                 "       ctg-bench --workload NAME --check DIR [--dtype float32|float64]\nworkloads: mlp rnn\n",
-                 why.c_str());
+                 "       ctg-bench --workload NAME --check DIR [--dtype float32|float64]\nworkloads: %s\n",
+                 why.c_str(), workload_names().c_str());
     std::exit(2);
 }
 
@@ -183,9 +196,9 @@ void load_torch_weights(parameter_store<T>& ps, const std::map<std::string, npz:
     }
 }
 
-template <template <class> class WT, class T>
+template <class W>
 int run_check(const args& a) {
-    using W = WT<T>;
+    using T = typename decltype(W::prog)::scalar;
     const bool f64 = std::is_same_v<T, double>;
     const std::string dir = a.check_dir + "/" + W::name + (f64 ? "-f64" : "");
     const auto weights = npz::read(dir + "/weights.npz");
@@ -223,20 +236,27 @@ int run_check(const args& a) {
     return all_ok ? 0 : 1;
 }
 
-template <template <class> class WT>
+// Runs the registered workload named a.workload; -1 when there is none.
 int dispatch(const args& a) {
-    if (!a.check_dir.empty())
-        return a.dtype == "float64" ? run_check<WT, double>(a) : run_check<WT, float>(a);
-    return run_timing<WT<float>>(a);
+    int rc = -1;
+    boost::hana::for_each(bench::registry, [&](auto t) {
+        using Template = decltype(t);
+        if (rc != -1 || a.workload != workload_in<Template>::name) return;
+        using W32 = typename Template::template apply<float>::type;
+        using W64 = typename Template::template apply<double>::type;
+        if (!a.check_dir.empty()) rc = a.dtype == "float64" ? run_check<W64>(a) : run_check<W32>(a);
+        else rc = run_timing<W32>(a);
+    });
+    return rc;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) try {
     const args a = parse(argc, argv);
-    if (a.workload == "mlp") return dispatch<bench::mlp>(a);
-    if (a.workload == "rnn") return dispatch<bench::rnn>(a);
-    usage("unknown workload '" + a.workload + "'");
+    const int rc = dispatch(a);
+    if (rc < 0) usage("unknown workload '" + a.workload + "'");
+    return rc;
 } catch (const ctg::error& e) {
     std::fprintf(stderr, "ctg-bench: %s\n", e.what());
     return 2;

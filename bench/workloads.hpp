@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include <boost/hana/type.hpp>
+#include <boost/hana/tuple.hpp>
+
 #include <ctgraph/ctgraph.hpp>
 #include <ctgraph/npz.hpp>
 
@@ -121,5 +124,9 @@ struct rnn : workload_base<rnn<T>> {
         feed_tokens(npz::to_vector<index_t>(x), npz::to_vector<index_t>(b.at("y")));
     }
 };
+
+/// Every workload ctg-bench knows, as one heterogeneous list of class templates (apply<T> gives the
+/// workload in scalar type T): registering a workload is adding it here.
+inline constexpr auto registry = boost::hana::make_tuple(boost::hana::template_<mlp>, boost::hana::template_<rnn>);
 
 }  // namespace ctg::bench
