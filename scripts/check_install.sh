@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs ctgraph from a configured build tree into a temporary prefix, then configures, builds and
+# runs an outside project that finds it with find_package(ctgraph CONFIG).
+#   scripts/check_install.sh BUILD_DIR WORK_DIR
+set -euo pipefail
+build=$1; work=$2
+here="$(cd "$(dirname "$0")/.." && pwd)"
+rm -rf "$work" && mkdir -p "$work"
+cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
+cmake -S "$here/tests/install_consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DCMAKE_BUILD_TYPE=Release > "$work/configure.log"
+cmake --build "$work/consumer" > "$work/build.log"
+"$work/consumer/consumer"

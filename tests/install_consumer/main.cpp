@@ -1,0 +1,19 @@
+// Built against an installed ctgraph: one training step of a tiny model must lower the loss.
+#include <cstdio>
+
+#include <ctgraph/ctgraph.hpp>
+
+using namespace ctg;
+
+int main() {
+    auto prog = compile<float>(mse_loss(input<"x", dyn('B'), 2>{} * param<"W", 2, 1>{}, input<"y", dyn('B'), 1>{}));
+    prog.params().init(1);
+    prog.feed<"x">(xt::xtensor<float, 2>{{1, 2}, {3, 4}});
+    prog.feed<"y">(xt::xtensor<float, 2>{{1}, {2}});
+    const float before = prog.forward();
+    prog.backward();
+    optim::sgd<float>({.lr = 0.01}).step(prog.params());
+    const float after = prog.forward();
+    std::printf("loss %f -> %f\n", before, after);
+    return after < before ? 0 : 1;
+}
