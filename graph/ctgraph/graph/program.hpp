@@ -122,7 +122,10 @@ public:
             }
         } else {
             auto& slot = set_shape(input_ordinal(i), s);
-            auto dst = xt::adapt(slot.values.data(), s.size(), xt::no_ownership(), s.to_vector());
+            // A fixed-rank shape: feeding allocates nothing once the buffer is large enough.
+            std::array<std::size_t, G::rank[i]> shp{};
+            for (std::size_t a = 0; a < shp.size(); ++a) shp[a] = s.d[a];
+            auto dst = xt::adapt(slot.values.data(), s.size(), xt::no_ownership(), shp);
             xt::noalias(dst) = xt::cast<T>(d);
         }
     }

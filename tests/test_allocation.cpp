@@ -1,0 +1,76 @@
+// A steady-state training step allocates nothing: feed, forward, backward and the optimizer step,
+// once the sizes have been seen. Counted by replacing the global operator new in this executable.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include <ctgraph/ctgraph.hpp>
+
+namespace {
+std::atomic<long> allocations{0};
+}
+void* operator new(std::size_t n) {
+    ++allocations;
+    if (void* p = std::malloc(n ? n : 1)) return p;
+    throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+using namespace ctg;
+
+namespace {
+inline constexpr dim B = dyn('B'), T = dyn('T');
+template <class Step>
+long allocations_during(Step step) {
+    step();  // first step: plans the arena, sizes optimizer state
+    step();
+    const long before = allocations.load();
+    for (int i = 0; i < 5; ++i) step();
+    return allocations.load() - before;
+}
+}  // namespace
+
+TEST_CASE("an MLP training step allocates nothing in steady state", "[allocation]") {
+    using X = input<"x", B, 8>;
+    using Y = index_input<"y", B>;
+    auto prog = compile<float>(softmax_cross_entropy(relu(X{} * param<"W1", 8, 16>{} + param<"b1", 16>{}) *
+                                                         param<"W2", 16, 4>{},
+                                                     Y{}));
+    prog.params().init(1);
+    optim::adam<float> opt({.lr = 1e-3});
+    xt::xtensor<float, 2> x = xt::ones<float>({32, 8});
+    xt::xtensor<int, 1> y = xt::zeros<int>({32});
+    CHECK(allocations_during([&] {
+              prog.feed<"x">(x);
+              prog.feed<"y">(y);
+              prog.zero_grad();
+              prog.forward();
+              prog.backward();
+              optim::clip_grad_norm(prog.params(), 1.0);
+              opt.step(prog.params());
+          }) == 0);
+}
+
+TEST_CASE("a recurrent (scan) training step allocates nothing in steady state", "[allocation]") {
+    using Tok = index_input<"tok", T, B>;
+    auto hs = nn::gru<"gru", 8, 16>::run(embedding(param<"E", 10, 8>{}, Tok{}));
+    auto prog = compile<float>(softmax_cross_entropy(hs * param<"out", 16, 10>{}, index_input<"tgt", T, B>{}));
+    prog.params().init(2);
+    optim::sgd<float> opt({.lr = 0.1, .momentum = 0.9});
+    xt::xtensor<int, 2> tok = xt::ones<int>({12, 4});
+    CHECK(allocations_during([&] {
+              prog.feed<"tok">(tok);
+              prog.feed<"tgt">(tok);
+              prog.zero_grad();
+              prog.forward();
+              prog.backward();
+              opt.step(prog.params());
+          }) == 0);
+}
+
+TEST_CASE("the allocation counter counts", "[allocation]") {
+    CHECK(allocations_during([] { delete new int(1); }) == 5);
+}
