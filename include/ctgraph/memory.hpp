@@ -1,11 +1,19 @@
 // ctgraph/memory.hpp: 64-byte aligned storage (one AVX-512 register, one cache line).
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdlib>
 #include <new>
 #include <vector>
 
 namespace ctg {
+
+/// How many buffers ctgraph has allocated (arena, inputs, parameters, optimizer state) since the
+/// program started: lets a test or a user check that a steady-state step allocates nothing.
+inline std::atomic<long>& allocation_count() {
+    static std::atomic<long> n{0};
+    return n;
+}
 
 template <class T, std::size_t Align = 64>
 struct aligned_allocator {
@@ -21,6 +29,7 @@ struct aligned_allocator {
         std::size_t bytes = (n * sizeof(T) + Align - 1) / Align * Align;
         void* p = std::aligned_alloc(Align, bytes ? bytes : Align);
         if (!p) throw std::bad_alloc();
+        allocation_count().fetch_add(1, std::memory_order_relaxed);
         return static_cast<T*>(p);
     }
     void deallocate(T* p, std::size_t) { std::free(p); }
