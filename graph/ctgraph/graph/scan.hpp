@@ -227,6 +227,12 @@ struct scan_op {
     }
 
     static std::size_t scratch_size(const rshape&, const auto& x) { return plan(x).total; }
+    template <class T, std::size_t K>
+    static layout<K> plan_of(const op_io<T, K>& c) {
+        std::array<rshape, K> xs{};
+        for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
+        return plan(xs);
+    }
 
     // ---------------------------------------------------------------- views of one step
     template <class T, std::size_t K>
@@ -269,9 +275,7 @@ struct scan_op {
     // ---------------------------------------------------------------- forward
     template <class T, std::size_t K>
     static void forward(op_io<T, K>& c) {
-        std::array<rshape, K> xs{};
-        for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
-        const layout<K> L = plan(xs);
+        const layout<K> L = plan_of(c);
         T* base = c.scratch.template as<T>();
         T* zeros = base + L.steps * L.per_step + L.adj_block + L.sink;
         std::fill(zeros, zeros + L.zeros, T(0));
@@ -298,9 +302,7 @@ struct scan_op {
     // ---------------------------------------------------------------- backward (BPTT)
     template <class T, std::size_t K>
     static void backward(op_io<T, K>& c) {
-        std::array<rshape, K> xs{};
-        for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
-        const layout<K> L = plan(xs);
+        const layout<K> L = plan_of(c);
         T* base = c.scratch.template as<T>();
         T* adj_block = base + L.steps * L.per_step;
         T* sink = adj_block + L.adj_block;

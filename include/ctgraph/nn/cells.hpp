@@ -56,6 +56,20 @@ struct recurrent {
     static constexpr auto run(auto xs, Extra... extra) { return run_state(xs, extra...); }
 };
 
+/// The weights of a gated cell with G gates of width H (PyTorch's layout, transposed):
+/// <P>_W_i (X, G*H), <P>_W_h (H, G*H), <P>_b_i and <P>_b_h (G*H).
+template <fixed_string P, int X, int H, int G>
+struct gate_weights {
+    using W_i = param<P + fixed_string("_W_i"), X, G * H>;
+    using W_h = param<P + fixed_string("_W_h"), H, G * H>;
+    using b_i = param<P + fixed_string("_b_i"), G * H>;
+    using b_h = param<P + fixed_string("_b_h"), G * H>;
+    /// The input's part of every gate: x W_i + b_i.
+    static constexpr auto project(auto xs) { return xs * W_i{} + b_i{}; }
+    /// The state's part of every gate: h W_h + b_h.
+    static constexpr auto recurrent_part(auto h) { return h * W_h{} + b_h{}; }
+};
+
 /// Elman: h_t = phi(h_{t-1} W_h + x_t W_x + b), phi = tanh or relu.
 template <fixed_string P, int X, int H, activation Phi = activation::tanh>
 struct elman : recurrent<elman<P, X, H, Phi>, H> {
@@ -72,14 +86,9 @@ struct elman : recurrent<elman<P, X, H, Phi>, H> {
 /// GRU (PyTorch): r = s(p_r + h W_hr + b_hr), z = s(p_z + h W_hz + b_hz),
 /// n = tanh(p_n + r * (h W_hn + b_hn)), h' = (1 - z) * n + z * h, with p = x W_i + b_i.
 template <fixed_string P, int X, int H>
-struct gru : recurrent<gru<P, X, H>, H> {
-    using W_i = param<P + fixed_string("_W_i"), X, 3 * H>;
-    using W_h = param<P + fixed_string("_W_h"), H, 3 * H>;
-    using b_i = param<P + fixed_string("_b_i"), 3 * H>;
-    using b_h = param<P + fixed_string("_b_h"), 3 * H>;
-    static constexpr auto project(auto xs) { return xs * W_i{} + b_i{}; }
+struct gru : recurrent<gru<P, X, H>, H>, gate_weights<P, X, H, 3> {
     static constexpr auto step(auto h, auto p) {
-        auto q = h * W_h{} + b_h{};
+        auto q = gru::recurrent_part(h);
         auto r = sigmoid(slice<0, H>(p) + slice<0, H>(q));
         auto z = sigmoid(slice<H, 2 * H>(p) + slice<H, 2 * H>(q));
         auto n = ctg::tanh(slice<2 * H, 3 * H>(p) + mul(r, slice<2 * H, 3 * H>(q)));
@@ -91,16 +100,11 @@ struct gru : recurrent<gru<P, X, H>, H> {
 /// c' = s(f) * c + s(i) * tanh(g), h' = s(o) * tanh(c'). The carried state is [h, c] (B, 2H);
 /// run() returns the h part (T, B, H), run_state() the whole state.
 template <fixed_string P, int X, int H>
-struct lstm : recurrent<lstm<P, X, H>, 2 * H> {
-    using W_i = param<P + fixed_string("_W_i"), X, 4 * H>;
-    using W_h = param<P + fixed_string("_W_h"), H, 4 * H>;
-    using b_i = param<P + fixed_string("_b_i"), 4 * H>;
-    using b_h = param<P + fixed_string("_b_h"), 4 * H>;
-    static constexpr auto project(auto xs) { return xs * W_i{} + b_i{}; }
+struct lstm : recurrent<lstm<P, X, H>, 2 * H>, gate_weights<P, X, H, 4> {
     static constexpr auto step(auto s, auto p) {
         auto h = slice<0, H>(s);
         auto c = slice<H, 2 * H>(s);
-        auto g = p + h * W_h{} + b_h{};
+        auto g = p + lstm::recurrent_part(h);
         auto c2 = mul(sigmoid(slice<H, 2 * H>(g)), c) + mul(sigmoid(slice<0, H>(g)), ctg::tanh(slice<2 * H, 3 * H>(g)));
         auto h2 = mul(sigmoid(slice<3 * H, 4 * H>(g)), ctg::tanh(c2));
         return concat(h2, c2);
