@@ -42,6 +42,17 @@ TEST_CASE("feeding the wrong static size, rank, name or kind throws", "[errors]"
     REQUIRE_THROWS_WITH(prog.backward(), Contains("call forward() first"));
 }
 
+TEST_CASE("a rejected feed leaves the previous input in place", "[errors]") {
+    auto prog = compile<float>(mean(embedding(param<"E", 10, 4>{}, index_input<"tokens", B>{})));
+    prog.params().init(1);
+    prog.feed<"tokens">(xt::xtensor<long long, 1>{1, 2, 3});
+    const float before = prog.forward();
+    REQUIRE_THROWS_WITH(prog.feed<"tokens">(xt::xtensor<long long, 1>{4, 5, 1LL << 40, 6}),
+                        Contains("element 2 = 1099511627776 does not fit int32"));
+    CHECK(prog.forward() == before);  // still the three tokens fed first
+    CHECK(prog.dim_value('B') == 3);
+}
+
 TEST_CASE("an id outside the table names the input, the position and the value", "[errors]") {
     auto prog = compile<float>(mean(embedding(param<"E", 10, 4>{}, index_input<"tokens", B>{})));
     prog.feed<"tokens">(xt::xtensor<int, 1>{1, 2, 10});

@@ -107,19 +107,21 @@ public:
         static_assert(with_name<(G::kind[i] == leaf_kind::input || G::kind[i] == leaf_kind::index_input), Name>::value,
                       "ctg::program::feed: this leaf is not an input");
         const auto& d = e.derived_cast();
-        rshape s = to_rshape(d.shape(), Name.view());
+        rshape s = to_rshape(d.shape(), std::size_t(i));
         if constexpr (G::kind[i] == leaf_kind::index_input) {
             static_assert(std::is_integral_v<typename E::value_type>,
                           "ctg::program::feed: an index_input takes an integer tensor");
-            auto& slot = set_shape(input_ordinal(i), s);
             std::size_t k = 0;
-            for (auto v : d) {  // row-major traversal
+            for (auto v : d) {  // check everything before changing anything
                 const long long id = static_cast<long long>(v);
                 if (id < std::numeric_limits<index_t>::min() || id > std::numeric_limits<index_t>::max())
                     throw index_error("ctg::program::feed: input '" + std::string(Name.view()) + "' element " +
                                       std::to_string(k) + " = " + std::to_string(id) + " does not fit int32");
-                slot.indices[k++] = index_t(id);
+                ++k;
             }
+            auto& slot = set_shape(input_ordinal(i), s);
+            k = 0;
+            for (auto v : d) slot.indices[k++] = index_t(v);  // row-major traversal
         } else {
             auto& slot = set_shape(input_ordinal(i), s);
             // A fixed-rank shape: feeding allocates nothing once the buffer is large enough.
@@ -298,19 +300,14 @@ private:
         return s + ")";
     }
     template <class S>
-    static rshape to_rshape(const S& shp, std::string_view name) {
+    static rshape to_rshape(const S& shp, std::size_t i) {
         rshape s;
         if (shp.size() > max_rank)
-            throw shape_error("ctg::program::feed: input '" + std::string(name) + "' has rank " +
-                              std::to_string(shp.size()) + ", more than ctgraph's maximum " + std::to_string(max_rank));
+            throw shape_error("ctg::program::feed: input '" + std::string(G::label[i]) + "' is declared " +
+                              declared(i) + " but was given rank " + std::to_string(shp.size()));
         s.rank = shp.size();
         for (std::size_t a = 0; a < s.rank; ++a) s.d[a] = shp[a];
-        return check_shape(std::size_t(find_leaf(name)), s);
-    }
-    static int find_leaf(std::string_view name) {
-        for (std::size_t i = 0; i < N; ++i)
-            if (G::is_leaf(i) && G::label[i] == name) return int(i);
-        return -1;
+        return check_shape(i, s);
     }
     static const rshape& check_shape(std::size_t i, const rshape& s) {
         bool ok = s.rank == G::rank[i];
