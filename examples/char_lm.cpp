@@ -156,23 +156,10 @@ int main(int argc, char** argv) try {
 
     // Sample 400 characters, temperature 0.8, top-k 10, starting from a newline.
     std::mt19937_64 rng(5);
-    xt::xtensor<float, 2> st = xt::zeros<float>({std::size_t(1), std::size_t(2 * H)});
-    xt::xtensor<int, 1> tok = {0};
+    const auto ids_out = nn::decode<"token", "state">(sampler, xt::xtensor<float, 2>(xt::zeros<float>({1, 2 * H})),
+                                                      encode('\n'), -1, 400, {10, 0.8}, rng);
     std::string text;
-    for (int i = 0; i < 400; ++i) {
-        sampler.feed<"token">(tok);
-        sampler.feed<"state">(st);
-        sampler.forward();
-        st = sampler.output<0>();
-        auto z = sampler.output<1>();
-        std::vector<std::pair<float, int>> top;
-        for (int c = 0; c < V; ++c) top.push_back({z(0, c) / 0.8f, c});
-        std::partial_sort(top.begin(), top.begin() + 10, top.end(), std::greater<>());
-        std::vector<double> w;
-        for (int k = 0; k < 10; ++k) w.push_back(std::exp(double(top[k].first - top[0].first)));
-        tok(0) = top[std::discrete_distribution<int>(w.begin(), w.end())(rng)].second;
-        text += decode(tok(0));
-    }
+    for (int id : ids_out[0]) text += decode(index_t(id));
     std::printf("--- sample ---\n%s\n--------------\n", text.c_str());
     return final_val < unigram - 0.5 ? 0 : 1;
 } catch (const ctg::error& e) {

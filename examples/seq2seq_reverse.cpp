@@ -90,34 +90,11 @@ int main(int argc, char** argv) try {
 
     // Decodes each source sequence: greedy (top_k = 1) or top-k sampling at a temperature.
     auto decode = [&](const batch_data& d, int top_k, float temperature) {
-        const std::size_t n = d.len.size();
         encoder.feed<"src">(d.src);
         encoder.feed<"src_len">(d.len);
         encoder.forward();
-        xt::xtensor<float, 2> state = encoder.output();
-        xt::xtensor<int, 1> tok = xt::xtensor<int, 1>::from_shape({n});
-        tok.fill(SOS);
-        std::vector<std::vector<int>> out(n);
-        std::vector<bool> done(n, false);
-        for (int t = 0; t <= max_len + 1; ++t) {
-            decoder.feed<"token">(tok);
-            decoder.feed<"state">(state);
-            decoder.forward();
-            state = decoder.output<0>();
-            auto z = decoder.output<1>();
-            for (std::size_t b = 0; b < n; ++b) {
-                std::vector<std::pair<float, int>> c;
-                for (int v = 0; v < V; ++v) c.push_back({z(b, v) / temperature, v});
-                std::partial_sort(c.begin(), c.begin() + top_k, c.end(), std::greater<>());
-                std::vector<double> w;
-                for (int k = 0; k < top_k; ++k) w.push_back(std::exp(double(c[k].first - c[0].first)));
-                tok(b) = c[std::discrete_distribution<int>(w.begin(), w.end())(rng)].second;
-                if (!done[b]) {
-                    if (tok(b) == EOS) done[b] = true; else out[b].push_back(tok(b));
-                }
-            }
-        }
-        return out;
+        return nn::decode<"token", "state">(decoder, xt::xtensor<float, 2>(encoder.output()), SOS, EOS, max_len + 2,
+                                            {top_k, temperature}, rng);
     };
     auto exact_match = [&](const batch_data& d) {
         auto out = decode(d, 1, 1.0f);

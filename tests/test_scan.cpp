@@ -3,6 +3,8 @@
 
 #include <xtensor/xview.hpp>
 
+#include <random>
+
 using namespace ctg;
 using ctg::testing::check_gradients;
 
@@ -164,4 +166,59 @@ TEST_CASE("a token outside the vocabulary inside a recurrent model is named", "[
     auto prog = compile<float>(sum(hs));
     prog.feed<"tokens">(xt::xtensor<int, 2>{{1, 2}, {3, 12}});
     REQUIRE_THROWS_WITH(prog.forward(), Catch::Matchers::Contains("id 12 at position 3 of input 'tokens'"));
+}
+
+TEST_CASE("choose: greedy, top-k sampling at a temperature, bad arguments", "[decode]") {
+    std::mt19937_64 rng(3);
+    const std::vector<double> logits = {0.0, std::log(3.0), -50.0};
+    auto row = [&](std::size_t v) { return logits[v]; };
+    CHECK(nn::choose(row, 3, {1, 1.0}, rng) == 1);
+    int ones = 0;
+    for (int i = 0; i < 4000; ++i) {
+        const int c = nn::choose(row, 3, {2, 1.0}, rng);
+        REQUIRE(c != 2);  // outside the top 2
+        ones += c == 1;
+    }
+    CHECK(ones / 4000.0 == Approx(0.75).margin(0.03));  // softmax of (0, log 3)
+    ones = 0;
+    for (int i = 0; i < 4000; ++i) ones += nn::choose(row, 3, {2, 2.0}, rng) == 1;
+    CHECK(ones / 4000.0 == Approx(std::sqrt(3.0) / (1 + std::sqrt(3.0))).margin(0.03));  // temperature 2
+    CHECK_THROWS_AS(nn::choose(row, 3, {0, 1.0}, rng), error);
+    CHECK_THROWS_AS(nn::choose(row, 3, {1, 0.0}, rng), error);
+}
+
+TEST_CASE("decode: greedy generation with a one-step program matches a hand-run loop", "[decode]") {
+    using Tok = index_input<"token", B>;
+    using S = input<"state", B, H>;
+    using Cell = nn::gru<"dec", 3, H>;
+    auto next_state = Cell::cell(S{}, embedding(param<"emb", 5, 3>{}, Tok{}));
+    auto logits = next_state * param<"out", H, 5>{};
+    auto step = compile<double>(next_state, logits);
+    step.params().init(9);
+    std::mt19937_64 rng(1);
+    xt::xtensor<double, 2> s0 = xt::zeros<double>({std::size_t(2), std::size_t(H)});
+    s0(1, 0) = 1.0;
+    const auto got = nn::decode<"token", "state">(step, s0, 0, 4, 6, {1, 1.0}, rng);
+    // The same by hand, one sequence at a time.
+    for (std::size_t b = 0; b < 2; ++b) {
+        xt::xtensor<double, 2> s = xt::zeros<double>({std::size_t(1), std::size_t(H)});
+        s(0, 0) = s0(b, 0);
+        xt::xtensor<int, 1> tok = {0};
+        std::vector<int> want;
+        for (int t = 0; t < 6; ++t) {
+            step.feed<"token">(tok);
+            step.feed<"state">(s);
+            step.forward();
+            s = step.output<0>();
+            auto z = step.output<1>();
+            int best = 0;
+            for (int v = 1; v < 5; ++v)
+                if (z(0, v) > z(0, best)) best = v;
+            if (best == 4) break;
+            want.push_back(best);
+            tok(0) = best;
+        }
+        CHECK(got[b] == want);
+    }
+    CHECK(got[0].size() <= 6);
 }

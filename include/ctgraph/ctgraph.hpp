@@ -32,6 +32,7 @@
 #include "ctgraph/ops/tanh.hpp"
 #include "ctgraph/ops/transpose.hpp"
 #include "ctgraph/nn/cells.hpp"
+#include "ctgraph/nn/decode.hpp"
 #include "ctgraph/npz.hpp"
 #include "ctgraph/optim.hpp"
 #include "ctgraph/params.hpp"

@@ -1,0 +1,78 @@
+// ctgraph/nn/decode.hpp: autoregressive generation with a one-step program.
+//
+// A step program is compiled from a cell's single step: inputs TokenName (an index_input (B)) and
+// StateName (B, S); outputs 0 the next state (B, S) and 1 the logits (B, V), e.g.
+//   auto step = program_for<float, options{}, decltype(next_state()), decltype(next_logits())>(params);
+// decode() feeds <SOS> (or the given first tokens), then each sequence's own previous choice, until
+// <EOS> or max_steps. Choice: greedy (top_k = 1) or sampling among the top_k logits at a temperature.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <xtensor/xtensor.hpp>
+
+#include "ctgraph/dim.hpp"
+#include "ctgraph/error.hpp"
+
+namespace ctg::nn {
+
+struct sampling {
+    int top_k = 1;             // 1: greedy (argmax)
+    double temperature = 1.0;  // logits are divided by it before the softmax
+};
+
+/// Picks an index from one row of logits (logits(v) for v < n): the argmax for top_k = 1, otherwise
+/// a draw from the softmax(logits / temperature) restricted to the top_k largest.
+template <class Row>
+int choose(const Row& logits, std::size_t n, const sampling& s, std::mt19937_64& rng) {
+    if (s.top_k < 1 || !(s.temperature > 0))
+        throw error("ctg::nn::choose: top_k must be >= 1 and temperature > 0 (got " + std::to_string(s.top_k) + ", " +
+                    std::to_string(s.temperature) + ")");
+    std::vector<std::pair<double, int>> c(n);
+    for (std::size_t v = 0; v < n; ++v) c[v] = {double(logits(v)) / s.temperature, int(v)};
+    const std::size_t k = std::min<std::size_t>(std::size_t(s.top_k), n);
+    std::partial_sort(c.begin(), c.begin() + long(k), c.end(), std::greater<>());
+    if (k == 1) return c[0].second;
+    std::vector<double> w(k);
+    for (std::size_t i = 0; i < k; ++i) w[i] = std::exp(c[i].first - c[0].first);
+    return c[std::size_t(std::discrete_distribution<int>(w.begin(), w.end())(rng))].second;
+}
+
+/// Generates one sequence per row of `state` (see the file comment). Returns the chosen tokens,
+/// without <SOS> and <EOS>; eos < 0 means "no end token" (always max_steps tokens).
+template <fixed_string TokenName, fixed_string StateName, class StepProgram, class T>
+std::vector<std::vector<int>> decode(StepProgram& step, xt::xtensor<T, 2> state, int sos, int eos,
+                                     std::size_t max_steps, const sampling& how, std::mt19937_64& rng) {
+    const std::size_t n = state.shape(0);
+    xt::xtensor<int, 1> tok = xt::xtensor<int, 1>::from_shape({n});
+    tok.fill(sos);
+    std::vector<std::vector<int>> out(n);
+    std::vector<bool> done(n, false);
+    std::size_t finished = 0;
+    for (std::size_t t = 0; t < max_steps && finished < n; ++t) {
+        step.template feed<TokenName>(tok);
+        step.template feed<StateName>(state);
+        step.forward();
+        state = step.template output<0>();
+        auto z = step.template output<1>();
+        const std::size_t vocab = z.shape(1);
+        for (std::size_t b = 0; b < n; ++b) {
+            tok(b) = choose([&](std::size_t v) { return z(b, v); }, vocab, how, rng);
+            if (done[b]) continue;
+            if (tok(b) == eos) {
+                done[b] = true;
+                ++finished;
+            } else {
+                out[b].push_back(tok(b));
+            }
+        }
+    }
+    return out;
+}
+
+}  // namespace ctg::nn
