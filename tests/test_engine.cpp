@@ -147,3 +147,16 @@ TEST_CASE("a two-layer network learns XOR", "[engine]") {
     CHECK(first > 0.5f);
     CHECK(last < 0.05f);
 }
+
+TEST_CASE("a program moves (its views stay valid) and does not copy", "[engine]") {
+    STATIC_REQUIRE(!std::is_copy_constructible_v<decltype(compile<float>(mean(tanh(X{} * W{}))))>);
+    auto a = compile<float>(mean(tanh(X{} * W{})));
+    a.params().init(4);
+    a.feed<"x">(xt::xtensor<float, 2>{{1, 2, 3}});
+    const float before = a.forward();
+    auto b = std::move(a);
+    b.feed<"x">(xt::xtensor<float, 2>{{1, 2, 3}});
+    CHECK(b.forward() == before);
+    b.backward();
+    CHECK(std::isfinite(b.grad<"W">()(0, 0)));
+}

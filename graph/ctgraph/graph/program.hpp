@@ -76,6 +76,14 @@ public:
     /// A program with its own, zero-initialised parameter store.
     program() : program(std::make_shared<parameter_store<T>>()) {}
 
+    // Views point into the program's own arena and input buffers: a copy would share them, so a
+    // program moves (the heap buffers move with it, the views stay valid) but does not copy. For a
+    // second program over the same weights, construct one from shared_params().
+    program(const program&) = delete;
+    program& operator=(const program&) = delete;
+    program(program&&) noexcept = default;
+    program& operator=(program&&) noexcept = default;
+
     /// A program bound to an existing store (shared with other programs); missing parameters are
     /// added, existing ones must have the same shape.
     explicit program(std::shared_ptr<parameter_store<T>> store) : store_(std::move(store)) {
