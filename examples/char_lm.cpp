@@ -93,7 +93,8 @@ int main(int argc, char** argv) try {
 
     auto trainer = compile<float>(loss());
     auto evaluator = decltype(trainer)(trainer.shared_params());
-    auto sampler = program_for<float, options{}, decltype(next_state()), decltype(next_logits())>(trainer.shared_params());
+    auto sampler = program_for<float, options{.inference = true}, decltype(next_state()), decltype(next_logits())>(
+        trainer.shared_params());
     auto& params = trainer.params();
     params.init(17);
     for (const char* b : {"lm_b_i", "lm_b_h"})  // forget-gate bias 1 (gates i, f, g, o): remember by default

@@ -35,7 +35,7 @@ int main(int argc, char** argv) try {
     std::printf("digits: %zu training and %zu test images from %s\n", n_train, n_test, path.c_str());
 
     auto trainer = compile<float>(softmax_cross_entropy(logits(), Labels{}));  // loss, for training
-    auto predictor = program_for<float, options{}, decltype(logits())>(trainer.shared_params());  // same weights
+    auto predictor = program_for<float, options{.inference = true}, decltype(logits())>(trainer.shared_params());
     trainer.params().init(7);
     optim::sgd<float> opt({.lr = 0.05, .momentum = 0.9});
     std::printf("%s", trainer.to_text().c_str());

@@ -83,8 +83,9 @@ int main(int argc, char** argv) try {
     auto trainer = compile<float>(loss(), logits());
     auto& params = trainer.params();
     params.init(3);
-    auto encoder = program_for<float, options{}, decltype(encoder_state())>(trainer.shared_params());
-    auto decoder = program_for<float, options{}, decltype(next_state()), decltype(next_logits())>(trainer.shared_params());
+    auto encoder = program_for<float, options{.inference = true}, decltype(encoder_state())>(trainer.shared_params());
+    auto decoder = program_for<float, options{.inference = true}, decltype(next_state()), decltype(next_logits())>(
+        trainer.shared_params());
     optim::adam<float> opt({.lr = 2e-3});
     std::mt19937_64 rng(11);
 

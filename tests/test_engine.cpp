@@ -160,3 +160,18 @@ TEST_CASE("a program moves (its views stay valid) and does not copy", "[engine]"
     b.backward();
     CHECK(std::isfinite(b.grad<"W">()(0, 0)));
 }
+
+TEST_CASE("an inference program computes the same outputs with no adjoint memory", "[engine]") {
+    auto model = [] { return softmax(tanh(X{} * W{}) * param<"V", 3, 5>{}); };
+    auto train = compile<float>(model());
+    auto infer = program_for<float, options{.inference = true}, decltype(model())>(train.shared_params());
+    STATIC_REQUIRE(!decltype(infer)::graph_type::needs_grad[1]);
+    train.params().init(6);
+    xt::xtensor<float, 2> x = {{1, 2, 3}, {0, -1, 0.5}};
+    train.feed<"x">(x);
+    infer.feed<"x">(x);
+    train.forward();
+    infer.forward();
+    CHECK((train.output() == infer.output()));
+    CHECK(infer.arena_elements() < train.arena_elements());
+}

@@ -26,6 +26,7 @@ namespace ctg {
 /// Compile options of a program.
 struct options {
     bool input_grads = false;  // also compute adjoints of floating-point inputs (dL/dx)
+    bool inference = false;    // forward only: no adjoints at all (predictors, decoders)
 };
 
 namespace detail {
@@ -166,7 +167,8 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
     static constexpr std::array<bool, size> needs_grad = [] {
         std::array<bool, size> g{};
         for (std::size_t i = 0; i < size; ++i) {
-            if (kind[i] == leaf_kind::param) g[i] = true;
+            if (Opt.inference) g[i] = false;
+            else if (kind[i] == leaf_kind::param) g[i] = true;
             else if (kind[i] == leaf_kind::input) g[i] = Opt.input_grads;
             else if (kind[i] == leaf_kind::none && !is_index[i])
                 for (std::size_t k = 0; k < arity[i]; ++k) g[i] = g[i] || g[operands[i][k]];

@@ -1,6 +1,7 @@
 // ctgraph/graph/program.hpp: compile(outputs...) -> a program: forward, backward, parameters.
 //
-//   auto prog = ctg::compile<float>(loss);           // or compile<double, options{.input_grads = true}>
+//   auto prog = ctg::compile<float>(loss);           // or compile<double, options{.input_grads = true}>,
+//                                                     // or options{.inference = true}: forward only
 //   prog.params().init(seed);                         // parameters live in a (shareable) store
 //   prog.feed<"x">(batch_x); prog.feed<"y">(batch_y); // copies into the program's input buffers
 //   float l = prog.forward();                         // runs every node once, in topological order
@@ -171,6 +172,7 @@ public:
     /// Runs the backward pass: scalar outputs are seeded with 1, others with seed<k>() (zero unless
     /// written). Parameter gradients are added to; input gradients (options::input_grads) are fresh.
     void backward() {
+        static_assert(!Opt.inference, "ctg::program::backward: this program was compiled with options{.inference = true}");
         if (!forwarded_) throw error("ctg::program::backward: call forward() first");
         std::memset(arena_.data() + adj_begin_, 0, (adj_end_ - adj_begin_) * sizeof(T));
         for (std::size_t o = 0; o < num_outputs; ++o) {
