@@ -1,22 +1,10 @@
 // Recurrent cells through scan (Elman, GRU, LSTM, stacked, bidirectional), their errors, and
-// generation with nn::decode. Split from test_scan.cpp to keep each test TU near 20 s to compile.
-#include "gradcheck.hpp"
-
-#include <xtensor/xview.hpp>
-
-#include <random>
+// generation with nn::decode.
+#include "recurrent_fixture.hpp"
 
 using namespace ctg;
+using namespace ctg::testing::recurrent;
 using ctg::testing::check_gradients;
-
-namespace {
-inline constexpr dim B = dyn('B');
-inline constexpr dim T = dyn('T');
-constexpr int X = 3, H = 4;
-using Xs = input<"xs", T, B, X>;
-
-auto elman = [](auto h, auto x) { return tanh(h * param<"W_h", H, H>{} + x * param<"W_x", X, H>{} + param<"b", H>{}); };
-}  // namespace
 
 TEST_CASE("cells through scan: Elman (tanh, relu), GRU, LSTM, stacked and bidirectional", "[scan][cells]") {
     const ctg::testing::check_config cfg{.dims = {{'T', 5}, {'B', 2}}};

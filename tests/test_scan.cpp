@@ -1,21 +1,9 @@
 // scan: recurrence with BPTT, checked by finite differences (float64) and against an unrolled graph.
-#include "gradcheck.hpp"
-
-#include <xtensor/xview.hpp>
-
-#include <random>
+#include "recurrent_fixture.hpp"
 
 using namespace ctg;
+using namespace ctg::testing::recurrent;
 using ctg::testing::check_gradients;
-
-namespace {
-inline constexpr dim B = dyn('B');
-inline constexpr dim T = dyn('T');
-constexpr int X = 3, H = 4;
-using Xs = input<"xs", T, B, X>;
-
-auto elman = [](auto h, auto x) { return tanh(h * param<"W_h", H, H>{} + x * param<"W_x", X, H>{} + param<"b", H>{}); };
-}  // namespace
 
 TEST_CASE("scan: an Elman cell through time, zero initial state", "[scan]") {
     CHECK(check_gradients(scan<H>(elman, Xs{}), {.dims = {{'T', 5}, {'B', 2}}}) > 0);
