@@ -84,3 +84,41 @@ TEST_CASE("gradcheck: composed graphs with shared subexpressions", "[gradcheck]"
     auto att = matmul(softmax(scale<0.5>(matmul(q, transpose(k)))), v);
     CHECK(check_gradients(att, {.dims = {{'B', 2}, {'T', 3}}}) > 0);
 }
+
+namespace {
+// Runs a scalar loss over inputs z (5,4) and t (5,4) and returns the loss and dL/dz.
+template <class Loss>
+std::pair<double, std::vector<double>> loss_and_grad(Loss loss, const xt::xtensor<double, 2>& z,
+                                                     const xt::xtensor<double, 2>* other, const xt::xtensor<int, 1>* ids) {
+    auto prog = compile<double, options{.input_grads = true}>(loss);
+    prog.feed("z", z.data(), rshape{2, {5, 4}});
+    if (other) prog.feed("t", other->data(), rshape{2, {5, 4}});
+    if (ids) {
+        std::vector<index_t> v(ids->begin(), ids->end());
+        prog.feed("target", v.data(), rshape{1, {5}});
+    }
+    const double l = prog.forward();
+    prog.backward();
+    auto g = prog.template input_grad<"z">();
+    return {l, std::vector<double>(g.begin(), g.end())};
+}
+}  // namespace
+
+TEST_CASE("the fused losses equal their composed forms, value and gradient", "[gradcheck][fused]") {
+    using Z = input<"z", B, 4>;
+    using Tm = input<"t", B, 4>;
+    xt::xtensor<double, 2> z = {{0.1, -2, 3, 0.5}, {1, 1, 1, 1}, {-4, 2, 0, 7}, {0.3, 0.2, 0.1, 0}, {9, -9, 3, 2}};
+    xt::xtensor<double, 2> t = {{1, 0, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}, {0, 1, 0, 0}, {1, 0, 0, 0}};
+    xt::xtensor<int, 1> ids = {0, 2, 3, 1, 0};
+    // softmax_cross_entropy(z, ids) = -mean over rows of sum(onehot * log_softmax(z))
+    const auto fused = loss_and_grad(softmax_cross_entropy(Z{}, index_input<"target", B>{}), z, nullptr, &ids);
+    const auto composed = loss_and_grad(neg(mean(sum<-1>(mul(log_softmax(Z{}), Tm{})))), z, &t, nullptr);
+    CHECK(fused.first == Approx(composed.first).epsilon(1e-12));
+    for (std::size_t i = 0; i < 20; ++i) CHECK(fused.second[i] == Approx(composed.second[i]).margin(1e-12));
+    // mse_loss(z, t) = mean((z - t)^2)
+    const auto mse = loss_and_grad(mse_loss(Z{}, Tm{}), z, &t, nullptr);
+    const auto d = sub(Z{}, Tm{});
+    const auto mse_composed = loss_and_grad(mean(mul(d, d)), z, &t, nullptr);
+    CHECK(mse.first == Approx(mse_composed.first).epsilon(1e-12));
+    for (std::size_t i = 0; i < 20; ++i) CHECK(mse.second[i] == Approx(mse_composed.second[i]).margin(1e-12));
+}
