@@ -80,16 +80,17 @@ struct indexer<std::index_sequence<I...>, Ts...> : indexed<I, Ts>... {};
 template <std::size_t I, class T>
 indexed<I, T> select_index(const indexed<I, T>&);
 
-template <class T, class... Ts>
-constexpr int index_of(tlist<Ts...>) {
-    constexpr bool hits[] = {__is_same(T, Ts)..., false};
-    for (std::size_t i = 0; i < sizeof...(Ts); ++i)
-        if (hits[i]) return int(i);
-    return -1;
-}
+// Type-to-index through deduction against the same indexed bases: the compiler finds the one base
+// indexed<I, T> natively, where a constexpr loop over the list would cost the constant evaluator
+// O(N) steps per lookup (O(N^2) for a graph's operand table). consteval, here and below: these
+// run only at compile time, and an immediate function is never emitted.
+template <class T, std::size_t I>
+consteval int index_in(const indexed<I, T>*) { return int(I); }
+template <class T>
+consteval int index_in(const void*) { return -1; }
 
 template <class N>
-constexpr std::string_view node_label() {
+consteval std::string_view node_label() {
     if constexpr (N::kind == leaf_kind::param || N::kind == leaf_kind::input || N::kind == leaf_kind::index_input ||
                   N::kind == leaf_kind::placeholder)
         return N::name.view();
@@ -114,14 +115,29 @@ template <class N>
 using op_of_t = typename op_of<N>::type;
 
 template <class N>
-constexpr double constant_value() {
+consteval double constant_value() {
     if constexpr (N::kind == leaf_kind::constant) return N::value; else return 0.0;
 }
 
 template <class S>
-constexpr std::array<dim, max_rank> padded_dims() {
+consteval std::array<dim, max_rank> padded_dims() {
     std::array<dim, max_rank> r{0, 0, 0, 0};
     for (std::size_t i = 0; i < S::rank; ++i) r[i] = S::dims[i];
+    return r;
+}
+
+template <std::size_t N>
+consteval std::size_t count_of(const std::array<leaf_kind, N>& kind, leaf_kind k) {
+    std::size_t n = 0;
+    for (auto x : kind) n += x == k;
+    return n;
+}
+template <std::size_t M, std::size_t N>
+consteval std::array<std::size_t, M> indices_of(const std::array<leaf_kind, N>& kind, leaf_kind k) {
+    std::array<std::size_t, M> r{};
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < N; ++i)
+        if (kind[i] == k) r[n++] = i;
     return r;
 }
 
@@ -137,9 +153,13 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
     static constexpr std::size_t size = sizeof...(Ns);
     static constexpr options opts = Opt;
 
+    using indexer = detail::indexer<std::index_sequence_for<Ns...>, Ns...>;
     template <std::size_t I>
-    using node_t = typename decltype(detail::select_index<I>(
-        detail::indexer<std::index_sequence_for<Ns...>, Ns...>{}))::type;
+    using node_t = typename decltype(detail::select_index<I>(indexer{}))::type;
+    /// The position of node type E in the list, or -1. (A member, not a function template over
+    /// Ns...: a specialisation of one would carry the whole list in its template arguments.)
+    template <class E>
+    static constexpr int index_of = detail::index_in<E>(static_cast<const indexer*>(nullptr));
 
     static constexpr std::size_t max_arity = std::max({std::size_t(1), Ns::args::size...});
     static constexpr std::array<std::size_t, size> arity{Ns::args::size...};
@@ -150,21 +170,21 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
     static constexpr std::array<std::size_t, size> rank{Ns::shape::rank...};
     static constexpr std::array<std::array<dim, max_rank>, size> dims{detail::padded_dims<typename Ns::shape>()...};
 
-    template <class N, class... A>
-    static constexpr std::array<int, max_arity> operand_indices(tlist<A...>) {
+    template <class... A>
+    static consteval std::array<int, max_arity> operand_indices(tlist<A...>) {
         std::array<int, max_arity> r{};
         r.fill(-1);
         std::size_t k = 0;
-        ((r[k++] = detail::index_of<A>(list{})), ...);
+        ((r[k++] = index_of<A>), ...);
         return r;
     }
     static constexpr std::array<std::array<int, max_arity>, size> operands{
-        operand_indices<Ns>(typename Ns::args{})...};
+        operand_indices(typename Ns::args{})...};
 
     static constexpr bool is_leaf(std::size_t i) { return kind[i] != leaf_kind::none; }
 
     /// Nodes that need an adjoint: parameters, (optionally) float inputs, and whatever depends on them.
-    static constexpr std::array<bool, size> needs_grad = [] {
+    static constexpr std::array<bool, size> needs_grad = []() consteval {
         std::array<bool, size> g{};
         for (std::size_t i = 0; i < size; ++i) {
             if (Opt.inference) g[i] = false;
@@ -177,7 +197,7 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
     }();
 
     /// Number of uses of each node by other nodes.
-    static constexpr std::array<std::size_t, size> consumers = [] {
+    static constexpr std::array<std::size_t, size> consumers = []() consteval {
         std::array<std::size_t, size> c{};
         for (std::size_t i = 0; i < size; ++i)
             for (std::size_t k = 0; k < arity[i]; ++k) ++c[operands[i][k]];
@@ -185,7 +205,7 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
     }();
 
     /// Index of the last node that reads each node's value in forward (size for outputs/unused).
-    static constexpr std::array<std::size_t, size> last_use = [] {
+    static constexpr std::array<std::size_t, size> last_use = []() consteval {
         std::array<std::size_t, size> u{};
         for (std::size_t i = 0; i < size; ++i) u[i] = i;
         for (std::size_t i = 0; i < size; ++i)
@@ -193,23 +213,11 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
         return u;
     }();
 
-    static constexpr std::size_t count_kind(leaf_kind k) {
-        std::size_t n = 0;
-        for (auto x : kind) n += x == k;
-        return n;
-    }
-    template <std::size_t M>
-    static constexpr std::array<std::size_t, M> indices_of_kind(leaf_kind k) {
-        std::array<std::size_t, M> r{};
-        std::size_t n = 0;
-        for (std::size_t i = 0; i < size; ++i)
-            if (kind[i] == k) r[n++] = i;
-        return r;
-    }
-    static constexpr std::size_t num_params = count_kind(leaf_kind::param);
-    static constexpr std::size_t num_inputs = count_kind(leaf_kind::input) + count_kind(leaf_kind::index_input);
-    static constexpr std::array<std::size_t, num_params> param_nodes = indices_of_kind<num_params>(leaf_kind::param);
-    static constexpr std::array<std::size_t, num_inputs> input_nodes = [] {
+    static constexpr std::size_t num_params = detail::count_of(kind, leaf_kind::param);
+    static constexpr std::size_t num_inputs =
+        detail::count_of(kind, leaf_kind::input) + detail::count_of(kind, leaf_kind::index_input);
+    static constexpr std::array<std::size_t, num_params> param_nodes = detail::indices_of<num_params>(kind, leaf_kind::param);
+    static constexpr std::array<std::size_t, num_inputs> input_nodes = []() consteval {
         std::array<std::size_t, num_inputs> r{};
         std::size_t n = 0;
         for (std::size_t i = 0; i < size; ++i)
@@ -221,7 +229,7 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
     static constexpr std::size_t num_outputs = NumOutputs;
 
     /// Distinct dynamic-dimension letters, in order of first appearance in the inputs.
-    static constexpr auto symbols_and_count = [] {
+    static constexpr auto symbols_and_count = []() consteval {
         std::array<char, max_rank * (num_inputs + 1)> s{};
         std::size_t n = 0;
         for (std::size_t i : input_nodes)
@@ -242,7 +250,7 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
     }
 
     /// Every dynamic dimension of every node is bound by some input.
-    static constexpr bool dims_bound_by_inputs = [] {
+    static constexpr bool dims_bound_by_inputs = []() consteval {
         for (std::size_t i = 0; i < size; ++i)
             for (std::size_t a = 0; a < rank[i]; ++a)
                 if (dims[i][a].sym && symbol_index(dims[i][a].sym) < 0) return false;
@@ -250,18 +258,27 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
     }();
 
     /// Leaves with the same name must be the same leaf (same kind and shape). Returns a clash or -1.
-    static constexpr std::pair<int, int> name_clash = [] {
+    /// Only named leaves are compared (a few dozen even in a deep model, against hundreds of nodes),
+    /// which keeps the pairwise test far inside clang's constexpr step limit.
+    static constexpr std::size_t num_named = []() consteval {
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < size; ++i) n += is_leaf(i) && kind[i] != leaf_kind::constant;
+        return n;
+    }();
+    static constexpr std::pair<int, int> name_clash = []() consteval {
+        std::array<std::size_t, num_named + 1> named{};
+        std::size_t n = 0;
         for (std::size_t i = 0; i < size; ++i)
-            for (std::size_t j = i + 1; j < size; ++j)
-                if (is_leaf(i) && is_leaf(j) && kind[i] != leaf_kind::constant && kind[j] != leaf_kind::constant &&
-                    label[i] == label[j])
-                    return std::pair{int(i), int(j)};
+            if (is_leaf(i) && kind[i] != leaf_kind::constant) named[n++] = i;
+        for (std::size_t a = 0; a < n; ++a)
+            for (std::size_t b = a + 1; b < n; ++b)
+                if (label[named[a]] == label[named[b]]) return std::pair{int(named[a]), int(named[b])};
         return std::pair{-1, -1};
     }();
 
     /// Bit k is set when input k (in input_nodes order) reaches node i; used to name the op where
     /// two inputs that disagree at run time meet.
-    static constexpr std::array<unsigned long long, size> input_reach = [] {
+    static constexpr std::array<unsigned long long, size> input_reach = []() consteval {
         std::array<unsigned long long, size> m{};
         for (std::size_t k = 0; k < num_inputs && k < 64; ++k) m[input_nodes[k]] |= 1ULL << k;
         for (std::size_t i = 0; i < size; ++i)

@@ -3,6 +3,8 @@
 // (integer data such as token ids) and constant (a scalar known at compile time).
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 #include "ctgraph/dim.hpp"
@@ -85,14 +87,112 @@ struct dims_of {
 };
 }  // namespace detail
 
-/// An op applied to operands. Two structurally identical nodes are the same type, hence one node.
+/// What every op node knows about itself: its op, its operands and its static shape.
 template <class Op, class... A>
-struct node : expr_base {
+struct node_traits : expr_base {
     using op = Op;
     using args = tlist<A...>;
     using shape = shape_from<detail::dims_of<Op, A...>>;
     static constexpr leaf_kind kind = leaf_kind::none;
 };
+
+// ---------------------------------------------------------------------------------------------
+// Node identity. A node's type must be a function of (Op, operands) alone, so that two identical
+// subexpressions are one type and hence one node. Spelling that identity structurally, as
+// node<Op, node<...>, node<...>>, makes every cost that walks or prints a type exponential in the
+// depth of a DAG-shaped graph (a residual x + f(x) names x twice), and compilers do walk and print
+// them: clang's argument-dependent lookup, clang's IR struct names, both compilers' name mangling,
+// and g++'s diagnostics and debug information (a shape error in a two-layer GPT printed 142 MB;
+// g++ -g ran out of 24 GB). Measurements: docs/compile-time.md.
+//
+// So the type a user holds is node_id<H0, H1>: a 128-bit structural hash of the op's type and
+// the operands' identities, computed from hashes of hashes, never by walking the graph. Its op,
+// operands and shape come from a base class, node_traits<Op, A...>, which ADL does not walk and
+// nothing prints. The base is found through a friend function that make_node defines the first
+// time it makes that node (node_registrar below): "friend injection", supported by g++, clang and
+// MSVC alike. Two different (Op, operands) with one hash would both define that friend: a
+// compile error ("redefinition"), never a silent merge of two nodes.
+// ---------------------------------------------------------------------------------------------
+namespace detail {
+
+template <std::uint64_t H0, std::uint64_t H1>
+struct node_key {
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wnon-template-friend"
+#endif
+    // Declared here, defined by node_registrar<node_key, Traits> when the node is first made.
+    friend consteval auto node_traits_of(node_key);
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+};
+
+template <class Key, class Traits>
+struct node_registrar {
+    friend consteval auto node_traits_of(Key) { return Traits{}; }
+};
+
+/// The compiler's spelling of a type, usable at compile time.
+template <class T>
+consteval std::string_view type_name() {
+    return __PRETTY_FUNCTION__;
+}
+
+constexpr std::uint64_t fnv1a(std::string_view s, std::uint64_t h) {
+    for (char c : s) {
+        h ^= static_cast<unsigned char>(c);
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+constexpr std::uint64_t mix(std::uint64_t h, std::uint64_t v) {  // order-sensitive combine
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    return h ^ (h >> 29);
+}
+
+/// The identity of an operand or op type: leaves, ops and constants by their spelling (short:
+/// their arguments are names, dimensions and numbers); nodes by their own hash.
+template <class T>
+struct identity_of {
+    static constexpr std::uint64_t h0 = fnv1a(type_name<T>(), 14695981039346656037ULL);
+    static constexpr std::uint64_t h1 = fnv1a(type_name<T>(), 0x84222325cbf29ce4ULL);
+};
+
+}  // namespace detail
+
+/// The type of an op node: see "Node identity" above. Use node<Op, A...> to name one.
+template <std::uint64_t H0, std::uint64_t H1>
+struct node_id : decltype(node_traits_of(detail::node_key<H0, H1>{})) {};
+
+namespace detail {
+template <std::uint64_t H0, std::uint64_t H1>
+struct identity_of<node_id<H0, H1>> {
+    static constexpr std::uint64_t h0 = H0, h1 = H1;
+};
+
+template <class Op, class... A>
+consteval auto make_node_type() {
+    constexpr std::uint64_t h0 = [] {
+        std::uint64_t h = identity_of<Op>::h0;
+        ((h = mix(h, identity_of<A>::h0)), ...);
+        return mix(h, sizeof...(A));
+    }();
+    constexpr std::uint64_t h1 = [] {
+        std::uint64_t h = identity_of<Op>::h1;
+        ((h = mix(h, identity_of<A>::h1)), ...);
+        return mix(h, sizeof...(A) + 0x51);
+    }();
+    static_assert(sizeof(node_registrar<node_key<h0, h1>, node_traits<Op, A...>>) > 0);  // defines the friend
+    return node_id<h0, h1>{};
+}
+}  // namespace detail
+
+/// An op applied to operands. Two structurally identical nodes are the same type, hence one node.
+template <class Op, class... A>
+using node = decltype(detail::make_node_type<Op, A...>());
 
 /// What an op returns after a failed static check: accepted by every op, so that one mistake gives
 /// one error instead of a cascade.

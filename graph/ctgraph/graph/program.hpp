@@ -52,7 +52,7 @@ public:
     using node_t = typename G::template node_t<I>;
     static constexpr std::size_t num_outputs = sizeof...(Outs);
     static constexpr std::array<std::size_t, num_outputs> output_nodes{
-        std::size_t(detail::index_of<Outs>(typename G::list{}))...};
+        std::size_t(G::template index_of<Outs>)...};
 
 private:
     static constexpr auto clash = G::name_clash;
@@ -208,7 +208,7 @@ public:
     /// The value of any node of the graph after forward(), as an xtensor view: prog.value_of(h).
     template <expr E>
     auto value_of(E) {
-        constexpr int i = detail::index_of<E>(typename G::list{});
+        constexpr int i = G::template index_of<E>;
         static_assert(i >= 0, "ctg::program::value_of: this expression is not a node of the program");
         static_assert(!E::is_index, "ctg::program::value_of: index tensors are read where they were fed");
         return adapt(val_[i].template as<T>(), shapes_[i]);
@@ -216,7 +216,7 @@ public:
     /// The adjoint dL/dE of any node after backward() (for gradient-flow inspection): prog.adjoint_of(hs).
     template <expr E>
     auto adjoint_of(E) {
-        constexpr int i = detail::index_of<E>(typename G::list{});
+        constexpr int i = G::template index_of<E>;
         static_assert(i >= 0, "ctg::program::adjoint_of: this expression is not a node of the program");
         static_assert(G::needs_grad[i], "ctg::program::adjoint_of: this node has no adjoint (no parameter below it)");
         return adapt(adj_[i].template as<T>(), shapes_[i]);

@@ -19,8 +19,19 @@ inline bool& scalar_only() {
     return flag;
 }
 
+/// The instruction set of ctgraph's kernels: xsimd's best for this target, except in one case.
+/// Without optimisation (__OPTIMIZE__ undefined: a Debug build), GCC defines several AVX-512BW
+/// intrinsics as macros that cast their arguments with C casts, which xsimd 8.1's batch types do
+/// not survive (xsimd's avx512bw `select` on int batches, reached from `log`, fails to compile).
+/// Such a build uses the AVX2 + FMA kernels, which every AVX-512 CPU also runs.
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__OPTIMIZE__) && XSIMD_WITH_AVX512BW && XSIMD_WITH_FMA3_AVX2
+using simd_arch = xsimd::fma3<xsimd::avx2>;
+#else
+using simd_arch = xsimd::default_arch;
+#endif
+
 template <class T>
-using batch = xsimd::batch<T>;
+using batch = xsimd::batch<T, simd_arch>;
 
 // Helpers that read the same for scalars and batches.
 template <class T>
