@@ -3,7 +3,10 @@
 // teacher forcing with a ratio that falls during training (parallel scheduled sampling), greedy and
 // top-k/temperature decoding. Reports exact-match accuracy on held-out sequences.
 //
-//   seq2seq_reverse [steps]
+//   seq2seq_reverse [steps] [required exact match]
+//
+// Exits non-zero when the held-out exact match ends below the required fraction (default 0.9 after
+// the default 1500 steps; the Debug-build test runs 150 steps and requires 0.1, far above chance).
 //
 // Scheduled sampling, parallel form (Duckworth et al., 2019): a first teacher-forced pass gives the
 // model's own predictions; each decoder input is then replaced by the prediction for the previous
@@ -79,6 +82,7 @@ batch_data make_batch(std::size_t n, std::mt19937_64& rng) {
 
 int main(int argc, char** argv) try {
     const int steps = argc > 1 ? std::stoi(argv[1]) : 1500;
+    const double required = argc > 2 ? std::stod(argv[2]) : 0.9;
     const std::size_t batch = 64;
     auto trainer = compile<float>(loss(), logits());
     auto& params = trainer.params();
@@ -162,7 +166,7 @@ int main(int argc, char** argv) try {
     for (std::size_t b = 0; b < 4; ++b)
         std::printf("  %-8s -> greedy %-8s sampled %s\n", str(show.seqs[b]).c_str(), str(greedy[b]).c_str(),
                     str(sampled[b]).c_str());
-    return acc >= 0.9 ? 0 : 1;
+    return acc >= required ? 0 : 1;
 } catch (const ctg::error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

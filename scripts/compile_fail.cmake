@@ -1,4 +1,5 @@
 # Runs the compiler on SRC, which must fail, with stderr matching the regex of its "// EXPECT:" line.
+# An optional "// MAX_ERROR_BYTES: N" line also bounds the length of the compiler's message.
 # -D CXX=compiler -D SRC=file.cpp -D INCLUDES=dir|dir|dir
 file(STRINGS ${SRC} expect_lines REGEX "^// EXPECT: ")
 if(NOT expect_lines)
@@ -20,6 +21,14 @@ foreach(line IN LISTS expect_lines)
     message(FATAL_ERROR "${SRC}: the compiler's message does not match '${pattern}':\n${err}")
   endif()
 endforeach()
+file(STRINGS ${SRC} max_lines REGEX "^// MAX_ERROR_BYTES: ")
+if(max_lines)
+  string(REGEX REPLACE "^// MAX_ERROR_BYTES: " "" max_bytes "${max_lines}")
+  string(LENGTH "${err}" err_bytes)
+  if(err_bytes GREATER max_bytes)
+    message(FATAL_ERROR "${SRC}: the compiler's message is ${err_bytes} bytes, more than ${max_bytes}")
+  endif()
+endif()
 string(REGEX MATCHALL "error:" errors "${err}")
 list(LENGTH errors n_errors)
 message(STATUS "${SRC}: failed as expected with ${n_errors} error(s)")

@@ -1,9 +1,32 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything, and runs the whole test suite with CTest.
+#
+#   scripts/test.sh                       g++, Release: the README's command
+#   scripts/test.sh --cxx clang++         another compiler (clang++, clang++-16, g++-12, ...)
+#   scripts/test.sh --debug               CMAKE_BUILD_TYPE=Debug (-O0 -g)
+#   scripts/test.sh --build-dir DIR       where to build (default: build, or build-<cxx>[-debug])
+#
+# CI (.ci/run) runs three configurations: g++ Release, clang Release and g++ Debug.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
-cmake --build build -j"$(nproc)"
+cxx=g++ build_type=Release dir=""
+while (($#)); do
+  case "$1" in
+    --cxx) cxx=$2; shift 2 ;;
+    --debug) build_type=Debug; shift ;;
+    --build-dir) dir=$2; shift 2 ;;
+    *) echo "scripts/test.sh: unknown option '$1' (see the comment at the top)" >&2; exit 2 ;;
+  esac
+done
+if [[ -z $dir ]]; then
+  dir=build
+  [[ $cxx != g++ ]] && dir="build-$cxx"
+  [[ $build_type == Debug ]] && dir="$dir-debug"
+fi
+# The compiler's Debian package: clang++ -> clang, clang++-16 -> clang-16, g++-12 -> g++-12.
+pkg=${cxx/clang++/clang}
+scripts/setup.sh "$pkg"
+CXX=$cxx cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE="$build_type"
+cmake --build "$dir" -j"$(nproc)"
 # all targets are built first: catch_discover_tests would otherwise register *_NOT_BUILT tests
-ctest --test-dir build -j"$(nproc)" --output-on-failure
+ctest --test-dir "$dir" -j"$(nproc)" --output-on-failure

@@ -27,6 +27,52 @@ TEST_CASE("structurally identical subexpressions are one node", "[engine]") {
     STATIC_REQUIRE(G::last_use[3] == 5);
 }
 
+namespace {
+// The same expression written in another function: node identity does not depend on where (or
+// in which order) a node is made.
+auto gate_elsewhere(auto x) { return sigmoid(x * W{} + param<"b", 3>{}); }
+}  // namespace
+
+TEST_CASE("node identity: the op, its attributes and the operands in order, nothing else", "[engine]") {
+    using A = input<"a", B, 3>;
+    using C = input<"c", B, 3>;
+    // Same structure, built twice and in another function: one type.
+    STATIC_REQUIRE(std::is_same_v<decltype(sigmoid(X{} * W{} + param<"b", 3>{})), decltype(gate_elsewhere(X{}))>);
+    // Different op, operand order, attributes, operands, or one more level: different types.
+    STATIC_REQUIRE(!std::is_same_v<decltype(A{} - C{}), decltype(C{} - A{})>);
+    STATIC_REQUIRE(!std::is_same_v<decltype(A{} + C{}), decltype(A{} - C{})>);
+    STATIC_REQUIRE(!std::is_same_v<decltype(tanh(A{})), decltype(sigmoid(A{}))>);
+    STATIC_REQUIRE(!std::is_same_v<decltype(scale<0.5>(A{})), decltype(scale<0.25>(A{}))>);
+    STATIC_REQUIRE(!std::is_same_v<decltype(sum<0>(A{})), decltype(sum<1>(A{}))>);
+    STATIC_REQUIRE(!std::is_same_v<decltype(tanh(A{})), decltype(tanh(C{}))>);
+    STATIC_REQUIRE(!std::is_same_v<decltype(tanh(A{})), decltype(tanh(tanh(A{})))>);
+    // What a node knows about itself travels with its type.
+    using N = decltype(A{} * W{});
+    STATIC_REQUIRE(std::is_same_v<N::op, ops::matmul_op>);
+    STATIC_REQUIRE(std::is_same_v<N::args, tlist<A, W>>);
+    STATIC_REQUIRE(std::is_same_v<N::shape, shape<B, 3>>);
+}
+
+TEST_CASE("a deep DAG-shaped graph stays one node per distinct subexpression", "[engine]") {
+    // Each level names the previous one twice (a residual), which a type spelling its operands
+    // would repeat 2^depth times.
+    auto x0 = X{};
+    auto x1 = x0 + tanh(x0 * W{});
+    auto x2 = x1 + tanh(x1 * W{});
+    auto x3 = x2 + tanh(x2 * W{});
+    auto x4 = x3 + tanh(x3 * W{});
+    auto x5 = x4 + tanh(x4 * W{});
+    auto x6 = x5 + tanh(x5 * W{});
+    auto x7 = x6 + tanh(x6 * W{});
+    auto x8 = x7 + tanh(x7 * W{});
+    auto prog = compile<double>(sum(x8));
+    STATIC_REQUIRE(decltype(prog)::N == 2 + 8 * 3 + 1);  // x, W, 3 nodes per level, sum
+    prog.params().init(3);
+    prog.feed<"x">(xt::xtensor<double, 2>{{0.1, -0.2, 0.3}});
+    const double y = prog.forward();
+    CHECK(std::isfinite(y));
+}
+
 TEST_CASE("the order is topological and leaves without parameters need no adjoint", "[engine]") {
     auto prog = compile<float>(mean(relu(X{} * W{} + param<"b", 3>{})));
     using G = decltype(prog)::graph_type;

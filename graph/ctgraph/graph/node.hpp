@@ -102,7 +102,7 @@ struct node_traits : expr_base {
 // node<Op, node<...>, node<...>>, makes every cost that walks or prints a type exponential in the
 // depth of a DAG-shaped graph (a residual x + f(x) names x twice), and compilers do walk and print
 // them: clang's argument-dependent lookup, clang's IR struct names, both compilers' name mangling,
-// and g++'s diagnostics and debug information (a shape error in a two-layer GPT printed 142 MB;
+// and g++'s diagnostics and debug information (a shape error in a two-layer GPT printed 96 MB;
 // g++ -g ran out of 24 GB). Measurements: docs/compile-time.md.
 //
 // So the type a user holds is node_id<H0, H1>: a 128-bit structural hash of the op's type and
