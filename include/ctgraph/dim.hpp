@@ -42,6 +42,15 @@ struct fixed_string {
     constexpr bool operator==(const fixed_string<M>& o) const { return view() == o.view(); }
 };
 
+/// "ab" from "a" and "b" at compile time (parameter name prefixes: P + fixed_string("_W")).
+template <std::size_t N, std::size_t M>
+consteval fixed_string<N + M - 1> operator+(const fixed_string<N>& a, const fixed_string<M>& b) {
+    char buf[N + M - 1]{};
+    for (std::size_t i = 0; i + 1 < N; ++i) buf[i] = a.data[i];
+    for (std::size_t i = 0; i < M; ++i) buf[N - 1 + i] = b.data[i];
+    return fixed_string<N + M - 1>(buf);
+}
+
 /// A floating constant as a template argument. It stores the bits, because clang 14 has no
 /// floating-point non-type template parameters.
 struct cval {

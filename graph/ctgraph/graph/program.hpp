@@ -108,6 +108,14 @@ public:
     auto grad() { return adapt(store_->grad(param_slot_[param_ordinal<Name>()]), static_shape(leaf<Name>())); }
 
     // ---------------------------------------------------------------- inputs
+    /// Whether the program has an input (float or index) of this name.
+    template <fixed_string Name>
+    static constexpr bool has_input = [] {
+        for (std::size_t i : G::input_nodes)
+            if (G::label[i] == Name.view()) return true;
+        return false;
+    }();
+
     /// Copies an xtensor expression into input `Name`. Its rank and static dimensions must match the
     /// declaration; dynamic ones bind the dimension letters (checked together at forward()).
     template <fixed_string Name, class E>

@@ -27,15 +27,6 @@
 
 namespace ctg {
 
-/// "ab" from "a" and "b" at compile time (parameter name prefixes).
-template <std::size_t N, std::size_t M>
-consteval fixed_string<N + M - 1> operator+(const fixed_string<N>& a, const fixed_string<M>& b) {
-    char buf[N + M - 1]{};
-    for (std::size_t i = 0; i + 1 < N; ++i) buf[i] = a.data[i];
-    for (std::size_t i = 0; i < M; ++i) buf[N - 1 + i] = b.data[i];
-    return fixed_string<N + M - 1>(buf);
-}
-
 /// 1 - x.
 template <expr A>
 constexpr auto one_minus(A a) { return sub(constant<1>{}, a); }

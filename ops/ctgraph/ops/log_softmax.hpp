@@ -13,7 +13,7 @@ struct log_softmax_fn {
     template <class T>
     static void forward_row(std::size_t n, const T* x, T* y) { kernels::log_softmax_row(n, x, y); }
     template <class T>
-    static void backward_row(std::size_t n, const T* y, const T* gy, T* gx) {
+    static void backward_row(std::size_t n, const T*, const T* y, const T* gy, T* gx) {
         const T s = kernels::sum(n, gy);
         kernels::map(n, gx, [s](auto acc, auto yv, auto gyv) {
             using std::exp;

@@ -11,7 +11,7 @@ struct softmax_fn {
     template <class T>
     static void forward_row(std::size_t n, const T* x, T* y) { kernels::softmax_row(n, x, y); }
     template <class T>
-    static void backward_row(std::size_t n, const T* y, const T* gy, T* gx) {
+    static void backward_row(std::size_t n, const T*, const T* y, const T* gy, T* gx) {
         const T dot = kernels::reduce_sum(n, gy, y, [](auto a, auto b) { return a * b; });
         kernels::map(n, gx, [dot](auto acc, auto yv, auto gyv) { return acc + yv * (gyv - decltype(yv)(dot)); },
                      static_cast<const T*>(gx), y, gy);

@@ -1,8 +1,8 @@
 // ctgraph/ops/detail/rowwise.hpp: the family of row-wise primitives over the last axis (softmax,
-// log-softmax). A member is a struct Fn with
+// log-softmax, L2 normalisation). A member is a struct Fn with
 //   static constexpr std::string_view name;
 //   template <class T> static void forward_row(std::size_t n, const T* x, T* y);
-//   template <class T> static void backward_row(std::size_t n, const T* y, const T* gy, T* gx);  // adds into gx
+//   template <class T> static void backward_row(std::size_t n, const T* x, const T* y, const T* gy, T* gx);  // adds into gx
 // rowwise_op<Fn> supplies the shape rule (same shape, rank >= 1) and the loops over rows.
 #pragma once
 #include <string_view>
@@ -30,8 +30,8 @@ struct rowwise_op {
         if (!gx) return;
         const std::size_t n = c.y.shape.cols(), rows = c.y.shape.rows();
         for (std::size_t r = 0; r < rows; ++r)
-            Fn::backward_row(n, static_cast<const T*>(c.y_data() + r * n), static_cast<const T*>(c.gy_data() + r * n),
-                             gx + r * n);
+            Fn::backward_row(n, c.x_data(0) + r * n, static_cast<const T*>(c.y_data() + r * n),
+                             static_cast<const T*>(c.gy_data() + r * n), gx + r * n);
     }
 };
 

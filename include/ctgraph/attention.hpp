@@ -1,0 +1,203 @@
+// ctgraph/attention.hpp: the general attention O = softmax(score(Q, K) + M) V.
+//
+//   auto O = attention(Q, K, V);                                  scaled dot product, no mask
+//   auto O = attention(Q, K, V, causal{});                        scaled dot product, causal
+//   auto O = attention(Q, K, V, additive_score<"att_", D, D, 64>{}, key_padding(len));
+//   auto P = attention_weights(Q, K, score, mask);                the (..., n, m) weights
+//
+// Shapes are row-major as in the seed: row i of Q is q_i^T. Q (..., n, d_q), K (..., m, d_k),
+// V (..., m, d_v) -> O (..., n, d_v); the leading axes (batch, heads) are equal and every matrix
+// is computed separately (heads are a batch axis: Q (B, h, n, d_h)). Cross-attention has Q from
+// one sequence and K, V from another; self-attention all three from one.
+//
+// Scores are a customization point (the concept score_for below): the built-ins dot_score,
+// scaled_dot_score, bilinear_score and additive_score, or any type with a static scores(q, k)
+// written with ctgraph ops, whose backward is then generated:
+//
+//   struct cosine_score {   // S_ij = exp(t) cos(q_i, k_j), t learnable
+//       static constexpr auto scores(auto q, auto k) {
+//           return mul(matmul(l2_normalize(q), transpose(l2_normalize(k))), exp(param<"cos_t">{}));
+//       }
+//   };
+//
+// A score may also provide weights(q, k, mask), a fused equivalent of masked_softmax(scores(q, k),
+// mask): the dot-product scores use ops/scaled_dot_weights.hpp, additive_score computes its scores
+// with ops/additive_scores.hpp. Masks: ops/masks.hpp.
+//
+// Reading the weights after forward: the weights are a node like any other, and the same
+// expression is the same node, so prog.value_of(attention_weights(Q, K, score, mask)) is the
+// matrix the program's attention(Q, K, V, score, mask) used.
+#pragma once
+#include "ctgraph/graph/node.hpp"
+#include "ctgraph/ops/additive_scores.hpp"
+#include "ctgraph/ops/add.hpp"
+#include "ctgraph/ops/masked_softmax.hpp"
+#include "ctgraph/ops/masks.hpp"
+#include "ctgraph/ops/matmul.hpp"
+#include "ctgraph/ops/scale.hpp"
+#include "ctgraph/ops/scaled_dot_weights.hpp"
+#include "ctgraph/ops/transpose.hpp"
+
+namespace ctg {
+
+namespace detail {
+/// sqrt at compile time (Newton's method to a fixed point), for 1/sqrt(d_k).
+constexpr double const_sqrt(double x) {
+    if (x <= 0) return 0;
+    double r = x > 1 ? x : 1;
+    for (int i = 0; i < 200; ++i) {
+        const double next = 0.5 * (r + x / r);
+        if (next == r) break;
+        r = next;
+    }
+    return r;
+}
+template <class Q, class K>
+inline constexpr bool same_leading = [] {
+    if (Q::rank != K::rank || Q::rank < 2) return false;
+    for (std::size_t i = 0; i + 2 < Q::rank; ++i)
+        if (!(Q::dims[i] == K::dims[i])) return false;
+    return true;
+}();
+/// The scores' shape (..., n, m) for queries (..., n, d_q) and keys (..., m, d_k).
+template <class Q, class K>
+struct score_dims {
+    static constexpr auto value = [] {
+        auto r = Q::dims;
+        r[Q::rank - 1] = K::dims[K::rank - 2];
+        return r;
+    }();
+};
+template <class Q, class K>
+inline constexpr bool same_features = Q::rank >= 1 && K::rank >= 1 && Q::dims[Q::rank - 1] == K::dims[K::rank - 1];
+}  // namespace detail
+
+/// A score function for queries Q and keys K: a type S with
+///   static auto scores(q, k)
+/// taking queries (..., n, d_q) and keys (..., m, d_k) with equal leading axes and returning the
+/// scores (..., n, m), S_ij = score(q_i, k_j), built from ctgraph ops (so its backward is
+/// generated). Its parameters are param<> leaves it names; the same names are the same weights.
+/// Optionally `static auto weights(q, k, mask)`, a fused masked_softmax(scores(q, k), mask).
+template <class S, class Q, class K>
+concept score_for = requires(Q q, K k) {
+    { S::scores(q, k) } -> expr;
+};
+
+/// Luong's dot product: S = Q K^T.
+struct dot_score {
+    template <expr Q, expr K>
+    static constexpr auto scores(Q q, K k) {
+        static_assert(with_shapes<any_poison<Q, K> || detail::same_features<typename Q::shape, typename K::shape>,
+                                  typename Q::shape::pretty, typename K::shape::pretty>::value,
+                      "ctg::dot_score: queries and keys need the same feature size d_k");
+        return matmul(q, transpose(k));
+    }
+    template <expr Q, expr K, attention_mask Mask>
+    static constexpr auto weights(Q q, K k, Mask) {
+        return detail::make_scaled_dot_weights<cval(1.0), Mask>(q, k, typename Mask::operands{});
+    }
+};
+
+/// The Transformer's scaled dot product: S = Q K^T / sqrt(d_k).
+struct scaled_dot_score {
+    template <class Q>
+    static constexpr double factor = 1.0 / detail::const_sqrt(double(Q::shape::dims[Q::shape::rank - 1].n));
+    template <expr Q, expr K>
+    static constexpr auto scores(Q q, K k) {
+        static_assert(with_shapes<any_poison<Q, K> || detail::same_features<typename Q::shape, typename K::shape>,
+                                  typename Q::shape::pretty, typename K::shape::pretty>::value,
+                      "ctg::scaled_dot_score: queries and keys need the same feature size d_k");
+        return scale<factor<Q>>(matmul(q, transpose(k)));
+    }
+    template <expr Q, expr K, attention_mask Mask>
+    static constexpr auto weights(Q q, K k, Mask) {
+        return detail::make_scaled_dot_weights<cval(factor<Q>), Mask>(q, k, typename Mask::operands{});
+    }
+};
+
+/// Bilinear: S_ij = q_i^T W k_j, i.e. S = Q W K^T, with W = param<Name, Dq, Dk>.
+template <fixed_string Name, int Dq, int Dk>
+struct bilinear_score {
+    using W = param<Name, Dq, Dk>;
+    template <expr Q, expr K>
+    static constexpr auto scores(Q q, K k) { return matmul(matmul(q, W{}), transpose(k)); }
+    template <expr Q, expr K, attention_mask Mask>
+    static constexpr auto weights(Q q, K k, Mask mask) { return dot_score::weights(matmul(q, W{}), k, mask); }
+};
+
+/// Additive (Bahdanau): S_ij = w^T tanh(q_i W_q + k_j W_k + b), with parameters
+/// <P>W_q (Dq, A), <P>W_k (Dk, A), <P>b (A, when Bias) and <P>w (A). Computed by the fused
+/// additive_scores (no n x m x A tensor in forward or backward).
+template <fixed_string P, int Dq, int Dk, int A, bool Bias = true>
+struct additive_score {
+    using W_q = param<P + fixed_string("W_q"), Dq, A>;
+    using W_k = param<P + fixed_string("W_k"), Dk, A>;
+    using b = param<P + fixed_string("b"), A>;
+    using w = param<P + fixed_string("w"), A>;
+    /// The projected queries q W_q (+ b); keys_of gives the projected keys. A decoder that attends
+    /// to the same keys at every step projects them once, outside its loop (scan hoists them).
+    template <expr Q>
+    static constexpr auto queries_of(Q q) {
+        if constexpr (Bias) return matmul(q, W_q{}) + b{}; else return matmul(q, W_q{});
+    }
+    template <expr K>
+    static constexpr auto keys_of(K k) { return matmul(k, W_k{}); }
+    template <expr Q, expr K>
+    static constexpr auto scores(Q q, K k) { return additive_scores(queries_of(q), keys_of(k), w{}); }
+};
+
+/// The attention weights softmax(score(Q, K) + M): (..., n, m). See the file comment.
+template <expr Q, expr K, class Score = scaled_dot_score, attention_mask Mask = no_mask>
+    requires(!attention_mask<Score>)
+constexpr auto attention_weights(Q q, K k, Score = {}, Mask mask = {}) {
+    static_assert(with_shapes<any_poison<Q, K> || detail::same_leading<typename Q::shape, typename K::shape>,
+                              typename Q::shape::pretty, typename K::shape::pretty>::value,
+                  "ctg::attention: queries (..., n, d_q) and keys (..., m, d_k) need the same rank and the same "
+                  "leading dimensions");
+    if constexpr (any_poison<Q, K> || !detail::same_leading<typename Q::shape, typename K::shape>) {
+        return poison{};
+    } else if constexpr (requires { Score::weights(q, k, mask); }) {  // a fused path: its own checks
+        return Score::weights(q, k, mask);
+    } else {
+        static_assert(score_for<Score, Q, K>,
+                      "ctg::attention: the score type must provide static scores(q, k) returning the scores (..., n, "
+                      "m) of queries (..., n, d_q) and keys (..., m, d_k) (see ctg::score_for)");
+        if constexpr (!score_for<Score, Q, K>) {
+            return poison{};
+        } else {
+            auto s = Score::scores(q, k);
+            using S = decltype(s);
+            using want = shape_from<detail::score_dims<typename Q::shape, typename K::shape>>;
+            static_assert(with_shapes<S::is_poison || std::is_same_v<typename S::shape, want>,
+                                      typename S::shape::pretty, typename want::pretty>::value,
+                          "ctg::attention: a score function must return (..., n, m) for queries (..., n, d_q) and "
+                          "keys (..., m, d_k)");
+            return masked_softmax(s, mask);
+        }
+    }
+}
+
+/// O = softmax(score(Q, K) + M) V: (..., n, d_v). See the file comment.
+template <expr Q, expr K, expr V, class Score = scaled_dot_score, attention_mask Mask = no_mask>
+    requires(!attention_mask<Score>)
+constexpr auto attention(Q q, K k, V v, Score score = {}, Mask mask = {}) {
+    constexpr bool kv_ok = any_poison<K, V> || (detail::same_leading<typename K::shape, typename V::shape> &&
+                                                K::shape::dims[K::shape::rank - 2] == V::shape::dims[V::shape::rank - 2]);
+    static_assert(with_shapes<kv_ok, typename K::shape::pretty, typename V::shape::pretty>::value,
+                  "ctg::attention: keys (..., m, d_k) and values (..., m, d_v) need the same leading dimensions and "
+                  "the same length m");
+    if constexpr (!kv_ok) return poison{};
+    else return matmul(attention_weights(q, k, score, mask), v);
+}
+/// Scaled dot-product attention with a mask: attention(Q, K, V, causal{}).
+template <expr Q, expr K, expr V, attention_mask Mask>
+constexpr auto attention(Q q, K k, V v, Mask mask) {
+    return attention(q, k, v, scaled_dot_score{}, mask);
+}
+/// The weights of scaled dot-product attention with a mask.
+template <expr Q, expr K, attention_mask Mask>
+constexpr auto attention_weights(Q q, K k, Mask mask) {
+    return attention_weights(q, k, scaled_dot_score{}, mask);
+}
+
+}  // namespace ctg

@@ -1,0 +1,80 @@
+// ctgraph/nn/multi_head_attention.hpp: multi-head attention from primitives (backward generated).
+//
+//   using mha = nn::multi_head_attention<"attn_", 128, 4>;   // d_model 128, 4 heads of 32
+//   auto y = mha::self(x, causal{});                          // x (B, n, 128) -> (B, n, 128)
+//   auto y = mha::cross(x, memory, key_padding(len));         // queries from x, keys/values from memory
+//
+// Q = x W_q + b_q, K = m W_k + b_k, V = m W_v + b_v, each (B, n, D); split_heads makes them
+// (B, h, n, D/h) (head j = features j*D/h .. (j+1)*D/h - 1, as PyTorch's nn.MultiheadAttention and
+// the gpt workloads), so the heads are a batch axis of one attention call; merge_heads undoes it,
+// and W_o, b_o project the concatenated heads. Parameters: <P>W_q, <P>b_q, ..., <P>W_o, <P>b_o,
+// weights stored (in, out). The score is a template argument (any ctg::score_for type, per head).
+#pragma once
+#include "ctgraph/attention.hpp"
+#include "ctgraph/ops/add.hpp"
+#include "ctgraph/ops/matmul.hpp"
+#include "ctgraph/ops/permute.hpp"
+#include "ctgraph/ops/reshape.hpp"
+
+namespace ctg::nn {
+
+/// (B, n, D) -> (B, h, n, D/h).
+template <int Heads, expr X>
+constexpr auto split_heads(X x) {
+    using S = typename X::shape;
+    static_assert(with_shapes<any_poison<X> || (S::rank == 3 && S::dims[2].is_static() && S::dims[2].n % Heads == 0),
+                              typename S::pretty, shape_is<Heads>>::value,
+                  "ctg::nn::split_heads: the operand must be (B, n, D) with D a multiple of the number of heads");
+    if constexpr (any_poison<X> || !(S::rank == 3 && S::dims[2].is_static() && S::dims[2].n % Heads == 0)) return poison{};
+    else return permute<0, 2, 1, 3>(reshape<S::dims[0], S::dims[1], Heads, S::dims[2].n / Heads>(x));
+}
+
+/// (B, h, n, d) -> (B, n, h*d): the heads side by side.
+template <expr X>
+constexpr auto merge_heads(X x) {
+    using S = typename X::shape;
+    static_assert(with_shapes<any_poison<X> || (S::rank == 4 && S::dims[1].is_static() && S::dims[3].is_static()),
+                              typename S::pretty>::value,
+                  "ctg::nn::merge_heads: the operand must be (B, h, n, d) with static h and d");
+    if constexpr (any_poison<X> || !(S::rank == 4)) return poison{};
+    else return reshape<S::dims[0], S::dims[2], S::dims[1].n * S::dims[3].n>(permute<0, 2, 1, 3>(x));
+}
+
+/// Multi-head attention with Heads heads over model width D; parameter names start with P.
+template <fixed_string P, int D, int Heads, class Score = scaled_dot_score>
+struct multi_head_attention {
+    static_assert(D % Heads == 0, "ctg::nn::multi_head_attention: the width must be a multiple of the number of heads");
+    static constexpr int head_dim = D / Heads;
+    using W_q = param<P + fixed_string("W_q"), D, D>;
+    using b_q = param<P + fixed_string("b_q"), D>;
+    using W_k = param<P + fixed_string("W_k"), D, D>;
+    using b_k = param<P + fixed_string("b_k"), D>;
+    using W_v = param<P + fixed_string("W_v"), D, D>;
+    using b_v = param<P + fixed_string("b_v"), D>;
+    using W_o = param<P + fixed_string("W_o"), D, D>;
+    using b_o = param<P + fixed_string("b_o"), D>;
+
+    /// The per-head queries, keys and values (B, h, n, D/h).
+    template <expr X>
+    static constexpr auto queries(X x) { return split_heads<Heads>(x * W_q{} + b_q{}); }
+    template <expr X>
+    static constexpr auto keys(X x) { return split_heads<Heads>(x * W_k{} + b_k{}); }
+    template <expr X>
+    static constexpr auto values(X x) { return split_heads<Heads>(x * W_v{} + b_v{}); }
+
+    /// Queries from xq (B, n, D), keys and values from xkv (B, m, D) -> (B, n, D).
+    template <expr Xq, expr Xkv, attention_mask Mask = no_mask>
+    static constexpr auto cross(Xq xq, Xkv xkv, Mask mask = {}) {
+        return merge_heads(attention(queries(xq), keys(xkv), values(xkv), Score{}, mask)) * W_o{} + b_o{};
+    }
+    /// Self-attention: queries, keys and values from x (B, n, D) -> (B, n, D).
+    template <expr X, attention_mask Mask = no_mask>
+    static constexpr auto self(X x, Mask mask = {}) { return cross(x, x, mask); }
+    /// The weights (B, h, n, m) of cross(xq, xkv, mask): read them with prog.value_of(...).
+    template <expr Xq, expr Xkv, attention_mask Mask = no_mask>
+    static constexpr auto weights(Xq xq, Xkv xkv, Mask mask = {}) {
+        return attention_weights(queries(xq), keys(xkv), Score{}, mask);
+    }
+};
+
+}  // namespace ctg::nn

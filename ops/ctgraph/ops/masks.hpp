@@ -1,0 +1,259 @@
+// ctgraph/ops/masks.hpp: attention masks as types, the M of O = softmax(S + M) V.
+//
+// A mask says which keys j each query i may see (the seed's visibility set Omega_i); everything
+// else gets weight 0, as if M_ij = -inf, without an n x m tensor of -inf being built or added.
+// Masks are values of empty types and combine with &&:
+//
+//   no_mask{}                     every key
+//   causal{}                      j <= p(i)
+//   local_window<W>{}             |j - p(i)| <= W
+//   local_window<W, window::past>{}   p(i) - W <= j <= p(i)   (the one-sided, causal form)
+//   visible_if<Pred>{}            Pred::visible(p(i), j), a compile-time predicate (a named type)
+//   key_padding(lengths)          j < lengths[b]: lengths an index_input (B), each in [1, m]
+//   mask_matrix(M)                M[i][j] != 0 (or M[b][i][j]): an index_input (n, m) or (B, n, m)
+//   causal{} && key_padding(len)  both
+//
+// Positions are aligned at the end: query i of n sits at key position p(i) = i + m - n, so with
+// n = m it is i, and one new query against a cache of m keys sits at m - 1 (incremental decoding).
+// A query that sees no key gets an all-zero row of weights (and no gradient), never NaN.
+//
+// What a mask type provides (the contract masked_softmax relies on):
+//   using operands = tlist<...>;                       its runtime tensors (index inputs), if any
+//   template <class S, class... Ops> static consteval bool check();   static shape rule
+//   static void validate(const mask_args&);            runtime checks (throws naming the input)
+//   static col_range cols(const mask_args&, b, i);     visible keys lie in [lo, hi)
+//   static constexpr bool dense;                       true: inside the range, ask visible()
+//   static bool visible(const mask_args&, b, i, j);    (dense masks only)
+//   static std::string describe();
+// b is the score matrix's index along the first axis (the batch), i the query, j the key.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "ctgraph/error.hpp"
+#include "ctgraph/graph/node.hpp"
+#include "ctgraph/tensor.hpp"
+
+namespace ctg {
+
+/// What a mask sees of one masked_softmax call: its operands and the score tensor's sizes.
+struct mask_args {
+    const view* x = nullptr;                // the mask's operands, in `operands` order
+    const std::string_view* names = nullptr;  // their input names, for messages
+    std::size_t n = 0, m = 0;               // queries and keys of one score matrix
+    std::size_t batches = 1;                // extent of the score tensor's first axis (1 for rank 2)
+    long long offset() const { return (long long)m - (long long)n; }  // p(i) = i + offset
+};
+
+/// Visible keys of one query lie in [lo, hi); hi <= lo means none.
+struct col_range {
+    long long lo = 0, hi = 0;
+};
+
+/// Marks mask types (masks are values of empty types).
+struct mask_base {
+    static constexpr bool is_ctg_mask = true;
+};
+template <class M>
+concept attention_mask = std::is_base_of_v<mask_base, M>;
+
+namespace detail {
+template <class A, class B>
+struct tlist_cat;
+template <class... A, class... B>
+struct tlist_cat<tlist<A...>, tlist<B...>> {
+    using type = tlist<A..., B...>;
+};
+template <class L, std::size_t K>
+struct tlist_at;
+template <class T, class... R>
+struct tlist_at<tlist<T, R...>, 0> {
+    using type = T;
+};
+template <class T, class... R, std::size_t K>
+struct tlist_at<tlist<T, R...>, K> {
+    using type = typename tlist_at<tlist<R...>, K - 1>::type;
+};
+}  // namespace detail
+
+/// Every key is visible.
+struct no_mask : mask_base {
+    using operands = tlist<>;
+    static constexpr bool dense = false;
+    template <class S, class... Ops>
+    static consteval bool check() { return true; }
+    static void validate(const mask_args&) {}
+    static col_range cols(const mask_args& a, std::size_t, std::size_t) { return {0, (long long)a.m}; }
+    static bool visible(const mask_args&, std::size_t, std::size_t, std::size_t) { return true; }
+    static std::string describe() { return "none"; }
+};
+
+/// Keys at or before the query's position: j <= i + m - n.
+struct causal : mask_base {
+    using operands = tlist<>;
+    static constexpr bool dense = false;
+    template <class S, class... Ops>
+    static consteval bool check() { return true; }
+    static void validate(const mask_args&) {}
+    static col_range cols(const mask_args& a, std::size_t, std::size_t i) {
+        return {0, std::min((long long)a.m, (long long)i + a.offset() + 1)};
+    }
+    static bool visible(const mask_args&, std::size_t, std::size_t, std::size_t) { return true; }
+    static std::string describe() { return "causal"; }
+};
+
+/// Which side of the query a local window spans.
+enum class window { both, past };
+
+/// Keys within W positions of the query: |j - p(i)| <= W, or p(i) - W <= j <= p(i) for window::past.
+template <long long W, window Side = window::both>
+struct local_window : mask_base {
+    static_assert(W >= 0, "ctg::local_window: the width must not be negative");
+    using operands = tlist<>;
+    static constexpr bool dense = false;
+    template <class S, class... Ops>
+    static consteval bool check() { return true; }
+    static void validate(const mask_args&) {}
+    static col_range cols(const mask_args& a, std::size_t, std::size_t i) {
+        const long long p = (long long)i + a.offset();
+        const long long hi = Side == window::past ? p + 1 : p + W + 1;
+        return {std::max(0LL, p - W), std::min((long long)a.m, hi)};
+    }
+    static bool visible(const mask_args&, std::size_t, std::size_t, std::size_t) { return true; }
+    static std::string describe() { return (Side == window::past ? "past window " : "window ") + std::to_string(W); }
+};
+
+/// Keys for which Pred::visible(p(i), j) holds: any visibility set known at compile time. Pred is a
+/// named type with `static constexpr bool visible(std::size_t query_position, std::size_t key)`.
+template <class Pred>
+struct visible_if : mask_base {
+    static_assert(requires(std::size_t i, std::size_t j) { { Pred::visible(i, j) } -> std::convertible_to<bool>; },
+                  "ctg::visible_if: the predicate type needs static bool visible(std::size_t query, std::size_t key)");
+    using operands = tlist<>;
+    static constexpr bool dense = true;
+    template <class S, class... Ops>
+    static consteval bool check() { return true; }
+    static void validate(const mask_args&) {}
+    static col_range cols(const mask_args& a, std::size_t, std::size_t) { return {0, (long long)a.m}; }
+    static bool visible(const mask_args& a, std::size_t, std::size_t i, std::size_t j) {
+        const long long p = (long long)i + a.offset();
+        return p >= 0 && Pred::visible(std::size_t(p), j);
+    }
+    static std::string describe() { return "predicate"; }
+};
+
+/// Keys before each sequence's length: j < lengths[b], lengths an index_input (B) with values in
+/// [1, m] (a key sequence padded to m).
+template <class Len>
+struct key_padding : mask_base {
+    constexpr key_padding() = default;
+    constexpr explicit key_padding(Len) {}  // key_padding(lengths) deduces Len
+    using operands = tlist<Len>;
+    static constexpr bool dense = false;
+    template <class S, class L>
+    static consteval bool check() {
+        return L::rank == 1 && S::rank >= 3 && S::dims[0] == L::dims[0];
+    }
+    static void validate(const mask_args& a) {
+        const view& len = a.x[0];
+        if (len.size() != a.batches)
+            throw shape_error("ctg::key_padding: input '" + std::string(a.names[0]) + "' holds " +
+                              std::to_string(len.size()) + " lengths for a batch of " + std::to_string(a.batches));
+        const index_t* l = len.as<index_t>();
+        for (std::size_t b = 0; b < a.batches; ++b)
+            if (l[b] < 1 || std::size_t(l[b]) > a.m)
+                throw index_error("ctg::key_padding: length " + std::to_string(l[b]) + " of sequence " + std::to_string(b) +
+                                  " in input '" + std::string(a.names[0]) + "' is outside [1, " + std::to_string(a.m) +
+                                  "] (the padded key length)");
+    }
+    static col_range cols(const mask_args& a, std::size_t b, std::size_t) { return {0, (long long)a.x[0].as<index_t>()[b]}; }
+    static bool visible(const mask_args&, std::size_t, std::size_t, std::size_t) { return true; }
+    static std::string describe() { return "key padding"; }
+};
+
+/// Keys where a 0/1 matrix fed at run time is non-zero: an index_input (n, m) shared by the batch,
+/// or (B, n, m) per sequence.
+template <class Mat>
+struct mask_matrix : mask_base {
+    constexpr mask_matrix() = default;
+    constexpr explicit mask_matrix(Mat) {}  // mask_matrix(M) deduces Mat
+    using operands = tlist<Mat>;
+    static constexpr bool dense = true;
+    template <class S, class M>
+    static consteval bool check() {
+        if constexpr (M::rank == 2) {
+            return S::dims[S::rank - 2] == M::dims[0] && S::dims[S::rank - 1] == M::dims[1];
+        } else if constexpr (M::rank == 3) {
+            return S::rank >= 3 && S::dims[0] == M::dims[0] && S::dims[S::rank - 2] == M::dims[1] &&
+                   S::dims[S::rank - 1] == M::dims[2];
+        } else {
+            return false;
+        }
+    }
+    static void validate(const mask_args& a) {
+        const rshape& s = a.x[0].shape;
+        const bool ok = (s.rank == 2 && s.d[0] == a.n && s.d[1] == a.m) ||
+                        (s.rank == 3 && s.d[0] == a.batches && s.d[1] == a.n && s.d[2] == a.m);
+        if (!ok)
+            throw shape_error("ctg::mask_matrix: input '" + std::string(a.names[0]) + "' has shape " + to_string(s) +
+                              "; the scores need (" + std::to_string(a.n) + "," + std::to_string(a.m) + ") or (" +
+                              std::to_string(a.batches) + "," + std::to_string(a.n) + "," + std::to_string(a.m) + ")");
+    }
+    static col_range cols(const mask_args& a, std::size_t, std::size_t) { return {0, (long long)a.m}; }
+    static bool visible(const mask_args& a, std::size_t b, std::size_t i, std::size_t j) {
+        const index_t* v = a.x[0].as<index_t>();
+        const std::size_t base = a.x[0].shape.rank == 3 ? b * a.n * a.m : 0;
+        return v[base + i * a.m + j] != 0;
+    }
+    static std::string describe() { return "matrix"; }
+};
+
+/// Both masks: the intersection of their visibility sets.
+template <class A, class B>
+struct mask_and : mask_base {
+    using operands = typename detail::tlist_cat<typename A::operands, typename B::operands>::type;
+    static constexpr bool dense = A::dense || B::dense;
+    static constexpr std::size_t na = A::operands::size;
+
+    template <class S, class... Ops>
+    static consteval bool check() {
+        return check_split<S>(std::make_index_sequence<na>{}, std::make_index_sequence<sizeof...(Ops) - na>{},
+                              tlist<Ops...>{});
+    }
+    static mask_args second(const mask_args& a) {
+        mask_args s = a;
+        s.x = a.x + na;
+        s.names = a.names + na;
+        return s;
+    }
+    static void validate(const mask_args& a) {
+        A::validate(a);
+        B::validate(second(a));
+    }
+    static col_range cols(const mask_args& a, std::size_t b, std::size_t i) {
+        const col_range r1 = A::cols(a, b, i), r2 = B::cols(second(a), b, i);
+        return {std::max(r1.lo, r2.lo), std::min(r1.hi, r2.hi)};
+    }
+    static bool visible(const mask_args& a, std::size_t b, std::size_t i, std::size_t j) {
+        return A::visible(a, b, i, j) && B::visible(second(a), b, i, j);
+    }
+    static std::string describe() { return A::describe() + " && " + B::describe(); }
+
+private:
+    template <class L, std::size_t K>
+    using at = typename detail::tlist_at<L, K>::type;
+    template <class S, std::size_t... I, std::size_t... J, class... Ops>
+    static consteval bool check_split(std::index_sequence<I...>, std::index_sequence<J...>, tlist<Ops...>) {
+        using L = tlist<Ops...>;
+        return A::template check<S, at<L, I>...>() && B::template check<S, at<L, na + J>...>();
+    }
+};
+
+/// `a && b`: the intersection of two masks.
+template <attention_mask A, attention_mask B>
+constexpr mask_and<A, B> operator&&(A, B) { return {}; }
+
+}  // namespace ctg

@@ -1,0 +1,101 @@
+// ctgraph/ops/permute.hpp: reorders the axes. permute<P...>(x): axis k of the result is axis P[k] of
+// x, so y[i_0, ..., i_{r-1}] = x[j] with j[P[k]] = i_k.
+//   permute<1, 0, 2>(hs)          (T, B, H) -> (B, T, H)          time-major to batch-major
+//   permute<0, 2, 1, 3>(x)        (B, T, h, d) -> (B, h, T, d)     heads as a batch axis
+// The VJP scatters the adjoint back through the same index map (a permutation's transpose is its
+// inverse). When the last axis stays last, whole rows move at once.
+#pragma once
+#include <array>
+#include <string>
+#include <string_view>
+
+#include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/simd.hpp"
+#include "ctgraph/op.hpp"
+
+namespace ctg {
+namespace ops {
+template <int... P>
+struct permute_op {
+    static constexpr std::string_view name = "permute";
+    static constexpr std::size_t R = sizeof...(P);
+    static constexpr std::array<int, R> perm{P...};
+
+    template <class A>
+    static consteval bool check() {
+        if (A::rank != R || R < 2) return false;
+        std::array<bool, R> seen{};
+        for (int p : perm) {
+            if (p < 0 || std::size_t(p) >= R || seen[std::size_t(p)]) return false;
+            seen[std::size_t(p)] = true;
+        }
+        return true;
+    }
+    template <class A>
+    static consteval auto dims() {
+        std::array<dim, R> r{};
+        for (std::size_t k = 0; k < R; ++k) r[k] = A::dims[std::size_t(perm[k])];
+        return r;
+    }
+
+    // Walks the result in order; `src` is the matching offset in the operand. Rows of `run`
+    // contiguous elements move together when the last axis stays in place.
+    template <class F>
+    static void walk(const rshape& x, F&& f) {
+        std::array<std::size_t, max_rank> xstride{}, ydim{}, ystride_in_x{};
+        std::size_t s = 1;
+        for (std::size_t a = R; a-- > 0;) {
+            xstride[a] = s;
+            s *= x.d[a];
+        }
+        for (std::size_t k = 0; k < R; ++k) {
+            ydim[k] = x.d[std::size_t(perm[k])];
+            ystride_in_x[k] = xstride[std::size_t(perm[k])];
+        }
+        const bool rows = perm[R - 1] == int(R - 1);
+        const std::size_t run = rows ? ydim[R - 1] : 1, outer = R - (rows ? 1 : 0);
+        std::array<std::size_t, max_rank> idx{};
+        std::size_t total = 1;
+        for (std::size_t k = 0; k < outer; ++k) total *= ydim[k];
+        for (std::size_t n = 0, dst = 0; n < total; ++n, dst += run) {
+            std::size_t src = 0;
+            for (std::size_t k = 0; k < outer; ++k) src += idx[k] * ystride_in_x[k];
+            f(dst, src, run);
+            for (std::size_t k = outer; k-- > 0;) {  // next index, last axis fastest
+                if (++idx[k] < ydim[k]) break;
+                idx[k] = 0;
+            }
+        }
+    }
+    template <class T>
+    static void forward(op_io<T, 1>& c) {
+        const T* x = c.x_data(0);
+        T* y = c.y_data();
+        walk(c.x[0].shape, [&](std::size_t dst, std::size_t src, std::size_t run) {
+            std::copy(x + src, x + src + run, y + dst);
+        });
+    }
+    template <class T>
+    static void backward(op_io<T, 1>& c) {
+        T* g = c.gx_data(0);
+        if (!g) return;
+        const T* gy = c.gy_data();
+        walk(c.x[0].shape, [&](std::size_t dst, std::size_t src, std::size_t run) { kernels::add_to(run, gy + dst, g + src); });
+    }
+    static std::string describe() {
+        std::string s;
+        for (int p : perm) s += (s.empty() ? "" : ",") + std::to_string(p);
+        return s;
+    }
+};
+}  // namespace ops
+
+/// Reorders the axes: axis k of the result is axis P[k] of the operand.
+template <int... P, expr A>
+constexpr auto permute(A a) {
+    static_assert(with_shapes<any_poison<A> || ops::permute_op<P...>::template check<typename A::shape>(),
+                              typename A::shape::pretty, shape_is<P...>>::value,
+                  "ctg::permute: give each axis of the operand exactly once (P is a permutation of 0..rank-1)");
+    return make_float_node<ops::permute_op<P...>>(a);
+}
+}  // namespace ctg

@@ -1,0 +1,65 @@
+// ctgraph/ops/reshape.hpp: the same elements, row-major, under another shape.
+//   reshape<B, 1, 64>(x)      (B, 64) -> (B, 1, 64)
+//   reshape<B, T, 4, 32>(x)   (B, T, 128) -> (B, T, 4, 32)   (before permute: split heads)
+// The static check: both shapes use the same dynamic letters, each as often, and their static
+// dimensions have the same product, so the element counts agree whatever the letters' values.
+// The VJP adds the adjoint back under the operand's shape.
+#pragma once
+#include <algorithm>
+#include <string>
+#include <string_view>
+
+#include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/simd.hpp"
+#include "ctgraph/op.hpp"
+
+namespace ctg {
+namespace ops {
+template <dim... D>
+struct reshape_op {
+    static constexpr std::string_view name = "reshape";
+    static constexpr std::array<dim, sizeof...(D)> target{D...};
+
+    template <class A>
+    static consteval bool check() {
+        if constexpr (sizeof...(D) == 0 || sizeof...(D) > max_rank) {
+            return false;
+        } else {
+            // Static products, and the dynamic letters as sorted lists.
+            long long pa = 1, pt = 1;
+            std::array<char, max_rank> la{}, lt{};
+            std::size_t na = 0, nt = 0;
+            for (std::size_t i = 0; i < A::rank; ++i) {
+                if (A::dims[i].is_static()) pa *= A::dims[i].n; else la[na++] = A::dims[i].sym;
+            }
+            for (const dim d : target) {
+                if (d.is_static()) pt *= d.n; else lt[nt++] = d.sym;
+            }
+            std::sort(la.begin(), la.begin() + na);
+            std::sort(lt.begin(), lt.begin() + nt);
+            return pa == pt && na == nt && la == lt;
+        }
+    }
+    template <class A>
+    static consteval auto dims() { return target; }
+
+    template <class T>
+    static void forward(op_io<T, 1>& c) { std::copy(c.x_data(0), c.x_data(0) + c.y.size(), c.y_data()); }
+    template <class T>
+    static void backward(op_io<T, 1>& c) {
+        if (T* g = c.gx_data(0)) kernels::add_to(c.y.size(), static_cast<const T*>(c.gy_data()), g);
+    }
+    static std::string describe() { return to_string(target); }
+};
+}  // namespace ops
+
+/// The operand's elements under the shape D... (see the file comment for what is accepted).
+template <dim... D, expr A>
+constexpr auto reshape(A a) {
+    static_assert(with_shapes<any_poison<A> || ops::reshape_op<D...>::template check<typename A::shape>(),
+                              typename A::shape::pretty, shape_is<detail::pretty_dim<D>()...>>::value,
+                  "ctg::reshape: the new shape must hold as many elements: the same dynamic dimensions and the "
+                  "same product of static ones");
+    return make_float_node<ops::reshape_op<D...>>(a);
+}
+}  // namespace ctg

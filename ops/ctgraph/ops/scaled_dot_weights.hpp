@@ -1,0 +1,110 @@
+// ctgraph/ops/scaled_dot_weights.hpp: fused attention weights for (scaled) dot-product scores,
+//   P = masked_softmax(c Q K^T),   Q (..., n, d), K (..., m, d) -> P (..., n, m)
+// with c = 1/sqrt(d_k) (scaled dot) or 1 (dot), and a mask from ops/masks.hpp. Equal to the
+// composed masked_softmax(scale<c>(matmul(Q, transpose(K))), mask), but the scores are never kept:
+// they are written into P's buffer and turned into P in place, so forward keeps only the n x m
+// probabilities for backward (the composed graph keeps S and P).
+// VJP, per score matrix, from gP (the adjoint of P, e.g. gO V^T from the matmul that follows):
+//   gS = P * (gP - rowsum(gP * P))        (in op scratch: one n x m matrix, reused)
+//   gQ += c gS K,   gK += c gS^T Q
+#pragma once
+#include <string>
+#include <string_view>
+
+#include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/gemm.hpp"
+#include "ctgraph/op.hpp"
+#include "ctgraph/ops/masked_softmax.hpp"
+
+namespace ctg {
+namespace ops {
+template <cval Scale, class Mask>
+struct scaled_dot_weights_op {
+    static constexpr std::string_view name = "scaled_dot_weights";
+    static constexpr double c = Scale.value();
+
+    template <class Q, class K, class... Ops>
+    static consteval bool check() {
+        if constexpr (Q::rank < 2 || Q::rank != K::rank) {
+            return false;
+        } else {
+            for (std::size_t i = 0; i + 2 < Q::rank; ++i)
+                if (!(Q::dims[i] == K::dims[i])) return false;
+            return Q::dims[Q::rank - 1] == K::dims[K::rank - 1];
+        }
+    }
+    template <class Q, class K, class... Ops>
+    static consteval auto dims() {
+        auto r = Q::dims;
+        r[Q::rank - 1] = K::dims[K::rank - 2];
+        return r;
+    }
+    static std::size_t scratch_size(const rshape&, const auto& x) { return x[0][-2] * x[1][-2]; }
+
+    struct sizes {
+        std::size_t matrices, n, m, d;
+    };
+    static sizes sizes_of(const rshape& q, const rshape& k) { return {q.rows() / q[-2], q[-2], k[-2], q[-1]}; }
+
+    template <class T, std::size_t K>
+    static void forward(op_io<T, K>& io) {
+        const sizes s = sizes_of(io.x[0].shape, io.x[1].shape);
+        const masked_rows<Mask, T, K> rows(io, io.y.shape);
+        Mask::validate(rows.args);
+        const T *q = io.x_data(0), *k = io.x_data(1);
+        T* p = io.y_data();
+        for (std::size_t f = 0; f < s.matrices; ++f) {
+            T* pf = p + f * s.n * s.m;
+            kernels::gemm(false, true, s.n, s.m, s.d, T(c), q + f * s.n * s.d, s.d, k + f * s.m * s.d, s.d, T(0), pf, s.m);
+            for (std::size_t i = 0; i < s.n; ++i) rows.forward_row(f * s.n + i, pf + i * s.m, pf + i * s.m);
+        }
+    }
+    template <class T, std::size_t K>
+    static void backward(op_io<T, K>& io) {
+        T *gq = io.gx_data(0), *gk = io.gx_data(1);
+        if (!gq && !gk) return;
+        const sizes s = sizes_of(io.x[0].shape, io.x[1].shape);
+        const masked_rows<Mask, T, K> rows(io, io.y.shape);
+        const T *q = io.x_data(0), *k = io.x_data(1), *p = io.y_data(), *gp = io.gy_data();
+        T* gs = io.scratch.template as<T>();
+        for (std::size_t f = 0; f < s.matrices; ++f) {
+            const std::size_t off = f * s.n * s.m;
+            std::fill(gs, gs + s.n * s.m, T(0));
+            for (std::size_t i = 0; i < s.n; ++i)
+                rows.backward_row(f * s.n + i, p + off + i * s.m, gp + off + i * s.m, gs + i * s.m);
+            if (gq)  // (n x d) += c (n x m)(m x d)
+                kernels::gemm(false, false, s.n, s.d, s.m, T(c), gs, s.m, k + f * s.m * s.d, s.d, T(1),
+                              gq + f * s.n * s.d, s.d);
+            if (gk)  // (m x d) += c (m x n)(n x d)
+                kernels::gemm(true, false, s.m, s.d, s.n, T(c), gs, s.m, q + f * s.n * s.d, s.d, T(1),
+                              gk + f * s.m * s.d, s.d);
+        }
+    }
+    static std::string describe() { return "scale " + std::to_string(c) + ", mask " + Mask::describe(); }
+};
+
+}  // namespace ops
+
+namespace detail {
+template <cval Scale, class Mask, class Q, class K, class... Ops>
+constexpr auto make_scaled_dot_weights(Q q, K k, tlist<Ops...>) {
+    using op = ops::scaled_dot_weights_op<Scale, Mask>;
+    static_assert(with_shapes<any_poison<Q, K> || op::template check<typename Q::shape, typename K::shape>(),
+                              typename Q::shape::pretty, typename K::shape::pretty>::value,
+                  "ctg::attention: queries (..., n, d) and keys (..., m, d) need the same leading dimensions and the "
+                  "same feature size d for a dot-product score");
+    static_assert(with_shapes<any_poison<Q, K, Ops...> || (Ops::is_index && ...), typename Ops::shape::pretty...>::value,
+                  "ctg::masked_softmax: a mask's lengths or matrix must be an index_input");
+    if constexpr (any_poison<Q, K, Ops...> || !op::template check<typename Q::shape, typename K::shape>()) {
+        return poison{};
+    } else {
+        using S = shape_from<dims_of<op, Q, K>>;  // the weights' shape, for the mask's check
+        static_assert(with_shapes<Mask::template check<S, typename Ops::shape...>(), typename S::pretty,
+                                  typename Ops::shape::pretty...>::value,
+                      "ctg::masked_softmax: the mask's tensor does not fit the scores (..., n, m): key lengths are (B) "
+                      "for scores (B, ..., n, m), a mask matrix is (n, m) or (B, n, m)");
+        return make_node<op>(q, k, Ops{}...);
+    }
+}
+}  // namespace detail
+}  // namespace ctg

@@ -1,0 +1,301 @@
+// Attention: masks against an independent reference, fully masked rows, fused kernels against the
+// composed graphs they replace, runtime errors, readable weights, and the layout ops attention uses.
+#include "attention_fixture.hpp"
+#include "gradcheck.hpp"
+
+#include <random>
+
+using namespace ctg;
+using namespace ctg::testing::attn;
+using ctg::testing::check_gradients;
+
+namespace {
+
+std::vector<double> random_values(std::size_t count, unsigned seed, double lo = -2, double hi = 2) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> u(lo, hi);
+    std::vector<double> v(count);
+    for (auto& x : v) x = u(rng);
+    return v;
+}
+
+// Runs masked_softmax(S, mask) on random scores and compares with the host reference.
+template <attention_mask Mask>
+void check_mask_values(Mask mask, const visibility& vis, const std::vector<index_t>& len = {2, 5},
+                       const std::vector<index_t>& mat = {}) {
+    auto p = masked_softmax(S{}, mask);
+    auto prog = compile<double, options{.inference = true}>(p);
+    const std::size_t batches = 2;
+    const auto s = random_values(batches * n * m, 11);
+    prog.feed("s", s.data(), rshape{3, {batches, n, m}});
+    if constexpr (decltype(prog)::template has_input<"len">)
+        prog.feed("len", len.data(), rshape{1, {batches}});
+    if constexpr (decltype(prog)::template has_input<"mat">)
+        prog.feed("mat", mat.data(), rshape{2, {n, m}});
+    prog.forward();
+    const auto want = reference_weights(s, batches, n, m, vis);
+    auto got = prog.template output<0>();
+    for (std::size_t k = 0; k < want.size(); ++k) {
+        INFO("element " << k);
+        REQUIRE(std::isfinite(got.data()[k]));
+        CHECK(got.data()[k] == Approx(want[k]).margin(1e-14));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("masks: each visibility set matches an independent reference", "[attention]") {
+    // n = 4 queries against m = 5 keys: query i sits at key position i + 1 (aligned at the end).
+    check_mask_values(no_mask{}, [](auto, auto, auto) { return true; });
+    check_mask_values(causal{}, [](auto, auto i, auto j) { return (long long)j <= position(i, n, m); });
+    check_mask_values(local_window<1>{}, [](auto, auto i, auto j) { return std::abs((long long)j - position(i, n, m)) <= 1; });
+    check_mask_values(local_window<2, window::past>{}, [](auto, auto i, auto j) {
+        const long long p = position(i, n, m);
+        return (long long)j <= p && (long long)j >= p - 2;
+    });
+    check_mask_values(visible_if<even_or_self>{}, [](auto, auto i, auto j) {
+        return even_or_self::visible(std::size_t(position(i, n, m)), j);
+    });
+    check_mask_values(key_padding(Len{}), [](auto b, auto, auto j) { return j < (b == 0 ? 2u : 5u); });
+    const std::vector<index_t> mat = {1, 0, 1, 0, 0,  0, 0, 0, 0, 0,  1, 1, 1, 1, 1,  0, 0, 0, 1, 0};
+    check_mask_values(mask_matrix(Mat{}), [&](auto, auto i, auto j) { return mat[i * m + j] != 0; }, {2, 5}, mat);
+    check_mask_values(causal{} && key_padding(Len{}), [](auto b, auto i, auto j) {
+        return (long long)j <= position(i, n, m) && j < (b == 0 ? 2u : 5u);
+    });
+    check_mask_values(local_window<1>{} && mask_matrix(Mat{}), [&](auto, auto i, auto j) {
+        return std::abs((long long)j - position(i, n, m)) <= 1 && mat[i * m + j] != 0;
+    }, {2, 5}, mat);
+}
+
+TEST_CASE("masks: a row with nothing visible is zeros with zero gradient, never NaN", "[attention]") {
+    // Causal with more queries (6) than keys (3): queries 0..2 sit before the first key.
+    using Sq = input<"s", B, 6, 3>;
+    auto p = masked_softmax(Sq{}, causal{});
+    auto prog = compile<double, options{.input_grads = true}>(sum(mul(p, input<"g", B, 6, 3>{})));
+    prog.poison_arena(true);
+    const auto s = random_values(2 * 6 * 3, 3), g = random_values(2 * 6 * 3, 4);
+    prog.feed("s", s.data(), rshape{3, {2, 6, 3}});
+    prog.feed("g", g.data(), rshape{3, {2, 6, 3}});
+    prog.forward();
+    prog.backward();
+    auto w = prog.value_of(p);
+    auto gs = prog.input_grad<"s">();
+    for (std::size_t b = 0; b < 2; ++b)
+        for (std::size_t i = 0; i < 6; ++i) {
+            double row = 0;
+            for (std::size_t j = 0; j < 3; ++j) {
+                REQUIRE(std::isfinite(w(b, i, j)));
+                REQUIRE(std::isfinite(gs(b, i, j)));
+                row += w(b, i, j);
+                if (i < 3) {
+                    CHECK(w(b, i, j) == 0.0);
+                    CHECK(gs(b, i, j) == 0.0);
+                }
+            }
+            CHECK(row == Approx(i < 3 ? 0.0 : 1.0));
+        }
+    // And by finite differences, the empty rows included.
+    CHECK(check_gradients(masked_softmax(Sq{}, causal{}), {.dims = {{'B', 2}}}) > 0);
+    CHECK(check_gradients(attention(input<"q", B, 6, 3>{}, input<"k", B, 3, 3>{}, input<"v", B, 3, 2>{}, causal{}),
+                          {.dims = {{'B', 2}}}) > 0);
+}
+
+TEST_CASE("masked_softmax equals softmax(S + M) with an additive mask, values and gradients", "[attention]") {
+    // The composed form: M = 0 where visible, -1e30 elsewhere, fed as an input (every row keeps at
+    // least one key here, so softmax(S + M) is defined).
+    using M = input<"madd", B, n, m>;
+    auto fused = sum(mul(masked_softmax(S{}, causal{} && key_padding(Len{})), input<"g", B, n, m>{}));
+    auto composed = sum(mul(softmax(S{} + M{}), input<"g", B, n, m>{}));
+    auto pf = compile<double, options{.input_grads = true}>(fused);
+    auto pc = compile<double, options{.input_grads = true}>(composed);
+    const auto s = random_values(2 * n * m, 21), g = random_values(2 * n * m, 22);
+    const std::vector<index_t> len = {3, 5};
+    std::vector<double> madd(2 * n * m);
+    for (std::size_t b = 0; b < 2; ++b)
+        for (std::size_t i = 0; i < n; ++i)
+            for (std::size_t j = 0; j < m; ++j)
+                madd[(b * n + i) * m + j] = ((long long)j <= position(i, n, m) && j < std::size_t(len[b])) ? 0.0 : -1e30;
+    pf.feed("s", s.data(), rshape{3, {2, n, m}});
+    pf.feed("g", g.data(), rshape{3, {2, n, m}});
+    pf.feed("len", len.data(), rshape{1, {2}});
+    pc.feed("s", s.data(), rshape{3, {2, n, m}});
+    pc.feed("g", g.data(), rshape{3, {2, n, m}});
+    pc.feed("madd", madd.data(), rshape{3, {2, n, m}});
+    CHECK(pf.forward() == Approx(pc.forward()).epsilon(1e-13));
+    pf.backward();
+    pc.backward();
+    auto gf = pf.input_grad<"s">();
+    auto gc = pc.input_grad<"s">();
+    for (std::size_t k = 0; k < gf.size(); ++k) CHECK(gf.data()[k] == Approx(gc.data()[k]).margin(1e-13));
+}
+
+namespace {
+// Loss and every gradient (parameters and Q, K, V) of two graphs that should be the same function.
+template <class A, class Bx>
+void check_same_function(A a, Bx b, double tol, unsigned seed) {
+    auto pa = compile<double, options{.input_grads = true}>(sum(mul(a, input<"g", B, n, dv>{})));
+    using PB = decltype(compile<double, options{.input_grads = true}>(sum(mul(b, input<"g", B, n, dv>{}))));
+    PB pb(pa.shared_params());  // the same weights
+    pa.params().init(seed);
+    std::mt19937_64 rng(seed);
+    auto fill = [&](auto& p, auto& q, const char* name, std::size_t r, std::size_t c) {
+        const auto v = random_values(2 * r * c, unsigned(rng()));
+        p.feed(name, v.data(), rshape{3, {2, r, c}});
+        q.feed(name, v.data(), rshape{3, {2, r, c}});
+    };
+    fill(pa, pb, "q", n, d);
+    fill(pa, pb, "k", m, d);
+    fill(pa, pb, "v", m, dv);
+    fill(pa, pb, "g", n, dv);
+    const std::vector<index_t> len = {2, 5};
+    const std::vector<double> ones(n, 1.0), ones_m(m, 1.0);
+    auto extras = [&](auto& p) {
+        using P = std::remove_reference_t<decltype(p)>;
+        if constexpr (P::template has_input<"len">) p.feed("len", len.data(), rshape{1, {2}});
+        if constexpr (P::template has_input<"ones">) p.feed("ones", ones.data(), rshape{2, {1, n}});
+        if constexpr (P::template has_input<"ones_m">) p.feed("ones_m", ones_m.data(), rshape{2, {1, m}});
+    };
+    extras(pa);
+    extras(pb);
+    pa.zero_grad();
+    const double la = pa.forward();
+    pa.backward();
+    const std::vector<double> ga(pa.params().grads().begin(), pa.params().grads().end());
+    const auto gqa = xt::eval(pa.template input_grad<"q">()), gka = xt::eval(pa.template input_grad<"k">()),
+               gva = xt::eval(pa.template input_grad<"v">());
+    pb.zero_grad();
+    const double lb = pb.forward();
+    pb.backward();
+    CHECK(la == Approx(lb).epsilon(tol));
+    for (std::size_t i = 0; i < ga.size(); ++i) CHECK(ga[i] == Approx(pb.params().grads()[i]).margin(tol));
+    auto gqb = pb.template input_grad<"q">(), gkb = pb.template input_grad<"k">(), gvb = pb.template input_grad<"v">();
+    for (std::size_t i = 0; i < gqa.size(); ++i) CHECK(gqa.data()[i] == Approx(gqb.data()[i]).margin(tol));
+    for (std::size_t i = 0; i < gka.size(); ++i) CHECK(gka.data()[i] == Approx(gkb.data()[i]).margin(tol));
+    for (std::size_t i = 0; i < gva.size(); ++i) CHECK(gva.data()[i] == Approx(gvb.data()[i]).margin(tol));
+}
+}  // namespace
+
+TEST_CASE("fused scaled-dot weights equal the composed graph, values and gradients", "[attention]") {
+    // Fused: attention() picks scaled_dot_score::weights. Composed: the score written out, then masked_softmax.
+    auto composed = [](auto mask) {
+        return matmul(masked_softmax(scaled_dot_score::scores(Q{}, K{}), mask), V{});
+    };
+    check_same_function(attention(Q{}, K{}, V{}), composed(no_mask{}), 1e-12, 1);
+    check_same_function(attention(Q{}, K{}, V{}, causal{}), composed(causal{}), 1e-12, 2);
+    check_same_function(attention(Q{}, K{}, V{}, causal{} && key_padding(Len{})), composed(causal{} && key_padding(Len{})),
+                        1e-12, 3);
+    check_same_function(attention(Q{}, K{}, V{}, visible_if<even_or_self>{}), composed(visible_if<even_or_self>{}), 1e-12, 4);
+    // Dot and bilinear go through the same fused op.
+    check_same_function(attention(Q{}, K{}, V{}, dot_score{}, causal{}),
+                        matmul(masked_softmax(matmul(Q{}, transpose(K{})), causal{}), V{}), 1e-12, 5);
+    using W = param<"W", d, d>;
+    check_same_function(attention(Q{}, K{}, V{}, bilinear_score<"W", d, d>{}, local_window<1>{}),
+                        matmul(masked_softmax(matmul(matmul(Q{}, W{}), transpose(K{})), local_window<1>{}), V{}), 1e-12, 6);
+}
+
+TEST_CASE("fused additive scores equal the composed n x m x a tanh graph, values and gradients", "[attention]") {
+    // The composed form materialises tanh(qp_i + kp_j) for every pair: qp (B, n, a) is repeated over
+    // the m keys and kp (B, m, a) over the n queries (with matmuls by rows of ones), then contracted with w.
+    constexpr int a = 4;
+    using score = additive_score<"add_", d, d, a>;
+    using Ones = input<"ones", 1, n>;    // repeats a key row for each of the n queries
+    using OnesM = input<"ones_m", 1, m>; // repeats a query row for each of the m keys
+    auto qp = score::queries_of(Q{});    // (B, n, a)
+    auto kp = score::keys_of(K{});       // (B, m, a)
+    // qp expanded to (B, n, m, a): (B, n, a, 1) x (1, m) -> (B, n, a, m) -> permute to (B, n, m, a)
+    auto qx = permute<0, 1, 3, 2>(matmul(reshape<B, n, a, 1>(qp), OnesM{}));
+    // kp expanded to (B, n, m, a): (B, m, a, 1) x (1, n) -> (B, m, a, n) -> permute to (B, n, m, a)
+    auto kx = permute<0, 3, 1, 2>(matmul(reshape<B, m, a, 1>(kp), Ones{}));
+    auto s_composed = matmul(tanh(qx + kx), score::w{});  // (B, n, m)
+    check_same_function(attention(Q{}, K{}, V{}, score{}), matmul(masked_softmax(s_composed, no_mask{}), V{}), 1e-12, 7);
+    check_same_function(attention(Q{}, K{}, V{}, score{}, causal{} && key_padding(Len{})),
+                        matmul(masked_softmax(s_composed, causal{} && key_padding(Len{})), V{}), 1e-12, 8);
+    // And the fused op alone by finite differences.
+    CHECK(check_gradients(additive_scores(input<"qp", B, n, a>{}, input<"kp", B, m, a>{}, param<"w", a>{}),
+                          {.dims = {{'B', 2}}}) > 0);
+}
+
+TEST_CASE("attention weights are readable after forward", "[attention]") {
+    auto mask = causal{};
+    auto o = attention(Q{}, K{}, V{}, mask);
+    auto prog = compile<double>(sum(o));
+    const auto q = random_values(2 * n * d, 31), k = random_values(2 * m * d, 32), v = random_values(2 * m * dv, 33);
+    prog.feed("q", q.data(), rshape{3, {2, n, d}});
+    prog.feed("k", k.data(), rshape{3, {2, m, d}});
+    prog.feed("v", v.data(), rshape{3, {2, m, dv}});
+    prog.forward();
+    auto w = prog.value_of(attention_weights(Q{}, K{}, mask));  // the same expression: the same node
+    // Recompute the weights on the host: softmax(q k^T / sqrt(d)) under the causal mask.
+    std::vector<double> s(2 * n * m);
+    for (std::size_t b = 0; b < 2; ++b)
+        for (std::size_t i = 0; i < n; ++i)
+            for (std::size_t j = 0; j < m; ++j) {
+                double dot = 0;
+                for (std::size_t c = 0; c < d; ++c) dot += q[(b * n + i) * d + c] * k[(b * m + j) * d + c];
+                s[(b * n + i) * m + j] = dot / std::sqrt(double(d));
+            }
+    const auto want = reference_weights(s, 2, n, m, [](auto, auto i, auto j) { return (long long)j <= position(i, n, m); });
+    for (std::size_t e = 0; e < want.size(); ++e) CHECK(w.data()[e] == Approx(want[e]).margin(1e-14));
+}
+
+TEST_CASE("masks: bad lengths and bad matrices are errors naming the input and the value", "[attention][errors]") {
+    auto prog = compile<float>(sum(attention(Q{}, K{}, V{}, key_padding(Len{}))));
+    xt::xtensor<float, 3> q = xt::ones<float>({2, n, d}), k = xt::ones<float>({2, m, d}), v = xt::ones<float>({2, m, dv});
+    prog.feed<"q">(q);
+    prog.feed<"k">(k);
+    prog.feed<"v">(v);
+    prog.feed<"len">(xt::xtensor<int, 1>{3, 0});
+    CHECK_THROWS_WITH(prog.forward(), Catch::Contains("length 0 of sequence 1 in input 'len' is outside [1, 5]"));
+    prog.feed<"len">(xt::xtensor<int, 1>{6, 2});
+    CHECK_THROWS_AS(prog.forward(), index_error);
+    CHECK_THROWS_WITH(prog.forward(), Catch::Contains("length 6 of sequence 0 in input 'len'"));
+    prog.feed<"len">(xt::xtensor<int, 1>{5, 1});
+    CHECK(std::isfinite(prog.forward()));
+    // A lengths tensor for another batch size: the program's own dimension check names both inputs.
+    prog.feed<"len">(xt::xtensor<int, 1>{5, 1, 2});
+    CHECK_THROWS_WITH(prog.forward(), Catch::Contains("dimension 'B' disagrees"));
+
+    // A mask matrix whose runtime size disagrees with the scores' (both dynamic).
+    constexpr dim N = dyn('N');
+    auto p2 = compile<float>(sum(masked_softmax(input<"s", N, N>{}, mask_matrix(index_input<"mask", N, N>{}))));
+    p2.feed<"s">(xt::xtensor<float, 2>(xt::zeros<float>({3, 3})));
+    p2.feed<"mask">(xt::xtensor<int, 2>(xt::ones<int>({4, 4})));
+    CHECK_THROWS_WITH(p2.forward(), Catch::Contains("dimension 'N' disagrees") && Catch::Contains("'mask'"));
+}
+
+TEST_CASE("gradcheck: layout ops and l2_normalize", "[gradcheck]") {
+    using X3 = input<"x", B, 3, 4>;
+    CHECK(check_gradients(reshape<B, 4, 3>(X3{})) > 0);
+    CHECK(check_gradients(reshape<B, 1, 12>(X3{})) > 0);
+    CHECK(check_gradients(permute<0, 2, 1>(X3{})) > 0);
+    CHECK(check_gradients(permute<1, 0, 2>(X3{})) > 0);
+    CHECK(check_gradients(permute<2, 1, 0>(X3{})) > 0);
+    using X4 = input<"x", B, 2, 3, 4>;
+    CHECK(check_gradients(permute<0, 2, 1, 3>(X4{})) > 0);
+    CHECK(check_gradients(permute<3, 1, 0, 2>(X4{})) > 0);
+    CHECK(check_gradients(l2_normalize(X3{})) > 0);
+    // split then merge heads is the identity, and its gradient too
+    CHECK(check_gradients(nn::merge_heads(nn::split_heads<2>(input<"x", B, 3, 4>{}))) > 0);
+}
+
+TEST_CASE("permute and reshape move elements where the shapes say", "[attention]") {
+    using X4 = input<"x", B, 2, 3, 4>;
+    auto prog = compile<double, options{.inference = true}>(permute<0, 2, 1, 3>(X4{}));
+    xt::xtensor<double, 4> x = xt::xtensor<double, 4>::from_shape({2, 2, 3, 4});
+    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = double(i);
+    prog.feed<"x">(x);
+    prog.forward();
+    auto y = prog.output();
+    for (std::size_t b = 0; b < 2; ++b)
+        for (std::size_t h = 0; h < 2; ++h)
+            for (std::size_t t = 0; t < 3; ++t)
+                for (std::size_t c = 0; c < 4; ++c) CHECK(y(b, t, h, c) == x(b, h, t, c));
+    // l2_normalize: unit rows, and a zero row stays zero.
+    auto p2 = compile<double, options{.inference = true}>(l2_normalize(input<"z", 2, 3>{}));
+    p2.feed<"z">(xt::xtensor<double, 2>{{3, 4, 0}, {0, 0, 0}});
+    p2.forward();
+    auto z = p2.output();
+    CHECK(z(0, 0) == Approx(0.6));
+    CHECK(z(0, 1) == Approx(0.8));
+    CHECK(z(1, 0) == 0.0);
+}
