@@ -225,6 +225,12 @@ int run_check(const args& a) {
         if (!grads.count(e.name)) throw io_error("grads.npz has no array '" + e.name + "'");
         report("grad " + e.name, compare(in_torch_layout<W>(ps, s, ps.grad(s)), npz::to_vector<double>(grads.at(e.name)), f64));
     }
+    if constexpr (requires { W::input_grads(); }) {  // the attention workloads: dL/dQ, dL/dK, dL/dV too
+        for (const std::string& k : W::input_grads()) {
+            if (!grads.count(k)) throw io_error("grads.npz has no array '" + k + "'");
+            report("grad " + k, compare(w.input_grad(k), npz::to_vector<double>(grads.at(k)), f64));
+        }
+    }
     w.opt.step(ps);
     for (std::size_t s = 0; s < ps.size(); ++s) {
         const auto& e = ps.at(s);

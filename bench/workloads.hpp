@@ -4,6 +4,7 @@
 // are stored transposed [in, out] here, because ctgraph writes x W, not W x).
 #pragma once
 #include <cstddef>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -125,8 +126,151 @@ struct rnn : workload_base<rnn<T>> {
     }
 };
 
+/// The `s2s` workload: Seq2Seq with Bahdanau attention. GRU encoder, GRU decoder with additive
+/// attention over the encoder states; decoder input [emb(y_{t-1}); c_t]; logits = [s_t; c_t] W_o + b_o;
+/// s_0 = the last encoder state. Vocabularies 40/40, embed 64, hidden 128, attention 128, source and
+/// target 24, batch 32; teacher forcing, cross-entropy (mean), Adam lr 1e-3. Time-major inside.
+template <class T>
+struct s2s : workload_base<s2s<T>> {
+    static constexpr const char* name = "s2s";
+    static constexpr std::size_t Vs = 40, Vt = 40, E = 64, H = 128, A = 128, S = 24, Tn = 24, batch = 32;
+    static constexpr dim Sd = dyn('S'), Td = dyn('T');
+    using Src = index_input<"src", Sd, B>;
+    using TgtIn = index_input<"tgt_in", Td, B>;
+    using TgtOut = index_input<"tgt_out", Td, B>;
+    using encoder = nn::gru<"enc", E, H>;
+    using score = additive_score_of<param<"attn_W_s", H, A>, param<"attn_W_h", H, A>, param<"attn_b_a", A>, param<"attn_w", A>>;
+    using decoder = nn::attention_decoder<nn::gru<"dec", E + H, H>, H, score>;
+    static constexpr auto loss() {
+        auto hs = encoder::run(embedding(param<"src_embed", Vs, E>{}, Src{}));   // (S, B, H)
+        auto outs = decoder::run(embedding(param<"tgt_embed", Vt, E>{}, TgtIn{}), permute<1, 0, 2>(hs), at_time<-1>(hs));
+        auto logits = outs * param<"out_W_o", 2 * H, Vt>{} + param<"out_b_o", Vt>{};   // (T, B, Vt)
+        return softmax_cross_entropy(logits, TgtOut{});
+    }
+    decltype(compile<T>(loss())) prog = compile<T>(loss());
+    optim::adam<T> opt{{.lr = 1e-3}};
+
+    static std::set<std::string> transposed() {
+        return {"enc_W_i", "enc_W_h", "dec_W_i", "dec_W_h", "attn_W_s", "attn_W_h", "out_W_o"};
+    }
+    static double flops() {  // torch_ref.py's formula
+        const double enc = S * (2.0 * batch * E * 3 * H + 2.0 * batch * H * 3 * H), keys = 2.0 * batch * S * H * A;
+        const double dec = Tn * (2.0 * batch * H * A + 2.0 * batch * S * A + 2.0 * batch * S * H +
+                                 2.0 * batch * (E + H) * 3 * H + 2.0 * batch * H * 3 * H);
+        return 3.0 * (enc + keys + dec + 2.0 * batch * Tn * 2 * H * Vt);
+    }
+    // [B, L] token arrays, time-major inside.
+    void feed_tokens(const char* name, const std::vector<index_t>& bl, std::size_t len) {
+        std::vector<index_t> lb(bl.size());
+        for (std::size_t b = 0; b < batch; ++b)
+            for (std::size_t t = 0; t < len; ++t) lb[t * batch + b] = bl[b * len + t];
+        prog.feed(name, lb.data(), rshape{2, {len, batch}});
+    }
+    void random_batch(unsigned long long seed) {
+        std::mt19937_64 rng(seed);
+        std::uniform_int_distribution<int> tok(0, int(Vt) - 1);
+        std::vector<index_t> src(batch * S), tgt(batch * Tn), tin(batch * Tn);
+        for (auto& v : src) v = tok(rng);
+        for (auto& v : tgt) v = tok(rng);
+        for (std::size_t b = 0; b < batch; ++b)
+            for (std::size_t t = 0; t < Tn; ++t) tin[b * Tn + t] = t == 0 ? 0 : tgt[b * Tn + t - 1];
+        feed_tokens("src", src, S);
+        feed_tokens("tgt_in", tin, Tn);
+        feed_tokens("tgt_out", tgt, Tn);
+    }
+    void feed_dump(const std::map<std::string, npz::array>& b) {
+        for (const char* k : {"src", "tgt_in", "tgt_out"}) {
+            const auto& a = b.at(k);
+            if (a.shape.size() != 2 || a.shape[0] != batch)
+                throw io_error(std::string("batch.npz: '") + k + "' must be [32, L] tokens for the s2s workload");
+            feed_tokens(k, npz::to_vector<index_t>(a), a.shape[1]);
+        }
+    }
+};
+
+/// A step without an update (the attention workloads time forward + backward only).
+struct no_update {
+    template <class Store>
+    void step(Store&) {}
+};
+
+/// The `attn-*` workloads: one attention layer, forward + backward to Q, K, V (and the score's
+/// parameters): O = softmax(S + M) V, loss = sum(O * G) for a fixed G. Batch 8, n = m = 128,
+/// d_k = d_v = 64.
+template <class T, fixed_string Name, class Score, class Mask, int ExtraFlopsKind>
+struct attention_workload : workload_base<attention_workload<T, Name, Score, Mask, ExtraFlopsKind>> {
+    static constexpr const char* name = Name.data;
+    static constexpr std::size_t batch = 8, n = 128, m = 128, d = 64;
+    using Q = input<"Q", B, n, d>;
+    using K = input<"K", B, m, d>;
+    using V = input<"V", B, m, d>;
+    using G = input<"G", B, n, d>;
+    static constexpr auto loss() { return sum(mul(attention(Q{}, K{}, V{}, Score{}, Mask{}), G{})); }
+    decltype(compile<T, options{.input_grads = true}>(loss())) prog = compile<T, options{.input_grads = true}>(loss());
+    no_update opt;
+
+    static std::set<std::string> transposed() { return {"W_q", "W_k"}; }  // additive: F.linear weights
+    /// Inputs whose gradients the parity check compares too.
+    static std::vector<std::string> input_grads() { return {"Q", "K", "V"}; }
+    std::vector<double> input_grad(const std::string& k) {
+        auto g = k == "Q" ? xt::xtensor<T, 3>(prog.template input_grad<"Q">())
+                          : k == "K" ? xt::xtensor<T, 3>(prog.template input_grad<"K">())
+                                     : xt::xtensor<T, 3>(prog.template input_grad<"V">());
+        return {g.begin(), g.end()};
+    }
+    static double flops() {
+        const double base = 2.0 * batch * n * m * d + 2.0 * batch * n * m * d;
+        const double extra = ExtraFlopsKind == 1 ? 2.0 * batch * n * d * d
+                             : ExtraFlopsKind == 2 ? 2.0 * batch * n * d * d + 2.0 * batch * m * d * d + 2.0 * batch * n * m * d
+                                                   : 0.0;
+        return 3.0 * (base + extra);
+    }
+    void feed_arrays(const std::map<std::string, std::vector<double>>& a) {
+        for (const auto& [k, v] : a) {
+            std::vector<T> t(v.begin(), v.end());
+            prog.feed(k, t.data(), rshape{3, {batch, k == "K" || k == "V" ? m : n, d}});
+        }
+    }
+    void random_batch(unsigned long long seed) {
+        std::mt19937_64 rng(seed);
+        std::normal_distribution<double> n01;
+        std::map<std::string, std::vector<double>> a;
+        for (const char* k : {"Q", "K", "V", "G"}) {
+            auto& v = a[k];
+            v.resize(batch * n * d);
+            for (auto& x : v) x = n01(rng);
+        }
+        feed_arrays(a);
+    }
+    void feed_dump(const std::map<std::string, npz::array>& b) {
+        std::map<std::string, std::vector<double>> a;
+        for (const char* k : {"Q", "K", "V", "G"}) {
+            const auto& arr = b.at(k);
+            if (arr.shape != std::vector<std::size_t>{batch, n, d})
+                throw io_error(std::string("batch.npz: '") + k + "' must be [8, 128, 64] for the attention workloads");
+            a[k] = npz::to_vector<double>(arr);
+        }
+        feed_arrays(a);  // the dump's mask M (sdp-causal) is the causal mask given by type here
+    }
+};
+template <class T>
+struct attn_sdp : attention_workload<T, "attn-sdp", scaled_dot_score, no_mask, 0> {};
+template <class T>
+struct attn_sdp_causal : attention_workload<T, "attn-sdp-causal", scaled_dot_score, causal, 0> {};
+template <class T>
+struct attn_dot : attention_workload<T, "attn-dot", dot_score, no_mask, 0> {};
+template <class T>
+struct attn_bilinear : attention_workload<T, "attn-bilinear", bilinear_score<"W", 64, 64>, no_mask, 1> {};
+template <class T>
+struct attn_additive
+    : attention_workload<T, "attn-additive", additive_score_of<param<"W_q", 64, 64>, param<"W_k", 64, 64>, void, param<"w", 64>>,
+                         no_mask, 2> {};
+
 /// Every workload ctg-bench knows, as one heterogeneous list of class templates (apply<T> gives the
 /// workload in scalar type T): registering a workload is adding it here.
-inline constexpr auto registry = boost::hana::make_tuple(boost::hana::template_<mlp>, boost::hana::template_<rnn>);
+inline constexpr auto registry = boost::hana::make_tuple(
+    boost::hana::template_<mlp>, boost::hana::template_<rnn>, boost::hana::template_<s2s>, boost::hana::template_<attn_sdp>,
+    boost::hana::template_<attn_sdp_causal>, boost::hana::template_<attn_dot>, boost::hana::template_<attn_bilinear>,
+    boost::hana::template_<attn_additive>);
 
 }  // namespace ctg::bench

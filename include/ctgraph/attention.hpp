@@ -28,6 +28,8 @@
 // expression is the same node, so prog.value_of(attention_weights(Q, K, score, mask)) is the
 // matrix the program's attention(Q, K, V, score, mask) used.
 #pragma once
+#include <type_traits>
+
 #include "ctgraph/graph/node.hpp"
 #include "ctgraph/ops/additive_scores.hpp"
 #include "ctgraph/ops/add.hpp"
@@ -125,25 +127,32 @@ struct bilinear_score {
     static constexpr auto weights(Q q, K k, Mask mask) { return dot_score::weights(matmul(q, W{}), k, mask); }
 };
 
-/// Additive (Bahdanau): S_ij = w^T tanh(q_i W_q + k_j W_k + b), with parameters
-/// <P>W_q (Dq, A), <P>W_k (Dk, A), <P>b (A, when Bias) and <P>w (A). Computed by the fused
-/// additive_scores (no n x m x A tensor in forward or backward).
-template <fixed_string P, int Dq, int Dk, int A, bool Bias = true>
-struct additive_score {
-    using W_q = param<P + fixed_string("W_q"), Dq, A>;
-    using W_k = param<P + fixed_string("W_k"), Dk, A>;
-    using b = param<P + fixed_string("b"), A>;
-    using w = param<P + fixed_string("w"), A>;
-    /// The projected queries q W_q (+ b); keys_of gives the projected keys. A decoder that attends
-    /// to the same keys at every step projects them once, outside its loop (scan hoists them).
+/// Additive (Bahdanau) scores over given parameters: S_ij = w^T tanh(q_i W_q + k_j W_k + b), with
+/// Wq (d_q, A), Wk (d_k, A), Bias (A) or void for none, and Wv = w (A). Computed by the fused
+/// additive_scores (no n x m x A tensor in forward or backward). The bias joins the keys' side,
+/// which a decoder projects once for all its steps.
+template <class Wq, class Wk, class Bias, class Wv>
+struct additive_score_of {
+    /// The projected queries q W_q.
     template <expr Q>
-    static constexpr auto queries_of(Q q) {
-        if constexpr (Bias) return matmul(q, W_q{}) + b{}; else return matmul(q, W_q{});
-    }
+    static constexpr auto queries_of(Q q) { return matmul(q, Wq{}); }
+    /// The projected keys k W_k + b. A decoder attending to the same keys at every step computes
+    /// them once, outside its loop (scan hoists them).
     template <expr K>
-    static constexpr auto keys_of(K k) { return matmul(k, W_k{}); }
+    static constexpr auto keys_of(K k) {
+        if constexpr (std::is_void_v<Bias>) return matmul(k, Wk{}); else return matmul(k, Wk{}) + Bias{};
+    }
     template <expr Q, expr K>
-    static constexpr auto scores(Q q, K k) { return additive_scores(queries_of(q), keys_of(k), w{}); }
+    static constexpr auto scores(Q q, K k) { return additive_scores(queries_of(q), keys_of(k), Wv{}); }
+};
+
+/// Additive scores with parameters named by a prefix: <P>W_q (Dq, A), <P>W_k (Dk, A), <P>b (A,
+/// when HasBias) and <P>w (A).
+template <fixed_string P, int Dq, int Dk, int A, bool HasBias = true>
+struct additive_score
+    : additive_score_of<param<P + fixed_string("W_q"), Dq, A>, param<P + fixed_string("W_k"), Dk, A>,
+                        std::conditional_t<HasBias, param<P + fixed_string("b"), A>, void>, param<P + fixed_string("w"), A>> {
+    using w = param<P + fixed_string("w"), A>;
 };
 
 /// The attention weights softmax(score(Q, K) + M): (..., n, m). See the file comment.

@@ -42,6 +42,7 @@
 #include "ctgraph/nn/cells.hpp"
 #include "ctgraph/nn/decode.hpp"
 #include "ctgraph/nn/multi_head_attention.hpp"
+#include "ctgraph/nn/seq2seq.hpp"
 #include "ctgraph/npz.hpp"
 #include "ctgraph/optim.hpp"
 #include "ctgraph/params.hpp"
