@@ -8,6 +8,11 @@
 //   ctg::plot::chart c{.title = "Gradient flow", .x_label = "k", .y_label = "|dL/dh_k|", .log_y = true};
 //   c.lines.push_back({"tanh", xs, ys, {31, 119, 180}});
 //   ctg::plot::write_png(c, "grad.png");
+//
+// and heat maps of a matrix in [0, 1] with a label per row and column (attention weights):
+//
+//   ctg::plot::heatmap h{.title = "attention", .row_labels = out_chars, .col_labels = in_chars, .values = w};
+//   ctg::plot::write_png(h, "attention.png");
 #pragma once
 #include <algorithm>
 #include <array>
@@ -37,6 +42,14 @@ struct chart {
     bool log_y = false;  // log10 scale; non-positive or non-finite y values are skipped (line broken there)
     int width = 800, height = 500;
     std::vector<series> lines{};
+};
+
+/// A rows x cols matrix of values in [0, 1] (row-major), drawn white (0) to dark blue (1).
+struct heatmap {
+    std::string title{}, x_label{}, y_label{};
+    std::vector<std::string> row_labels{}, col_labels{};  // one short label per row / column
+    std::vector<double> values{};
+    int cell = 28;  // pixels per cell side
 };
 
 namespace detail {
@@ -441,6 +454,63 @@ inline void write_png(const chart& c, const std::string& path) {
         }
     }
 
+    detail::write_atomically(path, detail::encode_png(cv));
+}
+
+inline void write_png(const heatmap& h, const std::string& path) {
+    using detail::rgb;
+    const auto bad = [](const std::string& why) { throw std::invalid_argument("ctg::plot::write_png (heatmap): " + why); };
+    const std::size_t rows = h.row_labels.size(), cols = h.col_labels.size();
+    if (rows == 0 || cols == 0) bad("give one label per row and per column (got none)");
+    if (h.values.size() != rows * cols)
+        bad(std::to_string(h.values.size()) + " values for " + std::to_string(rows) + " rows x " + std::to_string(cols) +
+            " columns");
+    if (h.cell < 8 || h.cell > 128) bad("cell size " + std::to_string(h.cell) + " is outside 8..128 pixels");
+    for (double v : h.values)
+        if (!std::isfinite(v)) bad("a value is not finite");
+    const int s = h.cell >= 24 ? 2 : 1, gap = 4 * s, text_h = detail::glyph_h * s;
+    int row_w = 0, col_h = 0;
+    for (const auto& l : h.row_labels) row_w = std::max(row_w, detail::text_width(l, s));
+    for (const auto& l : h.col_labels) col_h = std::max(col_h, detail::text_width(l, s));
+    const bool short_cols = col_h <= h.cell - 2;  // labels that fit a cell stand upright, others run up
+    const int top = gap + (h.title.empty() ? 0 : text_h + 2 * gap) + (h.x_label.empty() ? 0 : text_h + gap) +
+                    (short_cols ? text_h : col_h) + gap;
+    const int left = gap + (h.y_label.empty() ? 0 : text_h + 2 * gap) + row_w + gap;
+    const int title_w = std::max(detail::text_width(h.title, s), detail::text_width(h.x_label, s));
+    const int width = std::max(left + int(cols) * h.cell + 2 * gap, title_w + 2 * gap);
+    const int height = top + int(rows) * h.cell + 2 * gap;
+    if (width > 8192 || height > 8192) bad("the image would exceed 8192 pixels a side");
+    detail::canvas cv(width, height);
+    const rgb ink_c{25, 25, 25};
+    for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < cols; ++c) {
+            const double v = std::clamp(h.values[r * cols + c], 0.0, 1.0);
+            const rgb col{(unsigned char)std::lround(255 - v * (255 - 8)), (unsigned char)std::lround(255 - v * (255 - 48)),
+                          (unsigned char)std::lround(255 - v * (255 - 107))};
+            const int x0 = left + int(c) * h.cell, y0 = top + int(r) * h.cell;
+            cv.fill(x0, y0, x0 + h.cell - 1, y0 + h.cell - 1, col);
+        }
+    cv.frame(left - 1, top - 1, left + int(cols) * h.cell, top + int(rows) * h.cell, rgb{90, 90, 90});
+    for (std::size_t r = 0; r < rows; ++r)
+        cv.text(left - gap - detail::text_width(h.row_labels[r], s), top + int(r) * h.cell + (h.cell - 7 * s) / 2,
+                h.row_labels[r], s, ink_c);
+    for (std::size_t c = 0; c < cols; ++c) {
+        const int cx = left + int(c) * h.cell;
+        if (short_cols)
+            cv.text(cx + (h.cell - detail::text_width(h.col_labels[c], s)) / 2, top - gap - text_h, h.col_labels[c], s, ink_c);
+        else
+            cv.text(cx + (h.cell - 7 * s) / 2, top - gap, h.col_labels[c], s, ink_c, true);
+    }
+    // Titles centred over the grid, shifted inwards when wider than the room beside it.
+    const auto centred = [&](const std::string& t) {
+        const int w = detail::text_width(t, s);
+        return std::clamp(left + int(cols) * h.cell / 2 - w / 2, gap, width - gap - w);
+    };
+    cv.text(centred(h.title), gap, h.title, s, ink_c);
+    if (!h.x_label.empty())
+        cv.text(centred(h.x_label), gap + (h.title.empty() ? 0 : text_h + 2 * gap), h.x_label, s, ink_c);
+    if (!h.y_label.empty())
+        cv.text(gap, top + int(rows) * h.cell / 2 + detail::text_width(h.y_label, s) / 2, h.y_label, s, ink_c, true);
     detail::write_atomically(path, detail::encode_png(cv));
 }
 

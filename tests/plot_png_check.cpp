@@ -1,5 +1,6 @@
 // Standalone smoke test for examples/plot_png.hpp: writes a gradient-flow style chart (three
-// series on a log y axis) to argv[1], and checks that bad input is rejected. Exit 0 on success.
+// series on a log y axis) to argv[1] and a heat map beside it, and checks that bad input is
+// rejected. Exit 0 on success.
 // The PNG itself is meant to be inspected (or parsed by a script); this only checks it was written.
 #include <cmath>
 #include <cstdio>
@@ -17,8 +18,8 @@ void expect(bool ok, const char* what) {
     if (!ok) std::fprintf(stderr, "FAIL: %s\n", what), ++failures;
 }
 
-template <class E>
-bool throws(const ctg::plot::chart& c, const std::string& path) {
+template <class E, class Figure>
+bool throws(const Figure& c, const std::string& path) {
     try {
         ctg::plot::write_png(c, path);
     } catch (const E&) {
@@ -85,6 +86,29 @@ int main(int argc, char** argv) {
     } catch (const std::runtime_error& e) {
         expect(std::string(e.what()).find(unwritable) != std::string::npos, "I/O error names the path");
     }
+
+    // A heat map (attention weights): written, with its size following the cells; bad input rejected.
+    ctg::plot::heatmap h{.title = "attention", .x_label = "input", .y_label = "output",
+                         .row_labels = {"2", "0", "2", "1"}, .col_labels = {"3", " ", "M", "a", "r", "c", "h"}};
+    for (std::size_t r = 0; r < 4; ++r)
+        for (std::size_t col = 0; col < 7; ++col) h.values.push_back(r == col % 4 ? 0.9 : 0.02 * double(col));
+    const std::string hpath = path + ".heatmap.png";
+    try {
+        ctg::plot::write_png(h, hpath);
+        expect(std::filesystem::file_size(hpath) > 7 * 4 * 28 * 28 * 3, "heat map written, cells included");
+    } catch (const std::exception& e) {
+        expect(false, e.what());
+    }
+    auto hbad = h;
+    hbad.values.pop_back();
+    expect(throws<std::invalid_argument>(hbad, scratch), "heat map with too few values rejected");
+    hbad = h;
+    hbad.values[3] = std::nan("");
+    expect(throws<std::invalid_argument>(hbad, scratch), "heat map with a NaN rejected");
+    hbad = h;
+    hbad.row_labels.clear();
+    expect(throws<std::invalid_argument>(hbad, scratch), "heat map without labels rejected");
+    expect(!std::filesystem::exists(scratch), "no file written for an invalid heat map");
 
     if (failures == 0) std::printf("plot_png_check: wrote %s\n", path.c_str());
     return failures == 0 ? 0 : 1;

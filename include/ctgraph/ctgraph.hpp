@@ -14,6 +14,7 @@
 #include "ctgraph/ops/div.hpp"
 #include "ctgraph/ops/embedding.hpp"
 #include "ctgraph/ops/exp.hpp"
+#include "ctgraph/ops/full.hpp"
 #include "ctgraph/ops/gelu.hpp"
 #include "ctgraph/ops/l2_normalize.hpp"
 #include "ctgraph/ops/log.hpp"
