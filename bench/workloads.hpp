@@ -206,7 +206,8 @@ struct attention_workload : workload_base<attention_workload<T, Name, Score, Mas
     using V = input<"V", B, m, d>;
     using G = input<"G", B, n, d>;
     static constexpr auto loss() { return sum(mul(attention(Q{}, K{}, V{}, Score{}, Mask{}), G{})); }
-    decltype(compile<T, options{.input_grads = true}>(loss())) prog = compile<T, options{.input_grads = true}>(loss());
+    static constexpr options opts{.input_grads = true};  // (named: clang 14 misparses options{...} in a member's type)
+    decltype(compile<T, opts>(loss())) prog = compile<T, opts>(loss());
     no_update opt;
 
     static std::set<std::string> transposed() { return {"W_q", "W_k"}; }  // additive: F.linear weights
