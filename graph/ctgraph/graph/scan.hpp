@@ -88,10 +88,11 @@ struct cell_info {
             if (hoisted_mask[i]) r[n++] = i;
         return r;
     }();
-    /// Every node except index-valued ones gets an adjoint inside the cell (unneeded ones go to a sink).
+    /// Every node except index-valued ones and constants gets an adjoint inside the cell (unneeded
+    /// ones go to a sink); a constant's (1 - z's 1) would only be reduced into the sink every step.
     static constexpr std::array<bool, N> has_adjoint = [] {
         std::array<bool, N> g{};
-        for (std::size_t i = 0; i < N; ++i) g[i] = !G::is_index[i];
+        for (std::size_t i = 0; i < N; ++i) g[i] = !G::is_index[i] && G::kind[i] != leaf_kind::constant;
         return g;
     }();
 
