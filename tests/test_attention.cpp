@@ -239,13 +239,17 @@ TEST_CASE("attention weights are readable after forward", "[attention]") {
 }
 
 TEST_CASE("masks: bad lengths and bad matrices are errors naming the input and the value", "[attention][errors]") {
-    auto prog = compile<float>(sum(attention(Q{}, K{}, V{}, key_padding(Len{}))));
+    auto prog = compile<float>(sum(attention(Q{}, K{}, V{}, bilinear_score<"W", d, d>{}, key_padding(Len{}))));
+    prog.params().init(5);
     xt::xtensor<float, 3> q = xt::ones<float>({2, n, d}), k = xt::ones<float>({2, m, d}), v = xt::ones<float>({2, m, dv});
     prog.feed<"q">(q);
     prog.feed<"k">(k);
     prog.feed<"v">(v);
     prog.feed<"len">(xt::xtensor<int, 1>{3, 0});
+    const std::vector<float> before(prog.params().values().begin(), prog.params().values().end());
     CHECK_THROWS_WITH(prog.forward(), Catch::Contains("length 0 of sequence 1 in input 'len' is outside [1, 5]"));
+    REQUIRE(before.size() == std::size_t(d * d));
+    CHECK(std::equal(before.begin(), before.end(), prog.params().values().begin()));  // nothing changed
     prog.feed<"len">(xt::xtensor<int, 1>{6, 2});
     CHECK_THROWS_AS(prog.forward(), index_error);
     CHECK_THROWS_WITH(prog.forward(), Catch::Contains("length 6 of sequence 0 in input 'len'"));
