@@ -4,10 +4,11 @@
 // optimizer is one loop over contiguous memory) and a table of names, shapes and offsets. Programs
 // bind to a store by name, so a training program and a decoding program can share one.
 //
-// Default initialisation (seeded, deterministic): rank >= 2 -> Xavier/Glorot uniform
-// U(-a, a), a = sqrt(6 / (fan_in + fan_out)), fan_in = product of all but the last dimension,
-// fan_out = last dimension; rank <= 1 (biases, gains) -> zeros. Override per parameter with
-// `init(name, fn)` or by writing `value(name)`.
+// Default initialisation (seeded, deterministic), per layer for a stacked (layered) parameter:
+// rank >= 2 -> Xavier/Glorot uniform U(-a, a), a = sqrt(6 / (fan_in + fan_out)), fan_in = product
+// of all but the last dimension, fan_out = last dimension; rank <= 1 -> zeros (biases), except a
+// gain: a vector whose name ends in "weight" or "gamma" (a norm's scale, as PyTorch names
+// LayerNorm's) -> ones. Override per parameter with `init(name, fn)` or by writing `value(name)`.
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -30,12 +31,13 @@ public:
     struct entry {
         std::string name;
         rshape shape;
-        std::size_t offset = 0;  // into values() and grads()
+        std::size_t offset = 0;      // into values() and grads()
+        std::size_t layer_axes = 0;  // leading axes that stack one tensor per layer (ctg::repeat)
     };
 
     /// Adds a parameter (zero-initialised); returns its slot. Re-adding the same name with the same
     /// shape returns the existing slot; a different shape throws.
-    std::size_t add(std::string_view name, const rshape& shape) {
+    std::size_t add(std::string_view name, const rshape& shape, std::size_t layer_axes = 0) {
         if (auto s = find(name); s >= 0) {
             if (!(entries_[std::size_t(s)].shape == shape))
                 throw shape_error("ctg::parameter_store: parameter '" + std::string(name) + "' exists with shape " +
@@ -43,7 +45,7 @@ public:
                                   to_string(shape));
             return std::size_t(s);
         }
-        entry e{std::string(name), shape, total_};
+        entry e{std::string(name), shape, total_, layer_axes};
         total_ += round_up_elems<T>(shape.size());
         entries_.push_back(e);
         values_.resize(total_, T(0));
@@ -104,12 +106,16 @@ private:
     void init_default(std::size_t s, unsigned long long seed) {
         const entry& e = entries_[s];
         T* v = value(s);
-        if (e.shape.rank <= 1) {
-            std::fill(v, v + e.shape.size(), T(0));
+        rshape layer;  // one layer's shape
+        layer.rank = e.shape.rank - e.layer_axes;
+        for (std::size_t a = 0; a < layer.rank; ++a) layer.d[a] = e.shape.d[a + e.layer_axes];
+        if (layer.rank <= 1) {
+            const bool gain = e.name.ends_with("weight") || e.name.ends_with("gamma");
+            std::fill(v, v + e.shape.size(), T(gain ? 1 : 0));
             return;
         }
-        const double fan_out = double(e.shape.cols());
-        const double fan_in = double(e.shape.rows());
+        const double fan_out = double(layer.cols());
+        const double fan_in = double(layer.rows());
         const double a = std::sqrt(6.0 / (fan_in + fan_out));
         // Each parameter gets its own stream (seed mixed with its name), so adding a parameter does
         // not change the others' initial values.

@@ -90,6 +90,10 @@ template <class T>
 consteval int index_in(const void*) { return -1; }
 
 template <class N>
+consteval std::size_t layer_axes_of() {
+    if constexpr (N::kind == leaf_kind::param) return N::layer_axes; else return 0;
+}
+template <class N>
 consteval std::string_view node_label() {
     if constexpr (N::kind == leaf_kind::param || N::kind == leaf_kind::input || N::kind == leaf_kind::index_input ||
                   N::kind == leaf_kind::placeholder)
@@ -167,6 +171,7 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
     static constexpr std::array<bool, size> is_index{Ns::is_index...};
     static constexpr std::array<std::string_view, size> label{detail::node_label<Ns>()...};
     static constexpr std::array<double, size> constant_value{detail::constant_value<Ns>()...};
+    static constexpr std::array<std::size_t, size> layer_axes{detail::layer_axes_of<Ns>()...};  // stacked params
     static constexpr std::array<std::size_t, size> rank{Ns::shape::rank...};
     static constexpr std::array<std::array<dim, max_rank>, size> dims{detail::padded_dims<typename Ns::shape>()...};
 

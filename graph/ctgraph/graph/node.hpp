@@ -38,6 +38,20 @@ struct param : expr_base {
     using args = tlist<>;
     static constexpr leaf_kind kind = leaf_kind::param;
     static constexpr auto name = Name;
+    static constexpr std::size_t layer_axes = 0;
+};
+
+/// A parameter holding one tensor per layer, stacked along a leading axis: ctg::repeat makes these
+/// from the parameters of the block it repeats. Initialisation treats each layer's slice as the
+/// parameter (fans, and the gain rule of params.hpp, use D...).
+template <fixed_string Name, dim Layers, dim... D>
+struct layered_param : expr_base {
+    static_assert(Layers.is_static() && (D.is_static() && ...), "ctg::param: every dimension of a parameter must be static");
+    using shape = ctg::shape<Layers, D...>;
+    using args = tlist<>;
+    static constexpr leaf_kind kind = leaf_kind::param;
+    static constexpr auto name = Name;
+    static constexpr std::size_t layer_axes = 1;
 };
 
 /// A floating-point data tensor supplied at each step. `input<"x", B, 784>`.

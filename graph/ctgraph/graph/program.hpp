@@ -90,7 +90,7 @@ public:
     explicit program(std::shared_ptr<parameter_store<T>> store) : store_(std::move(store)) {
         for (std::size_t p = 0; p < G::num_params; ++p) {
             const std::size_t i = G::param_nodes[p];
-            param_slot_[p] = store_->add(G::label[i], static_shape(i));
+            param_slot_[p] = store_->add(G::label[i], static_shape(i), G::layer_axes[i]);
         }
     }
 

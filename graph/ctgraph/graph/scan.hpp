@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -49,27 +50,35 @@ struct zero_state {
 
 namespace detail {
 
-/// Compile-time facts about a cell's sub-graph.
-template <class CellOut>
+/// Compile-time facts about a cell's sub-graph. PerStepParams (depth, see repeat.hpp): the cell's
+/// parameters differ per step (one slice of a stacked parameter each), so whatever reads them runs
+/// every step; otherwise (scan) parameters are loop invariants.
+template <class CellOut, bool PerStepParams = false>
 struct cell_info {
     using G = graph<topo_order<CellOut>, options{}, 1>;
     static constexpr std::size_t N = G::size;
     static constexpr std::size_t out = N - 1;  // the cell's result is last in topological order
 
-    /// Depends on the state or the step input (runs every step).
+    /// Depends on the state, the step input or (PerStepParams) a parameter: differs per step.
     static constexpr std::array<bool, N> variant = [] {
         std::array<bool, N> v{};
         for (std::size_t i = 0; i < N; ++i) {
-            v[i] = G::kind[i] == leaf_kind::placeholder;
+            v[i] = G::kind[i] == leaf_kind::placeholder || (PerStepParams && G::kind[i] == leaf_kind::param);
             for (std::size_t k = 0; k < G::arity[i]; ++k) v[i] = v[i] || v[std::size_t(G::operands[i][k])];
         }
         return v;
+    }();
+    /// Op nodes that run every step (they get per-step values, scratch and adjoints).
+    static constexpr std::array<bool, N> computed = [] {
+        std::array<bool, N> c{};
+        for (std::size_t i = 0; i < N; ++i) c[i] = variant[i] && G::kind[i] == leaf_kind::none;
+        return c;
     }();
     /// Invariant nodes read by variant ones: they become operands of the scan node.
     static constexpr std::array<bool, N> hoisted_mask = [] {
         std::array<bool, N> h{};
         for (std::size_t i = 0; i < N; ++i)
-            if (variant[i] && G::kind[i] != leaf_kind::placeholder)
+            if (computed[i])
                 for (std::size_t k = 0; k < G::arity[i]; ++k) {
                     const std::size_t j = std::size_t(G::operands[i][k]);
                     if (!variant[j]) h[j] = true;
@@ -88,6 +97,19 @@ struct cell_info {
             if (hoisted_mask[i]) r[n++] = i;
         return r;
     }();
+    /// The per-step parameters (PerStepParams only), in topological order.
+    static constexpr std::size_t num_step_params = [] {
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < N; ++i) n += PerStepParams && G::kind[i] == leaf_kind::param;
+        return n;
+    }();
+    static constexpr std::array<std::size_t, num_step_params + 1> step_params = [] {
+        std::array<std::size_t, num_step_params + 1> r{};
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < N; ++i)
+            if (PerStepParams && G::kind[i] == leaf_kind::param) r[n++] = i;
+        return r;
+    }();
     /// Every node except index-valued ones and constants gets an adjoint inside the cell (unneeded
     /// ones go to a sink); a constant's (1 - z's 1) would only be reduced into the sink every step.
     static constexpr std::array<bool, N> has_adjoint = [] {
@@ -99,7 +121,99 @@ struct cell_info {
     template <std::size_t... J>
     static auto hoisted_types(std::index_sequence<J...>) -> tlist<typename G::template node_t<hoisted[J]>...>;
     using hoisted_list = decltype(hoisted_types(std::make_index_sequence<num_hoisted>{}));
+    template <std::size_t... J>
+    static auto step_param_types(std::index_sequence<J...>) -> tlist<typename G::template node_t<step_params[J]>...>;
+    using step_param_list = decltype(step_param_types(std::make_index_sequence<num_step_params>{}));
 };
+
+/// Where one step of a cell keeps its values, op scratch and adjoints, computed from the runtime
+/// shapes of the cell's nodes (shared by scan and repeat). Element offsets, each rounded up.
+template <class Info>
+struct cell_frame {
+    using G = typename Info::G;
+    static constexpr std::size_t N = Info::N;
+    std::array<rshape, N> shapes{};
+    std::array<std::size_t, N> val_off{}, adj_off{}, scr_off{}, scr_size{};
+    std::size_t per_step = 0, adj_block = 0, sink = 0;
+
+    /// Binds the cell's dimension letters from the runtime shapes of some of its nodes:
+    /// {cell node, runtime shape, leading axes of that shape to skip}.
+    struct binding {
+        std::size_t node;
+        rshape shape;
+        std::size_t skip;
+    };
+    void plan(const binding* known, std::size_t count) {
+        std::array<std::pair<char, std::size_t>, 16> env{};
+        std::size_t nenv = 0;
+        for (const binding& b : std::span(known, count))
+            for (std::size_t a = 0; a < G::rank[b.node]; ++a) {
+                const char c = G::dims[b.node][a].sym;
+                if (!c) continue;
+                bool seen = false;
+                for (std::size_t e = 0; e < nenv; ++e) seen = seen || env[e].first == c;
+                if (!seen && nenv < env.size()) env[nenv++] = {c, b.shape.d[a + b.skip]};
+            }
+        auto value_of = [&](char c) -> std::size_t {
+            for (std::size_t e = 0; e < nenv; ++e)
+                if (env[e].first == c) return env[e].second;
+            return 0;
+        };
+        for (std::size_t i = 0; i < N; ++i) {
+            shapes[i].rank = G::rank[i];
+            for (std::size_t a = 0; a < G::rank[i]; ++a)
+                shapes[i].d[a] = G::dims[i][a].sym ? value_of(G::dims[i][a].sym) : std::size_t(G::dims[i][a].n);
+        }
+        scratch_sizes(std::make_index_sequence<N>{});
+        // Per step: values and op scratch of the computed nodes (the result lives elsewhere).
+        std::size_t off = 0, largest = 0;
+        for (std::size_t i = 0; i < N; ++i) {
+            largest = std::max(largest, shapes[i].size());
+            if (!Info::computed[i]) continue;
+            if (i != Info::out) {
+                val_off[i] = off;
+                off += round_up_elems<double>(shapes[i].size());
+            }
+            scr_off[i] = off;
+            off += round_up_elems<double>(scr_size[i]);
+        }
+        per_step = off;
+        std::size_t a = 0;
+        for (std::size_t i = 0; i < N; ++i)
+            if (Info::computed[i] && i != Info::out) {
+                adj_off[i] = a;
+                a += round_up_elems<double>(shapes[i].size());
+            }
+        adj_block = a;
+        sink = round_up_elems<double>(largest);
+    }
+
+private:
+    template <std::size_t... I>
+    void scratch_sizes(std::index_sequence<I...>) {
+        ((scr_size[I] = Info::computed[I] ? detail::scratch_size_of<detail::op_of_t<typename G::template node_t<I>>,
+                                                                    G::arity[I]>(shapes.data(), &G::operands[0][0],
+                                                                                  G::max_arity, I)
+                                          : 0),
+         ...);
+    }
+};
+
+/// Runs one step of a cell: the computed nodes' forward in order, or their VJPs in reverse order.
+template <class Info, class T, std::size_t... I>
+void run_cell_forward(const exec_state& s, std::index_sequence<I...>) {
+    using G = typename Info::G;
+    ((Info::computed[I] ? exec_forward<op_of_t<typename G::template node_t<I>>, G::arity[I], T>(s, I) : void()), ...);
+}
+template <class Info, class T, std::size_t... I>
+void run_cell_backward(const exec_state& s, std::index_sequence<I...>) {
+    using G = typename Info::G;
+    constexpr std::size_t M = sizeof...(I);
+    ((Info::computed[M - 1 - I] ? exec_backward<op_of_t<typename G::template node_t<M - 1 - I>>, G::arity[M - 1 - I],
+                                                !G::is_index[M - 1 - I], T>(s, M - 1 - I)
+                                : void()),
+     ...);
+}
 
 template <class N, int Role>
 constexpr bool is_role() {
@@ -150,81 +264,32 @@ struct scan_op {
     // Everything below is derived from the operand shapes, identically in scratch_size, forward and
     // backward (the op keeps no state of its own).
     template <std::size_t K>
-    struct layout {
-        std::array<rshape, N> shapes{};
-        std::array<std::size_t, N> val_off{}, adj_off{}, scr_off{}, scr_size{};
-        std::size_t steps = 0, per_step = 0, adj_block = 0, sink = 0, zeros = 0, h0_adj = 0, total = 0;
+    struct layout : detail::cell_frame<info> {
+        std::size_t steps = 0, zeros = 0, h0_adj = 0, total = 0;
         std::size_t x_stride = 0, y_stride = 0;
     };
 
     template <std::size_t K>
     static layout<K> plan(const std::array<rshape, K>& x) {
         layout<K> L;
-        // Bind the cell's dimension letters from the operands' runtime shapes.
-        std::array<std::pair<char, std::size_t>, 16> env{};
-        std::size_t nenv = 0;
-        auto bind = [&](std::size_t cell_node, const rshape& s, std::size_t skip) {
-            for (std::size_t a = 0; a < G::rank[cell_node]; ++a) {
-                const char c = G::dims[cell_node][a].sym;
-                if (!c) continue;
-                bool seen = false;
-                for (std::size_t e = 0; e < nenv; ++e) seen = seen || env[e].first == c;
-                if (!seen && nenv < env.size()) env[nenv++] = {c, s.d[a + skip]};
-            }
-        };
+        using binding = typename detail::cell_frame<info>::binding;
+        // The cell's dimension letters come from the operands' runtime shapes.
+        std::array<binding, info::num_hoisted + 3> known{};
+        std::size_t nk = 0;
         L.steps = x[0].rank ? x[0].d[0] : 0;
-        if constexpr (input_node >= 0) bind(std::size_t(input_node), x[0], 1);
-        for (std::size_t j = 0; j < info::num_hoisted; ++j) bind(info::hoisted[j], x[first_hoisted + j], 0);
-        if constexpr (HasH0 && !H0Rows) bind(std::size_t(state_node), x[1], 0);
+        if constexpr (input_node >= 0) known[nk++] = {std::size_t(input_node), x[0], 1};
+        for (std::size_t j = 0; j < info::num_hoisted; ++j) known[nk++] = {info::hoisted[j], x[first_hoisted + j], 0};
+        if constexpr (HasH0 && !H0Rows) known[nk++] = {std::size_t(state_node), x[1], 0};
         if constexpr (HasLengths) {  // lengths (B): the state's first dimension
-            if (G::dims[state_node][0].sym) bind(std::size_t(state_node), rshape{1, {x[len_index].d[0]}}, 0);
+            if (G::dims[state_node][0].sym) known[nk++] = {std::size_t(state_node), rshape{1, {x[len_index].d[0]}}, 0};
         }
-        auto value_of = [&](char c) -> std::size_t {
-            for (std::size_t e = 0; e < nenv; ++e)
-                if (env[e].first == c) return env[e].second;
-            return 0;
-        };
-        for (std::size_t i = 0; i < N; ++i) {
-            L.shapes[i].rank = G::rank[i];
-            for (std::size_t a = 0; a < G::rank[i]; ++a)
-                L.shapes[i].d[a] = G::dims[i][a].sym ? value_of(G::dims[i][a].sym) : std::size_t(G::dims[i][a].n);
-        }
-        scratch_sizes(L, std::make_index_sequence<N>{});
-        // Per step: values and op scratch of the variant nodes (the result lives in the output).
-        std::size_t off = 0, sink = 0;
-        for (std::size_t i = 0; i < N; ++i) {
-            sink = std::max(sink, L.shapes[i].size());
-            if (!info::variant[i] || G::kind[i] == leaf_kind::placeholder) continue;
-            if (i != info::out) {
-                L.val_off[i] = off;
-                off += round_up_elems<double>(L.shapes[i].size());
-            }
-            L.scr_off[i] = off;
-            off += round_up_elems<double>(L.scr_size[i]);
-        }
-        L.per_step = off;
-        std::size_t a = 0;
-        for (std::size_t i = 0; i < N; ++i)
-            if (info::variant[i] && G::kind[i] != leaf_kind::placeholder && i != info::out) {
-                L.adj_off[i] = a;
-                a += round_up_elems<double>(L.shapes[i].size());
-            }
-        L.adj_block = a;
-        L.sink = round_up_elems<double>(sink);
+        L.plan(known.data(), nk);
         L.zeros = round_up_elems<double>(L.shapes[info::out].size());
         L.h0_adj = H0Rows ? L.zeros : 0;
         L.total = L.steps * L.per_step + L.adj_block + L.sink + L.zeros + L.h0_adj;
         L.x_stride = L.steps ? x[0].size() / L.steps : 0;
         L.y_stride = L.shapes[info::out].size();
         return L;
-    }
-    template <std::size_t K, std::size_t... I>
-    static void scratch_sizes(layout<K>& L, std::index_sequence<I...>) {
-        ((L.scr_size[I] = info::variant[I] ? detail::scratch_size_of<detail::op_of_t<typename G::template node_t<I>>,
-                                                                     G::arity[I]>(L.shapes.data(), &G::operands[0][0],
-                                                                                   G::max_arity, I)
-                                           : 0),
-         ...);
     }
 
     static std::size_t scratch_size(const rshape&, const auto& x) { return plan(x).total; }
@@ -249,7 +314,7 @@ struct scan_op {
             v.val[i].shape = L.shapes[i];
             v.adj[i].shape = L.shapes[i];
             v.scr[i] = {base + t * L.per_step + L.scr_off[i], rshape{1, {L.scr_size[i]}}};
-            if (info::variant[i] && G::kind[i] != leaf_kind::placeholder)
+            if (info::computed[i])
                 v.val[i].ptr = i == info::out ? y + t * L.y_stride : base + t * L.per_step + L.val_off[i];
         }
         for (std::size_t j = 0; j < info::num_hoisted; ++j) v.val[info::hoisted[j]].ptr = c.x[first_hoisted + j].ptr;
@@ -289,7 +354,7 @@ struct scan_op {
         const std::size_t rows = rows_of(L), width = rows ? L.y_stride / rows : 0;
         for (std::size_t t = 0; t < L.steps; ++t) {
             values_at(v, c, L, t);
-            run_forward<T>(exec_of(v, L), std::make_index_sequence<N>{});
+            detail::run_cell_forward<info, T>(exec_of(v, L), std::make_index_sequence<N>{});
             if constexpr (HasLengths) {
                 const index_t* len = c.x[len_index].template as<index_t>();
                 const T* prev = static_cast<const T*>(v.val[state_node].ptr);
@@ -315,7 +380,7 @@ struct scan_op {
             std::memset(adj_block, 0, L.adj_block * sizeof(T));
             for (std::size_t i = 0; i < N; ++i) {
                 v.adj[i].ptr = sink;
-                if (info::variant[i] && G::kind[i] != leaf_kind::placeholder)
+                if (info::computed[i])
                     v.adj[i].ptr = i == info::out ? gy + t * L.y_stride : adj_block + L.adj_off[i];
             }
             for (std::size_t j = 0; j < info::num_hoisted; ++j)
@@ -341,7 +406,7 @@ struct scan_op {
                     }
             }
             std::memset(sink, 0, L.sink * sizeof(T));
-            run_backward<T>(exec_of(v, L), std::make_index_sequence<N>{});
+            detail::run_cell_backward<info, T>(exec_of(v, L), std::make_index_sequence<N>{});
             if constexpr (H0Rows) {  // the one-row h0's gradient sums over the sequences
                 if (t == 0 && c.gx[1]) {
                     const std::size_t w = c.x[1].size();
@@ -370,22 +435,6 @@ private:
                                       std::to_string(b) + " in input '" + std::string(c.x_name[len_index]) +
                                       "' is outside [1, " + std::to_string(L.steps) + "] (the padded length)");
         }
-    }
-    template <class T, std::size_t... I>
-    static void run_forward(const detail::exec_state& s, std::index_sequence<I...>) {
-        ((info::variant[I] && G::kind[I] != leaf_kind::placeholder
-              ? detail::exec_forward<detail::op_of_t<typename G::template node_t<I>>, G::arity[I], T>(s, I)
-              : void()),
-         ...);
-    }
-    template <class T, std::size_t... I>
-    static void run_backward(const detail::exec_state& s, std::index_sequence<I...>) {
-        constexpr std::size_t M = sizeof...(I);
-        ((info::variant[M - 1 - I] && G::kind[M - 1 - I] != leaf_kind::placeholder
-              ? detail::exec_backward<detail::op_of_t<typename G::template node_t<M - 1 - I>>, G::arity[M - 1 - I],
-                                      !G::is_index[M - 1 - I], T>(s, M - 1 - I)
-              : void()),
-         ...);
     }
 };
 

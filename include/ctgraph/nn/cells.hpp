@@ -33,7 +33,7 @@ constexpr auto one_minus(A a) { return sub(constant<1>{}, a); }
 
 namespace nn {
 
-enum class activation { tanh, relu };
+enum class activation { tanh, relu, gelu };
 
 /// What every cell offers once it has project() and step(): one raw step, and the scan.
 template <class Cell, int StateWidth>
@@ -68,6 +68,7 @@ struct elman : recurrent<elman<P, X, H, Phi>, H> {
     using W_h = param<P + fixed_string("_W_h"), H, H>;
     using b = param<P + fixed_string("_b"), H>;
     static constexpr auto phi(auto a) {
+        static_assert(Phi != activation::gelu, "ctg::nn::elman: the activation is tanh or relu");
         if constexpr (Phi == activation::tanh) return ctg::tanh(a); else return ctg::relu(a);
     }
     static constexpr auto project(auto xs) { return xs * W_x{} + b{}; }

@@ -7,8 +7,9 @@
 // Q = x W_q + b_q, K = m W_k + b_k, V = m W_v + b_v, each (B, n, D); split_heads makes them
 // (B, h, n, D/h) (head j = features j*D/h .. (j+1)*D/h - 1, as PyTorch's nn.MultiheadAttention and
 // the gpt workloads), so the heads are a batch axis of one attention call; merge_heads undoes it,
-// and W_o, b_o project the concatenated heads. Parameters: <P>W_q, <P>b_q, ..., <P>W_o, <P>b_o,
-// weights stored (in, out). The score is a template argument (any ctg::score_for type, per head).
+// and W_o, b_o project the concatenated heads. Parameters are named as PyTorch modules name their
+// Linear layers: <P>q.weight, <P>q.bias, <P>k.*, <P>v.*, <P>proj.weight, <P>proj.bias; weights are
+// stored (in, out), the transpose of PyTorch's (out, in). The score is a template argument (any ctg::score_for type, per head).
 #pragma once
 #include "ctgraph/attention.hpp"
 #include "ctgraph/ops/add.hpp"
@@ -45,14 +46,14 @@ template <fixed_string P, int D, int Heads, class Score = scaled_dot_score>
 struct multi_head_attention {
     static_assert(D % Heads == 0, "ctg::nn::multi_head_attention: the width must be a multiple of the number of heads");
     static constexpr int head_dim = D / Heads;
-    using W_q = param<P + fixed_string("W_q"), D, D>;
-    using b_q = param<P + fixed_string("b_q"), D>;
-    using W_k = param<P + fixed_string("W_k"), D, D>;
-    using b_k = param<P + fixed_string("b_k"), D>;
-    using W_v = param<P + fixed_string("W_v"), D, D>;
-    using b_v = param<P + fixed_string("b_v"), D>;
-    using W_o = param<P + fixed_string("W_o"), D, D>;
-    using b_o = param<P + fixed_string("b_o"), D>;
+    using W_q = param<P + fixed_string("q.weight"), D, D>;
+    using b_q = param<P + fixed_string("q.bias"), D>;
+    using W_k = param<P + fixed_string("k.weight"), D, D>;
+    using b_k = param<P + fixed_string("k.bias"), D>;
+    using W_v = param<P + fixed_string("v.weight"), D, D>;
+    using b_v = param<P + fixed_string("v.bias"), D>;
+    using W_o = param<P + fixed_string("proj.weight"), D, D>;
+    using b_o = param<P + fixed_string("proj.bias"), D>;
 
     /// The per-head queries, keys and values (B, h, n, D/h).
     template <expr X>

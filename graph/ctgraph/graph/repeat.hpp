@@ -1,0 +1,193 @@
+// ctgraph/graph/repeat.hpp: depth as a loop. L layers of one block are one type.
+//
+//   auto y = repeat<L, "blocks.">(block, x);     // x (any shape) -> block applied L times
+//
+// `block(x)` is ordinary ctgraph code: it receives a placeholder for the carried value (the
+// residual stream of a Transformer) and returns the next layer's value, of the same shape. It is
+// composed once; L is only a number. Every parameter the block declares is per layer: in the
+// program, param<"ln1.weight", D> inside the block is layered_param<"blocks.ln1.weight", L, D>, a stacked
+// parameter whose row l is layer l's (so L layers cost one block's compile time, not L blocks').
+// Whatever else the block reads (an encoder's memory, lengths for a padding mask) is a loop
+// invariant, hoisted into the outer graph as with scan, its adjoint summed over the layers.
+//
+// Forward runs the block L times, keeping each layer's intermediate values (backward needs them)
+// and each layer's output; the last layer's output is the node's value. Backward runs the layers'
+// VJPs from L-1 down to 0; a layer's input adjoint is the previous layer's output adjoint (two
+// buffers, alternating), and each layer's parameter gradients land in their own rows.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "ctgraph/graph/scan.hpp"
+
+namespace ctg {
+
+namespace detail {
+/// param<Name, D...> -> layered_param<Prefix + Name, L, D...>.
+template <fixed_string Prefix, int L, class P, class I = std::make_index_sequence<P::shape::rank>>
+struct stacked_param;
+template <fixed_string Prefix, int L, class P, std::size_t... I>
+struct stacked_param<Prefix, L, P, std::index_sequence<I...>> {
+    static_assert(P::shape::rank + 1 <= max_rank, "ctg::repeat: a stacked parameter would exceed the largest rank (4)");
+    using type = layered_param<Prefix + P::name, L, P::shape::dims[I]...>;
+};
+template <fixed_string Prefix, int L, class List>
+struct stacked_params;
+template <fixed_string Prefix, int L, class... P>
+struct stacked_params<Prefix, L, tlist<P...>> {
+    using type = tlist<typename stacked_param<Prefix, L, P>::type...>;
+};
+template <class Op, class X, class... P, class... H>
+constexpr auto make_repeat_node(X x, tlist<P...>, tlist<H...>) {
+    return make_node<Op>(x, P{}..., H{}...);
+}
+}  // namespace detail
+
+namespace ops {
+
+/// The repeat primitive. Operands: x, the stacked parameters (the block's, in its topological
+/// order), then the block's hoisted invariants.
+template <class CellOut, int L>
+struct repeat_op {
+    using info = detail::cell_info<CellOut, true>;
+    using G = typename info::G;
+    static constexpr std::size_t N = info::N, P = info::num_step_params, first_hoisted = 1 + P;
+    static constexpr int state_node = detail::find_role_impl<CellOut, 0>(std::make_index_sequence<N>{});
+    static constexpr std::string_view name = "repeat";
+    static_assert(L >= 1, "ctg::repeat: at least one layer");
+
+    template <class... S>
+    static consteval bool check() { return true; }
+    template <class X, class... R>
+    static consteval auto dims() { return X::dims; }
+    static std::string describe() { return std::to_string(L) + " layers of a " + std::to_string(N) + "-node block"; }
+
+    // ---------------------------------------------------------------- sizes (from operand shapes)
+    struct layout : detail::cell_frame<info> {
+        std::size_t state = 0, total = 0;  // elements of the carried value (rounded up), of scratch
+        std::array<std::size_t, P + 1> param_size{};
+        // scratch = [L x per_step][L-1 layer outputs][adjoint block][sink][2 state adjoints]
+        std::size_t outputs_off() const { return L * this->per_step; }
+        std::size_t adjoints_off() const { return outputs_off() + (L - 1) * state; }
+        std::size_t sink_off() const { return adjoints_off() + this->adj_block; }
+        std::size_t state_adj_off(std::size_t k) const { return sink_off() + this->sink + k * state; }
+    };
+    template <std::size_t K>
+    static layout plan(const std::array<rshape, K>& x) {
+        layout Ly;
+        using binding = typename detail::cell_frame<info>::binding;
+        std::array<binding, info::num_hoisted + 1> known{};
+        std::size_t nk = 0;
+        if constexpr (state_node >= 0) known[nk++] = {std::size_t(state_node), x[0], 0};
+        for (std::size_t j = 0; j < info::num_hoisted; ++j) known[nk++] = {info::hoisted[j], x[first_hoisted + j], 0};
+        Ly.plan(known.data(), nk);
+        Ly.state = round_up_elems<double>(x[0].size());
+        for (std::size_t p = 0; p < P; ++p) Ly.param_size[p] = Ly.shapes[info::step_params[p]].size();
+        Ly.total = Ly.state_adj_off(2);
+        return Ly;
+    }
+    static std::size_t scratch_size(const rshape&, const auto& x) { return plan(x).total; }
+    template <class T, std::size_t K>
+    static layout plan_of(const op_io<T, K>& c) {
+        std::array<rshape, K> xs{};
+        for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
+        return plan(xs);
+    }
+
+    // ---------------------------------------------------------------- one layer's views
+    struct layer_views {
+        std::array<view, N> val{}, adj{}, scr{};
+    };
+    template <class T, std::size_t K>
+    static void values_at(layer_views& v, const op_io<T, K>& c, const layout& Ly, std::size_t l) {
+        T* base = c.scratch.template as<T>();
+        for (std::size_t i = 0; i < N; ++i) {
+            v.val[i].shape = v.adj[i].shape = Ly.shapes[i];
+            v.scr[i] = {base + l * Ly.per_step + Ly.scr_off[i], rshape{1, {Ly.scr_size[i]}}};
+            if (info::computed[i]) v.val[i].ptr = base + l * Ly.per_step + Ly.val_off[i];
+        }
+        v.val[info::out].ptr = l + 1 == L ? c.y_data() : base + Ly.outputs_off() + l * Ly.state;
+        if constexpr (state_node >= 0)
+            v.val[state_node].ptr = l == 0 ? c.x[0].ptr : static_cast<void*>(base + Ly.outputs_off() + (l - 1) * Ly.state);
+        for (std::size_t p = 0; p < P; ++p)
+            v.val[info::step_params[p]].ptr = const_cast<T*>(c.x_data(1 + p)) + l * Ly.param_size[p];
+        for (std::size_t j = 0; j < info::num_hoisted; ++j) v.val[info::hoisted[j]].ptr = c.x[first_hoisted + j].ptr;
+    }
+    static detail::exec_state exec_of(const layer_views& v, const layout& Ly) {
+        return {v.val.data(), v.adj.data(), v.scr.data(), Ly.shapes.data(), info::has_adjoint.data(), G::label.data(),
+                &G::operands[0][0], G::max_arity};
+    }
+
+    // ---------------------------------------------------------------- forward
+    template <class T, std::size_t K>
+    static void forward(op_io<T, K>& c) {
+        const layout Ly = plan_of(c);
+        layer_views v;
+        for (std::size_t l = 0; l < std::size_t(L); ++l) {
+            values_at(v, c, Ly, l);
+            detail::run_cell_forward<info, T>(exec_of(v, Ly), std::make_index_sequence<N>{});
+        }
+    }
+
+    // ---------------------------------------------------------------- backward
+    template <class T, std::size_t K>
+    static void backward(op_io<T, K>& c) {
+        const layout Ly = plan_of(c);
+        T* base = c.scratch.template as<T>();
+        T* adj_block = base + Ly.adjoints_off();
+        T* sink = base + Ly.sink_off();
+        layer_views v;
+        for (std::size_t l = L; l-- > 0;) {
+            values_at(v, c, Ly, l);
+            std::memset(adj_block, 0, Ly.adj_block * sizeof(T));
+            for (std::size_t i = 0; i < N; ++i) {
+                v.adj[i].ptr = sink;
+                if (info::computed[i]) v.adj[i].ptr = adj_block + Ly.adj_off[i];
+            }
+            // This layer's output adjoint: the loss's (top layer) or what layer l+1 sent down.
+            v.adj[info::out].ptr = l + 1 == L ? c.gy_data() : base + Ly.state_adj_off(l & 1);
+            if constexpr (state_node >= 0) {
+                if (l > 0) {
+                    T* down = base + Ly.state_adj_off((l - 1) & 1);
+                    std::memset(down, 0, Ly.state * sizeof(T));
+                    v.adj[state_node].ptr = down;
+                } else if (c.gx[0]) {
+                    v.adj[state_node].ptr = c.gx[0].ptr;
+                }
+            }
+            for (std::size_t p = 0; p < P; ++p)
+                if (c.gx[1 + p]) v.adj[info::step_params[p]].ptr = c.gx_data(1 + p) + l * Ly.param_size[p];
+            for (std::size_t j = 0; j < info::num_hoisted; ++j)
+                if (c.gx[first_hoisted + j]) v.adj[info::hoisted[j]].ptr = c.gx[first_hoisted + j].ptr;
+            std::memset(sink, 0, Ly.sink * sizeof(T));
+            detail::run_cell_backward<info, T>(exec_of(v, Ly), std::make_index_sequence<N>{});
+        }
+    }
+};
+
+}  // namespace ops
+
+/// Applies `block` L times to `x` (see the file comment); the block's parameters are stacked
+/// (L, ...) under the names Prefix + their own.
+template <int L, fixed_string Prefix, class Block, expr X>
+constexpr auto repeat(Block block, X x) {
+    static_assert(L >= 1, "ctg::repeat: at least one layer");
+    using State = typename detail::placeholder_of<typename X::shape, X::is_index>::template type<0>;
+    using Out = decltype(block(State{}));
+    if constexpr (any_poison<X> || Out::is_poison) {
+        return poison{};
+    } else {
+        static_assert(with_shapes<std::is_same_v<typename Out::shape, typename X::shape>, typename Out::shape::pretty,
+                                  typename X::shape::pretty>::value,
+                      "ctg::repeat: the block must return a value of its input's shape");
+        using Op = ops::repeat_op<Out, L>;
+        using info = typename Op::info;
+        using params = typename detail::stacked_params<Prefix, L, typename info::step_param_list>::type;
+        return detail::make_repeat_node<Op>(x, params{}, typename info::hoisted_list{});
+    }
+}
+
+}  // namespace ctg

@@ -1,0 +1,139 @@
+// ctgraph/nn/transformer.hpp: Transformer layers from primitives (every backward is generated).
+//
+//   nn::linear<"fc1.", 128, 512>{}(x)                  x W + b; W (in, out) "fc1.weight", b "fc1.bias"
+//   nn::layer_norm<"ln1.", 128>{}(x)                   fused layer norm; gamma "ln1.weight", beta "ln1.bias"
+//   nn::ffn<"", 128, 512>{}(x)                         fc2(GELU_tanh(fc1(x))) (or activation::relu)
+//   nn::encoder_block<"", D, Heads, F>{}(x, mask)      self-attention + FFN, residuals, pre- or post-norm
+//   nn::decoder_block<"", D, Heads, F>{}(x, memory, self_mask, memory_mask)
+//                                                      causal self-attention, cross-attention, FFN
+//   nn::gpt<V, MaxLen, D, Heads, Layers>::logits(tokens) / ::loss(tokens, targets)
+//
+// Depth: a stack of identical blocks is ctg::repeat (graph/repeat.hpp): one block type run Layers
+// times over parameters stacked (Layers, ...), so a 12-layer model compiles like a 1-layer one.
+// Parameter names follow PyTorch's module names (blocks.ln1.weight is PyTorch's blocks.{l}.ln1.weight
+// stacked over l); Linear weights are stored (in, out), the transpose of PyTorch's.
+#pragma once
+#include "ctgraph/attention.hpp"
+#include "ctgraph/graph/repeat.hpp"
+#include "ctgraph/nn/cells.hpp"  // nn::activation
+#include "ctgraph/nn/multi_head_attention.hpp"
+#include "ctgraph/ops/add.hpp"
+#include "ctgraph/ops/embedding.hpp"
+#include "ctgraph/ops/gelu.hpp"
+#include "ctgraph/ops/layer_norm.hpp"
+#include "ctgraph/ops/matmul.hpp"
+#include "ctgraph/ops/positions.hpp"
+#include "ctgraph/ops/relu.hpp"
+#include "ctgraph/ops/softmax_cross_entropy.hpp"
+
+namespace ctg::nn {
+
+/// y = x W + b over the last axis.
+template <fixed_string P, int In, int Out, bool Bias = true>
+struct linear {
+    using weight = param<P + fixed_string("weight"), In, Out>;
+    using bias = param<P + fixed_string("bias"), Out>;
+    template <expr X>
+    constexpr auto operator()(X x) const {
+        if constexpr (Bias) return x * weight{} + bias{};
+        else return x * weight{};
+    }
+};
+
+/// Layer normalisation over the last axis with a learned scale and shift (eps 1e-5).
+template <fixed_string P, int D>
+struct layer_norm {
+    using gamma = param<P + fixed_string("weight"), D>;
+    using beta = param<P + fixed_string("bias"), D>;
+    template <expr X>
+    constexpr auto operator()(X x) const { return ctg::layer_norm(x, gamma{}, beta{}); }
+};
+
+/// Position-wise feed-forward network: fc2(act(fc1(x))), D -> F -> D. GELU is the tanh approximation.
+template <fixed_string P, int D, int F, activation Act = activation::gelu>
+struct ffn {
+    using fc1 = linear<P + fixed_string("fc1."), D, F>;
+    using fc2 = linear<P + fixed_string("fc2."), F, D>;
+    template <expr X>
+    constexpr auto operator()(X x) const {
+        static_assert(Act != activation::tanh, "ctg::nn::ffn: the activation is gelu or relu");
+        if constexpr (Act == activation::gelu) return fc2{}(gelu(fc1{}(x)));
+        else return fc2{}(relu(fc1{}(x)));
+    }
+};
+
+/// Where a block normalises: before each sub-layer (x + f(norm(x)), GPT-2) or after the residual
+/// sum (norm(x + f(x)), the original Transformer).
+enum class norm_placement { pre, post };
+
+/// A residual sub-layer in either placement.
+template <norm_placement Place, class Norm, expr X, class F>
+constexpr auto residual(X x, F f) {
+    if constexpr (Place == norm_placement::pre) return x + f(Norm{}(x));
+    else return Norm{}(x + f(x));
+}
+
+/// Encoder block: self-attention (mask: padding, a window, ...) then FFN, each residual.
+/// Parameters: <P>ln1.*, <P>q/k/v/proj.*, <P>ln2.*, <P>fc1.*, <P>fc2.*.
+template <fixed_string P, int D, int Heads, int F, norm_placement Place = norm_placement::pre,
+          activation Act = activation::gelu, class Score = scaled_dot_score>
+struct encoder_block {
+    using attn = multi_head_attention<P, D, Heads, Score>;
+    using ln1 = layer_norm<P + fixed_string("ln1."), D>;
+    using ln2 = layer_norm<P + fixed_string("ln2."), D>;
+    using mlp = ffn<P, D, F, Act>;
+    template <expr X, attention_mask Mask = no_mask>
+    constexpr auto operator()(X x, Mask mask = {}) const {
+        auto h = residual<Place, ln1>(x, [&](auto a) { return attn::self(a, mask); });
+        return residual<Place, ln2>(h, [](auto a) { return mlp{}(a); });
+    }
+};
+
+/// Decoder block: causal self-attention (and self_mask, e.g. target padding), cross-attention to
+/// the encoder's memory (memory_mask: source padding), then FFN. Parameters: <P>ln1/ln2/ln3.*,
+/// <P>q/k/v/proj.* (self), <P>cross.q/k/v/proj.*, <P>fc1/fc2.*.
+template <fixed_string P, int D, int Heads, int F, norm_placement Place = norm_placement::pre,
+          activation Act = activation::gelu, class Score = scaled_dot_score>
+struct decoder_block {
+    using self_attn = multi_head_attention<P, D, Heads, Score>;
+    using cross_attn = multi_head_attention<P + fixed_string("cross."), D, Heads, Score>;
+    using ln1 = layer_norm<P + fixed_string("ln1."), D>;
+    using ln2 = layer_norm<P + fixed_string("ln2."), D>;
+    using ln3 = layer_norm<P + fixed_string("ln3."), D>;
+    using mlp = ffn<P, D, F, Act>;
+    template <expr X, expr Memory, attention_mask SelfMask = no_mask, attention_mask MemoryMask = no_mask>
+    constexpr auto operator()(X x, Memory memory, SelfMask self_mask = {}, MemoryMask memory_mask = {}) const {
+        auto h = residual<Place, ln1>(x, [&](auto a) {
+            if constexpr (std::is_same_v<SelfMask, no_mask>) return self_attn::self(a, causal{});
+            else return self_attn::self(a, causal{} && self_mask);
+        });
+        auto c = residual<Place, ln2>(h, [&](auto a) { return cross_attn::cross(a, memory, memory_mask); });
+        return residual<Place, ln3>(c, [](auto a) { return mlp{}(a); });
+    }
+};
+
+/// The decoder-only GPT of the gpt-s / gpt-m workloads: token embedding + sinusoidal positions,
+/// Layers pre-norm blocks (causal multi-head self-attention, GELU FFN of 4 D), final layer norm,
+/// linear head (untied, with bias). Tokens are (B, T) ids, T <= MaxLen.
+template <int V, int MaxLen, int D, int Heads, int Layers, int F = 4 * D>
+struct gpt {
+    using tok_embed = param<"tok_embed", V, D>;
+    using block = encoder_block<"", D, Heads, F>;
+    using ln_f = layer_norm<"ln_f.", D>;
+    using head = linear<"head.", D, V>;
+
+    /// The residual stream after the last block and the final norm: (B, T, D).
+    template <expr Tokens>
+    static constexpr auto hidden(Tokens tokens) {
+        auto x = sinusoidal_positions<MaxLen>(embedding(tok_embed{}, tokens));
+        return ln_f{}(repeat<Layers, "blocks.">([](auto h) { return block{}(h, causal{}); }, x));
+    }
+    /// Next-token logits (B, T, V).
+    template <expr Tokens>
+    static constexpr auto logits(Tokens tokens) { return head{}(hidden(tokens)); }
+    /// Mean next-token cross-entropy over B x T.
+    template <expr Tokens, expr Targets>
+    static constexpr auto loss(Tokens tokens, Targets targets) { return softmax_cross_entropy(logits(tokens), targets); }
+};
+
+}  // namespace ctg::nn

@@ -1,0 +1,130 @@
+// ctgraph/ops/positions.hpp: positional encodings added to a sequence of feature vectors.
+//
+//   sinusoidal_positions<MaxLen>(x)   x (..., T, D) -> x + PE[:T], the fixed table of the reference
+//                                     article: PE[p, 2i] = sin(p / 10000^(2i/D)),
+//                                     PE[p, 2i+1] = cos(p / 10000^(2i/D)) (computed in double, as
+//                                     PyTorch's reference does, then rounded to the program's type)
+//   learned_positions(x, table)       table (MaxLen, D), a parameter: x + table[:T]; its gradient
+//                                     sums over the leading axes
+//
+// T may be dynamic; a sequence longer than the table (T > MaxLen) throws ctg::index_error naming
+// the operand, before anything is written: never a read past the table's end.
+#pragma once
+#include <cmath>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/simd.hpp"
+#include "ctgraph/op.hpp"
+
+namespace ctg {
+namespace ops {
+
+/// The sinusoidal table (MaxLen, D) in scalar type T, built once per (T, MaxLen, D).
+template <class T, int MaxLen, int D>
+const std::vector<T>& sinusoidal_table() {
+    static const std::vector<T> table = [] {
+        std::vector<T> t(static_cast<std::size_t>(MaxLen) * D);
+        for (int p = 0; p < MaxLen; ++p)
+            for (int i = 0; i < D; i += 2) {
+                const double angle = double(p) / std::pow(10000.0, double(i) / double(D));
+                t[std::size_t(p) * D + i] = T(std::sin(angle));
+                if (i + 1 < D) t[std::size_t(p) * D + i + 1] = T(std::cos(angle));
+            }
+        return t;
+    }();
+    return table;
+}
+
+/// Learned = false: one operand (x), the table is the sinusoidal one of width D; true: (x, table).
+template <int MaxLen, int D, bool Learned>
+struct positions_op {
+    static constexpr std::string_view name = Learned ? "learned_positions" : "sinusoidal_positions";
+    static std::string describe() { return "max " + std::to_string(MaxLen); }
+
+    template <class X, class... Table>
+    static consteval bool check() {
+        if constexpr (X::rank < 2 || !X::dims[X::rank - 1].is_static()) {
+            return false;
+        } else {
+            constexpr dim t = X::dims[X::rank - 2];
+            bool ok = (!t.is_static() || t.n <= MaxLen) && X::dims[X::rank - 1] == dim(D);
+            if constexpr (Learned) ok = ok && ((Table::rank == 2 && Table::dims[0] == dim(MaxLen) && Table::dims[1] == dim(D)) && ...);
+            return ok;
+        }
+    }
+    template <class X, class... Table>
+    static consteval auto dims() { return X::dims; }
+
+    template <class T, std::size_t K>
+    static void forward(op_io<T, K>& c) {
+        const rshape& s = c.x[0].shape;
+        const std::size_t len = s[-2], outer = len ? s.size() / (len * D) : 0;
+        if (len > std::size_t(MaxLen))
+            throw index_error("ctg::" + std::string(name) + ": a sequence of " + std::to_string(len) + " positions in '" +
+                              std::string(c.x_name[0]) + "' is longer than the positional table (" +
+                              std::to_string(MaxLen) + " positions)");
+        const T* table;
+        if constexpr (Learned) table = c.x_data(1);
+        else table = sinusoidal_table<T, MaxLen, D>().data();
+        for (std::size_t o = 0; o < outer; ++o)
+            kernels::map(len * D, c.y_data() + o * len * D, [](auto a, auto b) { return a + b; },
+                         c.x_data(0) + o * len * D, table);
+    }
+    template <class T, std::size_t K>
+    static void backward(op_io<T, K>& c) {
+        const rshape& s = c.x[0].shape;
+        const std::size_t len = s[-2], outer = len ? s.size() / (len * D) : 0;
+        for (std::size_t o = 0; o < outer; ++o) {
+            if (c.gx[0]) kernels::add_to(len * D, c.gy_data() + o * len * D, c.gx_data(0) + o * len * D);
+            if constexpr (Learned)
+                if (c.gx[1]) kernels::add_to(len * D, c.gy_data() + o * len * D, c.gx_data(1));
+        }
+    }
+};
+
+}  // namespace ops
+
+/// x (..., T, D) plus the fixed sinusoidal encoding of positions 0 .. T-1 (T <= MaxLen).
+template <int MaxLen, expr X>
+constexpr auto sinusoidal_positions(X x) {
+    using S = typename X::shape;
+    static_assert(with_shapes<any_poison<X> || (S::rank >= 2 && S::dims[S::rank - 1].is_static() &&
+                                                S::dims[S::rank - 1].n % 2 == 0),
+                              typename S::pretty>::value,
+                  "ctg::sinusoidal_positions: the operand must be (..., T, D) with a static, even D");
+    if constexpr (any_poison<X> || !(S::rank >= 2 && S::dims[S::rank - 1].is_static())) {
+        return poison{};
+    } else {
+        using Op = ops::positions_op<MaxLen, int(S::dims[S::rank - 1].n), false>;
+        static_assert(with_shapes<Op::template check<S>(), typename S::pretty, shape_is<MaxLen>>::value,
+                      "ctg::sinusoidal_positions: the sequence is longer than the table (MaxLen positions)");
+        return make_float_node<Op>(x);
+    }
+}
+
+/// x (..., T, D) plus rows 0 .. T-1 of a learned table (MaxLen, D), usually a param.
+template <expr X, expr Table>
+constexpr auto learned_positions(X x, Table table) {
+    using S = typename X::shape;
+    using P = typename Table::shape;
+    if constexpr (any_poison<X, Table>) {
+        return poison{};
+    } else {
+        static_assert(with_shapes<P::rank == 2 && P::dims[0].is_static() && P::dims[1].is_static(),
+                                  typename P::pretty>::value,
+                      "ctg::learned_positions: the table must be a static (MaxLen, D) matrix");
+        if constexpr (!(P::rank == 2 && P::dims[0].is_static() && P::dims[1].is_static())) {
+            return poison{};
+        } else {
+            using Op = ops::positions_op<int(P::dims[0].n), int(P::dims[1].n), true>;
+            static_assert(with_shapes<Op::template check<S, P>(), typename S::pretty, typename P::pretty>::value,
+                          "ctg::learned_positions: the operand must be (..., T, D) with T <= MaxLen and D the "
+                          "table's width");
+            return make_float_node<Op>(x, table);
+        }
+    }
+}
+}  // namespace ctg

@@ -1,0 +1,198 @@
+// Transformer pieces: the fused layer norm against its composed form, positional encodings (values,
+// bounds), repeat (depth as a loop) against the same blocks written out, parameter initialisation
+// of stacked parameters, and the bad-input paths.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include <xtensor/xview.hpp>
+
+#include "transformer_fixture.hpp"
+
+using namespace ctg;
+using namespace ctg::testing::tfm;
+
+namespace {
+constexpr options grads{.input_grads = true};
+
+using gamma_p = param<"ln.weight", D>;
+using beta_p = param<"ln.bias", D>;
+
+/// Layer norm written with primitives: means as products with a (D, D) matrix of 1/D, the inverse
+/// square root as exp(-log(v) / 2).
+template <expr E>
+constexpr auto composed_layer_norm(E x) {
+    auto avg = full<1.0 / D, D, D>();
+    auto centred = x - x * avg;  // operator* is the matrix product
+    auto var = mul(centred, centred) * avg;
+    auto inv_std = exp(mul(log(var + constant<1e-5>{}), constant<-0.5>{}));
+    return mul(mul(centred, inv_std), gamma_p{}) + beta_p{};
+}
+
+void copy_same(parameter_store<double>& a, parameter_store<double>& b) {
+    a.init(5);
+    for (std::size_t s = 0; s < a.size(); ++s) {  // random gains and shifts, not just 1 and 0
+        for (std::size_t k = 0; k < a.at(s).shape.size(); ++k) a.value(s)[k] += 0.3 * std::sin(double(7 * k + s));
+        std::copy(a.value(s), a.value(s) + a.at(s).shape.size(), b.value(b.slot(a.at(s).name)));
+    }
+}
+void compare_same(parameter_store<double>& a, parameter_store<double>& b) {
+    REQUIRE(a.size() == b.size());
+    for (std::size_t s = 0; s < a.size(); ++s) {
+        const double* gb = b.grad(b.slot(a.at(s).name));
+        for (std::size_t k = 0; k < a.at(s).shape.size(); ++k) CHECK(a.grad(s)[k] == Approx(gb[k]).margin(1e-12));
+    }
+}
+}  // namespace
+
+TEST_CASE("fused layer norm equals the composed graph, values and gradients", "[transformer]") {
+    auto pa = compile<double, grads>(sum(mul(layer_norm(X{}, gamma_p{}, beta_p{}), Gw{})));
+    auto pb = compile<double, grads>(sum(mul(composed_layer_norm(X{}), Gw{})));
+    compare_programs(pa, pb, 2, 3, 1e-12, copy_same, compare_same);
+    // The normalisation itself, with gamma 1 and beta 0: every row has mean 0 and variance ~1.
+    auto pn = compile<double>(layer_norm(X{}, gamma_p{}, beta_p{}));
+    pn.params().init(0);  // gain "weight" -> ones, bias -> zeros
+    const auto x = random_values(2 * 3 * D, 9, -3, 5);
+    pn.feed("x", x.data(), rshape{3, {2, 3, D}});
+    pn.forward();
+    const auto y = xt::eval(pn.value_of(layer_norm(X{}, gamma_p{}, beta_p{})));
+    for (std::size_t r = 0; r < 6; ++r) {
+        double mean = 0, sq = 0;
+        for (int k = 0; k < D; ++k) mean += y.data()[r * D + k] / D;
+        for (int k = 0; k < D; ++k) sq += (y.data()[r * D + k] - mean) * (y.data()[r * D + k] - mean) / D;
+        CHECK(mean == Approx(0).margin(1e-12));
+        CHECK(sq == Approx(1).margin(1e-4));  // var / (var + eps)
+    }
+}
+
+TEST_CASE("sinusoidal positions follow the reference formula; too long a sequence is an error", "[transformer]") {
+    auto prog = compile<double>(sinusoidal_positions<6>(X{}));
+    const std::vector<double> zeros(1 * 5 * D, 0.0);
+    prog.feed("x", zeros.data(), rshape{3, {1, 5, D}});
+    prog.forward();
+    const auto pe = xt::eval(prog.output<0>());
+    for (std::size_t p = 0; p < 5; ++p)
+        for (int i = 0; i < D; i += 2) {
+            const double angle = double(p) / std::pow(10000.0, double(i) / D);
+            CHECK(pe(0, p, i) == Approx(std::sin(angle)).margin(1e-15));
+            CHECK(pe(0, p, i + 1) == Approx(std::cos(angle)).margin(1e-15));
+        }
+    const std::vector<double> longer(1 * 7 * D, 0.0);
+    prog.feed("x", longer.data(), rshape{3, {1, 7, D}});
+    CHECK_THROWS_AS(prog.forward(), index_error);
+    CHECK_THROWS_WITH(prog.forward(), Catch::Contains("a sequence of 7 positions in 'x' is longer than the positional "
+                                                      "table (6 positions)"));
+}
+
+TEST_CASE("learned positions: table rows by position, gradient summed over the batch, bounds", "[transformer]") {
+    using table = param<"pos", 6, D>;
+    auto prog = compile<double, grads>(sum(mul(learned_positions(X{}, table{}), Gw{})));
+    prog.params().init(1);
+    const std::vector<double> before(prog.params().values().begin(), prog.params().values().end());
+    const auto x = random_values(2 * 4 * D, 2), g = random_values(2 * 4 * D, 3);
+    prog.feed("x", x.data(), rshape{3, {2, 4, D}});
+    prog.feed("g", g.data(), rshape{3, {2, 4, D}});
+    prog.forward();
+    prog.backward();
+    auto gt = prog.grad<"pos">();
+    for (std::size_t p = 0; p < 6; ++p)
+        for (int k = 0; k < D; ++k) {
+            const double want = p < 4 ? g[(0 * 4 + p) * D + k] + g[(1 * 4 + p) * D + k] : 0.0;
+            CHECK(gt(p, k) == Approx(want).margin(1e-14));
+        }
+    const std::vector<double> longer(2 * 7 * D, 0.0), gl(2 * 7 * D, 1.0);
+    prog.feed("x", longer.data(), rshape{3, {2, 7, D}});
+    prog.feed("g", gl.data(), rshape{3, {2, 7, D}});
+    CHECK_THROWS_WITH(prog.forward(), Catch::Contains("longer than the positional table (6 positions)"));
+    CHECK(std::equal(before.begin(), before.end(), prog.params().values().begin()));  // nothing changed
+}
+
+namespace {
+using block = nn::encoder_block<"", D, 2, 8>;
+constexpr auto block_fn = [](auto h) { return block{}(h, causal{}); };
+template <fixed_string P>
+using named_block = nn::encoder_block<P, D, 2, 8>;
+
+/// repeat's row l of "blocks.<name>" is layer l's parameter "l<l>.<name>" of the written-out model.
+void copy_layers(parameter_store<double>& a, parameter_store<double>& b) {
+    a.init(11);
+    for (std::size_t s = 0; s < a.size(); ++s) {
+        const auto& e = a.at(s);
+        REQUIRE(e.name.rfind("blocks.", 0) == 0);
+        REQUIRE(e.layer_axes == 1);
+        const std::size_t per = e.shape.size() / e.shape.d[0];
+        for (std::size_t k = 0; k < e.shape.size(); ++k) a.value(s)[k] += 0.2 * std::cos(double(3 * k + s));
+        for (std::size_t l = 0; l < e.shape.d[0]; ++l)
+            std::copy(a.value(s) + l * per, a.value(s) + (l + 1) * per,
+                      b.value(b.slot("l" + std::to_string(l) + "." + e.name.substr(7))));
+    }
+}
+void compare_layers(parameter_store<double>& a, parameter_store<double>& b) {
+    for (std::size_t s = 0; s < a.size(); ++s) {
+        const auto& e = a.at(s);
+        const std::size_t per = e.shape.size() / e.shape.d[0];
+        for (std::size_t l = 0; l < e.shape.d[0]; ++l) {
+            const double* gb = b.grad(b.slot("l" + std::to_string(l) + "." + e.name.substr(7)));
+            for (std::size_t k = 0; k < per; ++k) CHECK(a.grad(s)[l * per + k] == Approx(gb[k]).margin(1e-12));
+        }
+    }
+}
+}  // namespace
+
+TEST_CASE("repeat equals the same blocks written out, values and gradients", "[transformer]") {
+    auto stacked = repeat<3, "blocks.">(block_fn, X{});
+    auto written = named_block<"l2.">{}(named_block<"l1.">{}(named_block<"l0.">{}(X{}, causal{}), causal{}), causal{});
+    auto pa = compile<double, grads>(sum(mul(stacked, Gw{})));
+    auto pb = compile<double, grads>(sum(mul(written, Gw{})));
+    REQUIRE(pa.params().size() * 3 == pb.params().size());
+    compare_programs(pa, pb, 2, 5, 1e-12, copy_layers, compare_layers);
+    // One layer type whatever the depth: the 3-layer program has the nodes of one block plus repeat.
+    CHECK(decltype(pa)::N < decltype(pb)::N / 2);
+}
+
+TEST_CASE("stacked parameters initialise per layer: gains 1, biases 0, Xavier per slice", "[transformer]") {
+    auto prog = compile<float>(repeat<4, "blocks.">(block_fn, X{}));
+    prog.params().init(3);
+    auto ln = prog.param<"blocks.ln1.weight">();
+    auto bias = prog.param<"blocks.fc1.bias">();
+    auto w = prog.param<"blocks.fc1.weight">();  // (4, D, 8): a = sqrt(6 / (D + 8)) per layer
+    CHECK(ln.shape()[0] == 4);
+    for (float v : ln) CHECK(v == 1.0f);
+    for (float v : bias) CHECK(v == 0.0f);
+    const float a = std::sqrt(6.0f / (D + 8));
+    float largest = 0;
+    for (float v : w) largest = std::max(largest, std::abs(v));
+    CHECK(largest <= a);
+    CHECK(largest > 0.5f * a);
+    CHECK(xt::amax(xt::abs(xt::view(w, 0) - xt::view(w, 1)))() > 0.0f);  // layers differ
+}
+
+TEST_CASE("a GPT's bad input: a token id out of range, a context longer than the table", "[transformer][errors]") {
+    using model = nn::gpt<11, 8, D, 2, 2>;
+    using Tok = index_input<"tok", B, T>;
+    using Tgt = index_input<"tgt", B, T>;
+    auto prog = compile<float>(model::loss(Tok{}, Tgt{}));
+    prog.params().init(1);
+    const std::vector<float> before(prog.params().values().begin(), prog.params().values().end());
+    std::vector<index_t> tok = {1, 2, 3, 11}, tgt = {2, 3, 4, 5};
+    prog.feed("tok", tok.data(), rshape{2, {1, 4}});
+    prog.feed("tgt", tgt.data(), rshape{2, {1, 4}});
+    CHECK_THROWS_WITH(prog.forward(), Catch::Contains("id 11 at position 3 of input 'tok' is outside the table's range [0, 11)"));
+    std::vector<index_t> long_tok(9, 1), long_tgt(9, 2);
+    prog.feed("tok", long_tok.data(), rshape{2, {1, 9}});
+    prog.feed("tgt", long_tgt.data(), rshape{2, {1, 9}});
+    CHECK_THROWS_WITH(prog.forward(), Catch::Contains("a sequence of 9 positions in 'embedding' is longer than the "
+                                                      "positional table (8 positions)"));
+    CHECK(std::equal(before.begin(), before.end(), prog.params().values().begin()));
+    prog.feed("tok", tok.data(), rshape{2, {1, 4}});
+    tok[3] = 10;
+    prog.feed("tok", tok.data(), rshape{2, {1, 4}});
+    prog.feed("tgt", tgt.data(), rshape{2, {1, 4}});
+    // The failed calls left nothing behind: a fresh program over the same weights agrees exactly.
+    decltype(prog) fresh(prog.shared_params());
+    fresh.feed("tok", tok.data(), rshape{2, {1, 4}});
+    fresh.feed("tgt", tgt.data(), rshape{2, {1, 4}});
+    const float loss = prog.forward();
+    CHECK(std::isfinite(loss));
+    CHECK(loss == fresh.forward());
+}
