@@ -267,11 +267,66 @@ struct attn_additive
     : attention_workload<T, "attn-additive", additive_score_of<param<"W_q", 64, 64>, param<"W_k", 64, 64>, void, param<"w", 64>>,
                          no_mask, 2> {};
 
+/// The `gpt-s` and `gpt-m` workloads: decoder-only Transformer (nn::gpt): token embedding +
+/// sinusoidal positions, pre-LN blocks (causal multi-head self-attention, GELU-tanh FFN of 4 d),
+/// final LayerNorm, linear head; next-token cross-entropy (mean over B x T); AdamW lr 3e-4, weight
+/// decay 0.1 on every parameter. The blocks are one ctg::repeat over parameters stacked per layer.
+template <class T, fixed_string Name, int Vocab, int Context, int Width, int Heads, int Layers, std::size_t Batch>
+struct gpt_workload : workload_base<gpt_workload<T, Name, Vocab, Context, Width, Heads, Layers, Batch>> {
+    static constexpr const char* name = Name.data;
+    static constexpr std::size_t V = Vocab, Tn = Context, d = Width, L = Layers, batch = Batch;
+    static constexpr dim Td = dyn('T');
+    // Positions as torch_ref.py's float32 buffer holds them (converted by .double() in float64).
+    using model = nn::gpt<Vocab, Context, Width, Heads, Layers, 4 * Width, float>;
+    using X = index_input<"x", B, Td>;
+    using Y = index_input<"y", B, Td>;
+    static constexpr auto loss() { return model::loss(X{}, Y{}); }
+    decltype(compile<T>(loss())) prog = compile<T>(loss());
+    optim::adam<T> opt = optim::adamw<T>(3e-4, 0.1);
+
+    static std::set<std::string> transposed() {
+        return {"blocks.q.weight", "blocks.k.weight", "blocks.v.weight", "blocks.proj.weight",
+                "blocks.fc1.weight", "blocks.fc2.weight", "head.weight"};
+    }
+    static double flops() {  // torch_ref.py's formula: 3 * [L (24 N d^2 + 4 B T^2 d) + 2 N d V], N = B T
+        const double N = double(batch * Tn);
+        return 3.0 * (L * (24.0 * N * d * d + 4.0 * batch * Tn * Tn * d) + 2.0 * N * d * V);
+    }
+    void feed_tokens(const std::vector<index_t>& x, const std::vector<index_t>& y) {
+        prog.feed("x", x.data(), rshape{2, {batch, Tn}});
+        prog.feed("y", y.data(), rshape{2, {batch, Tn}});
+    }
+    void random_batch(unsigned long long seed) {
+        std::mt19937_64 rng(seed);
+        std::uniform_int_distribution<int> tok(0, int(V) - 1);
+        std::vector<index_t> seq(batch * (Tn + 1)), x(batch * Tn), y(batch * Tn);
+        for (auto& v : seq) v = tok(rng);
+        for (std::size_t b = 0; b < batch; ++b)
+            for (std::size_t t = 0; t < Tn; ++t) {
+                x[b * Tn + t] = seq[b * (Tn + 1) + t];
+                y[b * Tn + t] = seq[b * (Tn + 1) + t + 1];
+            }
+        feed_tokens(x, y);
+    }
+    void feed_dump(const std::map<std::string, npz::array>& b) {
+        for (const char* k : {"x", "y"})
+            if (b.at(k).shape != std::vector<std::size_t>{batch, Tn})
+                throw io_error(std::string("batch.npz: '") + k + "' must be [" + std::to_string(batch) + ", " +
+                               std::to_string(Tn) + "] tokens for the " + name + " workload");
+        // The dump's pos_enc is the table ctgraph computes itself (sinusoidal_positions<64, float>).
+        feed_tokens(npz::to_vector<index_t>(b.at("x")), npz::to_vector<index_t>(b.at("y")));
+    }
+};
+template <class T>
+struct gpt_s : gpt_workload<T, "gpt-s", 65, 64, 128, 4, 2, 16> {};
+template <class T>
+struct gpt_m : gpt_workload<T, "gpt-m", 65, 256, 384, 6, 4, 8> {};
+
 /// Every workload ctg-bench knows, as one heterogeneous list of class templates (apply<T> gives the
 /// workload in scalar type T): registering a workload is adding it here.
 inline constexpr auto registry = boost::hana::make_tuple(
     boost::hana::template_<mlp>, boost::hana::template_<rnn>, boost::hana::template_<s2s>, boost::hana::template_<attn_sdp>,
     boost::hana::template_<attn_sdp_causal>, boost::hana::template_<attn_dot>, boost::hana::template_<attn_bilinear>,
-    boost::hana::template_<attn_additive>);
+    boost::hana::template_<attn_additive>, boost::hana::template_<gpt_s>, boost::hana::template_<gpt_m>);
 
 }  // namespace ctg::bench

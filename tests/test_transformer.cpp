@@ -77,6 +77,12 @@ TEST_CASE("sinusoidal positions follow the reference formula; too long a sequenc
             CHECK(pe(0, p, i) == Approx(std::sin(angle)).margin(1e-15));
             CHECK(pe(0, p, i + 1) == Approx(std::cos(angle)).margin(1e-15));
         }
+    // Rounded to float first (a PyTorch float32 buffer), in a float64 program.
+    const auto& rounded = ops::sinusoidal_table<double, 6, D, float>();
+    for (std::size_t k = 0; k < 5 * D; ++k) {
+        volatile float f = float(pe.data()[k]);  // volatile: keep the compiler from folding the rounding away
+        CHECK(rounded[k] == double(f));
+    }
     const std::vector<double> longer(1 * 7 * D, 0.0);
     prog.feed("x", longer.data(), rshape{3, {1, 7, D}});
     CHECK_THROWS_AS(prog.forward(), index_error);

@@ -114,8 +114,9 @@ struct decoder_block {
 
 /// The decoder-only GPT of the gpt-s / gpt-m workloads: token embedding + sinusoidal positions,
 /// Layers pre-norm blocks (causal multi-head self-attention, GELU FFN of 4 D), final layer norm,
-/// linear head (untied, with bias). Tokens are (B, T) ids, T <= MaxLen.
-template <int V, int MaxLen, int D, int Heads, int Layers, int F = 4 * D>
+/// linear head (untied, with bias). Tokens are (B, T) ids, T <= MaxLen. PosRound = float rounds the
+/// positional table to float first, as a PyTorch model's float32 buffer holds it.
+template <int V, int MaxLen, int D, int Heads, int Layers, int F = 4 * D, class PosRound = void>
 struct gpt {
     using tok_embed = param<"tok_embed", V, D>;
     using block = encoder_block<"", D, Heads, F>;
@@ -125,7 +126,7 @@ struct gpt {
     /// The residual stream after the last block and the final norm: (B, T, D).
     template <expr Tokens>
     static constexpr auto hidden(Tokens tokens) {
-        auto x = sinusoidal_positions<MaxLen>(embedding(tok_embed{}, tokens));
+        auto x = sinusoidal_positions<MaxLen, PosRound>(embedding(tok_embed{}, tokens));
         return ln_f{}(repeat<Layers, "blocks.">([](auto h) { return block{}(h, causal{}); }, x));
     }
     /// Next-token logits (B, T, V).

@@ -2,8 +2,12 @@
 //
 //   sinusoidal_positions<MaxLen>(x)   x (..., T, D) -> x + PE[:T], the fixed table of the reference
 //                                     article: PE[p, 2i] = sin(p / 10000^(2i/D)),
-//                                     PE[p, 2i+1] = cos(p / 10000^(2i/D)) (computed in double, as
-//                                     PyTorch's reference does, then rounded to the program's type)
+//                                     PE[p, 2i+1] = cos(p / 10000^(2i/D)) (computed in double, then
+//                                     rounded to the program's type)
+//   sinusoidal_positions<MaxLen, float>(x)   the table rounded to float first, whatever the
+//                                     program's type: what a PyTorch model holds in a float32 buffer
+//                                     (.double() converts the rounded values), so float64 runs of
+//                                     such a model agree with it
 //   learned_positions(x, table)       table (MaxLen, D), a parameter: x + table[:T]; its gradient
 //                                     sums over the leading axes
 //
@@ -13,6 +17,7 @@
 #include <cmath>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "ctgraph/graph/node.hpp"
@@ -22,24 +27,33 @@
 namespace ctg {
 namespace ops {
 
-/// The sinusoidal table (MaxLen, D) in scalar type T, built once per (T, MaxLen, D).
-template <class T, int MaxLen, int D>
+/// The sinusoidal table (MaxLen, D) in scalar type T, built once per (T, MaxLen, D, Round); each
+/// value is rounded to Round first (void: no extra rounding).
+template <class T, int MaxLen, int D, class Round = void>
 const std::vector<T>& sinusoidal_table() {
     static const std::vector<T> table = [] {
-        std::vector<T> t(static_cast<std::size_t>(MaxLen) * D);
+        std::vector<double> t(static_cast<std::size_t>(MaxLen) * D);
         for (int p = 0; p < MaxLen; ++p)
             for (int i = 0; i < D; i += 2) {
                 const double angle = double(p) / std::pow(10000.0, double(i) / double(D));
-                t[std::size_t(p) * D + i] = T(std::sin(angle));
-                if (i + 1 < D) t[std::size_t(p) * D + i + 1] = T(std::cos(angle));
+                t[std::size_t(p) * D + i] = std::sin(angle);
+                if (i + 1 < D) t[std::size_t(p) * D + i + 1] = std::cos(angle);
             }
-        return t;
+        // Rounded in a loop of its own: g++ 12 at -O3 drops a float conversion applied straight to
+        // sin/cos once it merges them into sincos (measured: cos values came back unrounded).
+        std::vector<T> r(t.size());
+        for (std::size_t k = 0; k < t.size(); ++k) {
+            if constexpr (std::is_void_v<Round>) r[k] = T(t[k]);
+            else r[k] = T(static_cast<Round>(t[k]));
+        }
+        return r;
     }();
     return table;
 }
 
-/// Learned = false: one operand (x), the table is the sinusoidal one of width D; true: (x, table).
-template <int MaxLen, int D, bool Learned>
+/// Learned = false: one operand (x), the table is the sinusoidal one of width D (values rounded to
+/// Round first, unless void); true: (x, table).
+template <int MaxLen, int D, bool Learned, class Round = void>
 struct positions_op {
     static constexpr std::string_view name = Learned ? "learned_positions" : "sinusoidal_positions";
     static std::string describe() { return "max " + std::to_string(MaxLen); }
@@ -68,7 +82,7 @@ struct positions_op {
                               std::to_string(MaxLen) + " positions)");
         const T* table;
         if constexpr (Learned) table = c.x_data(1);
-        else table = sinusoidal_table<T, MaxLen, D>().data();
+        else table = sinusoidal_table<T, MaxLen, D, Round>().data();
         for (std::size_t o = 0; o < outer; ++o)
             kernels::map(len * D, c.y_data() + o * len * D, [](auto a, auto b) { return a + b; },
                          c.x_data(0) + o * len * D, table);
@@ -87,8 +101,9 @@ struct positions_op {
 
 }  // namespace ops
 
-/// x (..., T, D) plus the fixed sinusoidal encoding of positions 0 .. T-1 (T <= MaxLen).
-template <int MaxLen, expr X>
+/// x (..., T, D) plus the fixed sinusoidal encoding of positions 0 .. T-1 (T <= MaxLen); the
+/// table's values rounded to Round first when given (float: as PyTorch's float32 buffers hold it).
+template <int MaxLen, class Round = void, expr X>
 constexpr auto sinusoidal_positions(X x) {
     using S = typename X::shape;
     static_assert(with_shapes<any_poison<X> || (S::rank >= 2 && S::dims[S::rank - 1].is_static() &&
@@ -98,7 +113,7 @@ constexpr auto sinusoidal_positions(X x) {
     if constexpr (any_poison<X> || !(S::rank >= 2 && S::dims[S::rank - 1].is_static())) {
         return poison{};
     } else {
-        using Op = ops::positions_op<MaxLen, int(S::dims[S::rank - 1].n), false>;
+        using Op = ops::positions_op<MaxLen, int(S::dims[S::rank - 1].n), false, Round>;
         static_assert(with_shapes<Op::template check<S>(), typename S::pretty, shape_is<MaxLen>>::value,
                       "ctg::sinusoidal_positions: the sequence is longer than the table (MaxLen positions)");
         return make_float_node<Op>(x);
