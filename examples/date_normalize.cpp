@@ -21,72 +21,16 @@
 
 #include <ctgraph/ctgraph.hpp>
 
+#include "dates.hpp"
 #include "plot_png.hpp"
 
 using namespace ctg;
 
 namespace {
 
-// ---------------------------------------------------------------------------- data
-struct civil {
-    int y, m, d, weekday;  // weekday 0 = Monday
-};
-// Days since 1970-01-01 -> date (Hinnant's civil_from_days).
-civil from_days(long z) {
-    const long wd = ((z % 7) + 7 + 3) % 7;  // 1970-01-01 was a Thursday
-    z += 719468;
-    const long era = (z >= 0 ? z : z - 146096) / 146097;
-    const long doe = z - era * 146097;
-    const long yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    const long doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    const long mp = (5 * doy + 2) / 153;
-    const long d = doy - (153 * mp + 2) / 5 + 1;
-    const long m = mp < 10 ? mp + 3 : mp - 9;
-    return {int(yoe + era * 400 + (m <= 2)), int(m), int(d), int(wd)};
-}
-constexpr long first_day = -7305, last_day = 29219;  // 1950-01-01 .. 2049-12-31 (two-digit years are unambiguous)
+using namespace dates;
 
-const std::array<const char*, 12> months = {"January", "February", "March",     "April",   "May",      "June",
-                                            "July",    "August",   "September", "October", "November", "December"};
-const std::array<const char*, 7> weekdays = {"Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"};
-
-std::string two(int v) { return (v < 10 ? "0" : "") + std::to_string(v); }
-std::string ordinal(int d) {
-    const char* suffix = (d % 10 == 1 && d != 11) ? "st" : (d % 10 == 2 && d != 12) ? "nd" : (d % 10 == 3 && d != 13) ? "rd" : "th";
-    return std::to_string(d) + suffix;
-}
-constexpr int num_formats = 10;
-std::string format(const civil& c, int f) {
-    const std::string M = months[std::size_t(c.m - 1)], Mon = M.substr(0, 3), d = std::to_string(c.d), y = std::to_string(c.y);
-    switch (f) {
-        case 0: return d + " " + M + " " + y;                                     // 3 March 2021
-        case 1: return two(c.d) + "/" + two(c.m) + "/" + two(c.y % 100);          // 03/03/21
-        case 2: return M + " " + d + ", " + y;                                    // March 3, 2021
-        case 3: return d + " " + Mon + " " + y;                                   // 3 Mar 2021
-        case 4: return two(c.d) + "." + two(c.m) + "." + y;                       // 03.03.2021
-        case 5: return Mon + " " + d + ", " + y;                                  // Mar 3, 2021
-        case 6: return std::string(weekdays[std::size_t(c.weekday)]) + ", " + d + " " + M + " " + y;  // Wednesday, 3 March 2021
-        case 7: return d + "/" + std::to_string(c.m) + "/" + y;                   // 3/3/2021
-        case 8: return "the " + ordinal(c.d) + " of " + M + ", " + y;             // the 3rd of March, 2021
-        default: return two(c.d) + "-" + Mon + "-" + y;                           // 03-Mar-2021
-    }
-}
-std::string iso(const civil& c) { return std::to_string(c.y) + "-" + two(c.m) + "-" + two(c.d); }
-
-// Source characters: 0 is padding; target tokens: 0..9 digits, 10 '-', 11 <sos>, 12 <eos>.
-const std::string src_chars = " ,./-0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-constexpr int Vs = 1 + 67, Vt = 13, sos = 11, eos = 12, S = 28, T = 11;
-int src_id(char ch) {
-    const auto p = src_chars.find(ch);
-    if (p == std::string::npos) throw error(std::string("date_normalize: no source id for character '") + ch + "'");
-    return int(p) + 1;
-}
-int tgt_id(char ch) { return ch == '-' ? 10 : ch - '0'; }
-char tgt_char(int id) { return id == 10 ? '-' : id < 10 ? char('0' + id) : '?'; }
-
-struct example {
-    std::string in, out;
-};
+// ---------------------------------------------------------------------------- batches
 struct batch_data {
     std::vector<index_t> src, len, tgt_in, tgt_out;  // src (S, B), len (B), targets (T, B): time-major
     std::size_t n = 0;
@@ -213,25 +157,9 @@ int main(int argc, char** argv) try {
     constexpr std::size_t batch = 64, held_out = 1000;
 
     // Held-out dates: 1,000 distinct days, never used in training (each with a random format).
-    std::mt19937_64 rng(2021);
-    std::uniform_int_distribution<long> day(first_day, last_day);
-    std::uniform_int_distribution<int> fmt(0, num_formats - 1);
-    std::set<long> test_days;
-    while (test_days.size() < held_out) test_days.insert(day(rng));
-    std::vector<example> test;
-    for (long z : test_days) test.push_back({format(from_days(z), fmt(rng)), iso(from_days(z))});
-    auto sample = [&](std::size_t n) {
-        std::vector<example> ex;
-        while (ex.size() < n) {
-            const long z = day(rng);
-            if (test_days.count(z)) continue;
-            ex.push_back({format(from_days(z), fmt(rng)), iso(from_days(z))});
-        }
-        return ex;
-    };
-    std::printf("date normalisation: %d formats, e.g. '%s', '%s', '%s' -> '%s'\n", num_formats,
-                format(from_days(18689), 1).c_str(), format(from_days(18689), 8).c_str(),
-                format(from_days(18689), 6).c_str(), iso(from_days(18689)).c_str());
+    dates::task data(held_out);
+    const std::vector<example>& test = data.test;
+    dates::task::describe();
 
     models m;
     m.train.params().init(7);
@@ -251,7 +179,7 @@ int main(int argc, char** argv) try {
     const auto start = t0;
     double recent = 0;
     for (int step = 0; step < steps; ++step) {
-        const batch_data b = encode(sample(batch));
+        const batch_data b = encode(data.sample(batch));
         m.feed_source(b, m.train);
         m.train.feed("tgt_in", b.tgt_in.data(), rshape{2, {std::size_t(T), b.n}});
         m.train.feed("tgt_out", b.tgt_out.data(), rshape{2, {std::size_t(T), b.n}});

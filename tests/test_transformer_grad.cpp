@@ -41,7 +41,10 @@ TEST_CASE("gradcheck: repeat over three layers, with a hoisted invariant", "[gra
     // The decoder's memory is read by every layer: its adjoint sums over them.
     using Mem = input<"mem", B, 4, D>;
     using dec = nn::decoder_block<"", D, 2, 6>;
-    CHECK(check_gradients(repeat<2, "dec.">([](auto h) { return dec{}(h, Mem{}); }, X{}), cfg) > 0);
+    CHECK(check_gradients(repeat<2, "dec.">([](auto h, auto mem) { return dec{}(h, mem); }, X{}, Mem{}), cfg) > 0);
+    // A memory computed from parameters of its own: they stay unstacked, its gradient flows back.
+    auto memory = tanh(Mem{} * param<"enc.w", D, D>{});
+    CHECK(check_gradients(repeat<2, "dec.">([](auto h, auto mem) { return dec{}(h, mem); }, X{}, memory), cfg) > 0);
 }
 
 TEST_CASE("gradcheck: a two-layer GPT", "[gradcheck][transformer]") {

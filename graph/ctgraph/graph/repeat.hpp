@@ -1,14 +1,20 @@
 // ctgraph/graph/repeat.hpp: depth as a loop. L layers of one block are one type.
 //
-//   auto y = repeat<L, "blocks.">(block, x);     // x (any shape) -> block applied L times
+//   auto y = repeat<L, "blocks.">(block, x);             // x (any shape) -> block applied L times
+//   auto y = repeat<L, "dec.">(block, x, memory, ...);    // block(h, memory, ...): values every layer reads
 //
 // `block(x)` is ordinary ctgraph code: it receives a placeholder for the carried value (the
 // residual stream of a Transformer) and returns the next layer's value, of the same shape. It is
 // composed once; L is only a number. Every parameter the block declares is per layer: in the
 // program, param<"ln1.weight", D> inside the block is layered_param<"blocks.ln1.weight", L, D>, a stacked
 // parameter whose row l is layer l's (so L layers cost one block's compile time, not L blocks').
-// Whatever else the block reads (an encoder's memory, lengths for a padding mask) is a loop
-// invariant, hoisted into the outer graph as with scan, its adjoint summed over the layers.
+// Values computed outside that every layer reads (an encoder's memory) are passed after x: the
+// block receives a placeholder for each, so their own parameters stay outside and unstacked; their
+// adjoints sum over the layers. Lengths for a padding mask may be named directly. A block that
+// closes over a value combining data with parameters without going through its own arguments (an
+// encoder's output, or an input the block multiplies by its weights) is a compile error: by types
+// alone it cannot be told from the block's own computation, and its parameters would silently
+// become per-layer; pass such values after x.
 //
 // Forward runs the block L times, keeping each layer's intermediate values (backward needs them)
 // and each layer's output; the last layer's output is the node's value. Backward runs the layers'
@@ -40,22 +46,51 @@ template <fixed_string Prefix, int L, class... P>
 struct stacked_params<Prefix, L, tlist<P...>> {
     using type = tlist<typename stacked_param<Prefix, L, P>::type...>;
 };
-template <class Op, class X, class... P, class... H>
-constexpr auto make_repeat_node(X x, tlist<P...>, tlist<H...>) {
-    return make_node<Op>(x, P{}..., H{}...);
+template <class Op, class X, class... E, class... P, class... H>
+constexpr auto make_repeat_node(X x, tlist<E...>, tlist<P...>, tlist<H...>) {
+    return make_node<Op>(x, E{}..., P{}..., H{}...);
+}
+
+/// Whether some node of a block's graph computes from parameters and data without the block's
+/// placeholders: a value built outside the block that the block closed over.
+template <class G>
+consteval bool closes_over_outer_value() {
+    std::array<bool, G::size> ph{}, par{}, data{};
+    for (std::size_t i = 0; i < G::size; ++i) {
+        ph[i] = G::kind[i] == leaf_kind::placeholder;
+        par[i] = G::kind[i] == leaf_kind::param;
+        data[i] = G::kind[i] == leaf_kind::input || G::kind[i] == leaf_kind::index_input;
+        for (std::size_t k = 0; k < G::arity[i]; ++k) {
+            const std::size_t j = std::size_t(G::operands[i][k]);
+            ph[i] = ph[i] || ph[j];
+            par[i] = par[i] || par[j];
+            data[i] = data[i] || data[j];
+        }
+        if (G::kind[i] == leaf_kind::none && !ph[i] && par[i] && data[i]) return true;
+    }
+    return false;
 }
 }  // namespace detail
 
 namespace ops {
 
-/// The repeat primitive. Operands: x, the stacked parameters (the block's, in its topological
-/// order), then the block's hoisted invariants.
-template <class CellOut, int L>
+/// The repeat primitive. Operands: x, the Extra values every layer reads, the stacked parameters
+/// (the block's, in its topological order), then the block's hoisted invariants.
+template <class CellOut, int L, std::size_t Extra = 0>
 struct repeat_op {
     using info = detail::cell_info<CellOut, true>;
     using G = typename info::G;
-    static constexpr std::size_t N = info::N, P = info::num_step_params, first_hoisted = 1 + P;
+    static constexpr std::size_t N = info::N, P = info::num_step_params, first_param = 1 + Extra,
+                                 first_hoisted = first_param + P;
     static constexpr int state_node = detail::find_role_impl<CellOut, 0>(std::make_index_sequence<N>{});
+    /// The cell nodes standing for the extra values (-1: the block ignores that one).
+    static constexpr std::array<int, Extra + 1> extra_nodes = [] {
+        std::array<int, Extra + 1> r{};
+        [&]<std::size_t... E>(std::index_sequence<E...>) {
+            ((r[E] = detail::find_role_impl<CellOut, int(2 + E)>(std::make_index_sequence<N>{})), ...);
+        }(std::make_index_sequence<Extra>{});
+        return r;
+    }();
     static constexpr std::string_view name = "repeat";
     static_assert(L >= 1, "ctg::repeat: at least one layer");
 
@@ -79,9 +114,11 @@ struct repeat_op {
     static layout plan(const std::array<rshape, K>& x) {
         layout Ly;
         using binding = typename detail::cell_frame<info>::binding;
-        std::array<binding, info::num_hoisted + 1> known{};
+        std::array<binding, info::num_hoisted + Extra + 1> known{};
         std::size_t nk = 0;
         if constexpr (state_node >= 0) known[nk++] = {std::size_t(state_node), x[0], 0};
+        for (std::size_t e = 0; e < Extra; ++e)
+            if (extra_nodes[e] >= 0) known[nk++] = {std::size_t(extra_nodes[e]), x[1 + e], 0};
         for (std::size_t j = 0; j < info::num_hoisted; ++j) known[nk++] = {info::hoisted[j], x[first_hoisted + j], 0};
         Ly.plan(known.data(), nk);
         Ly.state = round_up_elems<double>(x[0].size());
@@ -113,7 +150,9 @@ struct repeat_op {
         if constexpr (state_node >= 0)
             v.val[state_node].ptr = l == 0 ? c.x[0].ptr : static_cast<void*>(base + Ly.outputs_off() + (l - 1) * Ly.state);
         for (std::size_t p = 0; p < P; ++p)
-            v.val[info::step_params[p]].ptr = const_cast<T*>(c.x_data(1 + p)) + l * Ly.param_size[p];
+            v.val[info::step_params[p]].ptr = const_cast<T*>(c.x_data(first_param + p)) + l * Ly.param_size[p];
+        for (std::size_t e = 0; e < Extra; ++e)
+            if (extra_nodes[e] >= 0) v.val[std::size_t(extra_nodes[e])].ptr = c.x[1 + e].ptr;
         for (std::size_t j = 0; j < info::num_hoisted; ++j) v.val[info::hoisted[j]].ptr = c.x[first_hoisted + j].ptr;
     }
     static detail::exec_state exec_of(const layer_views& v, const layout& Ly) {
@@ -159,7 +198,10 @@ struct repeat_op {
                 }
             }
             for (std::size_t p = 0; p < P; ++p)
-                if (c.gx[1 + p]) v.adj[info::step_params[p]].ptr = c.gx_data(1 + p) + l * Ly.param_size[p];
+                if (c.gx[first_param + p])
+                    v.adj[info::step_params[p]].ptr = c.gx_data(first_param + p) + l * Ly.param_size[p];
+            for (std::size_t e = 0; e < Extra; ++e)  // summed over the layers (the ops add)
+                if (extra_nodes[e] >= 0 && c.gx[1 + e]) v.adj[std::size_t(extra_nodes[e])].ptr = c.gx[1 + e].ptr;
             for (std::size_t j = 0; j < info::num_hoisted; ++j)
                 if (c.gx[first_hoisted + j]) v.adj[info::hoisted[j]].ptr = c.gx[first_hoisted + j].ptr;
             std::memset(sink, 0, Ly.sink * sizeof(T));
@@ -171,22 +213,28 @@ struct repeat_op {
 }  // namespace ops
 
 /// Applies `block` L times to `x` (see the file comment); the block's parameters are stacked
-/// (L, ...) under the names Prefix + their own.
-template <int L, fixed_string Prefix, class Block, expr X>
-constexpr auto repeat(Block block, X x) {
+/// (L, ...) under the names Prefix + their own. block(h, extra...) receives a placeholder for each
+/// extra value.
+template <int L, fixed_string Prefix, class Block, expr X, expr... Extra>
+constexpr auto repeat(Block block, X x, [[maybe_unused]] Extra... extra) {
     static_assert(L >= 1, "ctg::repeat: at least one layer");
     using State = typename detail::placeholder_of<typename X::shape, X::is_index>::template type<0>;
-    using Out = decltype(block(State{}));
-    if constexpr (any_poison<X> || Out::is_poison) {
+    using Out = decltype([]<std::size_t... E>(Block b, std::index_sequence<E...>) {
+        return b(State{}, typename detail::placeholder_of<typename Extra::shape, Extra::is_index>::template type<int(2 + E)>{}...);
+    }(block, std::index_sequence_for<Extra...>{}));
+    if constexpr (any_poison<X, Extra...> || Out::is_poison) {
         return poison{};
     } else {
         static_assert(with_shapes<std::is_same_v<typename Out::shape, typename X::shape>, typename Out::shape::pretty,
                                   typename X::shape::pretty>::value,
                       "ctg::repeat: the block must return a value of its input's shape");
-        using Op = ops::repeat_op<Out, L>;
+        using Op = ops::repeat_op<Out, L, sizeof...(Extra)>;
         using info = typename Op::info;
+        static_assert(!detail::closes_over_outer_value<typename info::G>(),
+                      "ctg::repeat: the block combines data with parameters without its arguments (a value computed "
+                      "outside, or an input); pass that value to repeat after x and take it as an argument");
         using params = typename detail::stacked_params<Prefix, L, typename info::step_param_list>::type;
-        return detail::make_repeat_node<Op>(x, params{}, typename info::hoisted_list{});
+        return detail::make_repeat_node<Op>(x, tlist<Extra...>{}, params{}, typename info::hoisted_list{});
     }
 }
 
