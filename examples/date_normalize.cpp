@@ -199,8 +199,9 @@ int main(int argc, char** argv) try {
         }
     }
     const double acc = exact_match();
-    std::printf("exact match on %zu held-out dates (greedy): %.1f%%, trained in %.0f s\n", test.size(), 100 * acc,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    std::printf("exact match on %zu held-out dates (greedy): %.1f%%, trained in %.0f s, %zu parameters\n", test.size(),
+                100 * acc, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                m.train.params().num_elements());
 
     // Sampling instead of the argmax: top-3 at temperature 1.5 (a confident model still agrees).
     const std::vector<example> few(test.begin(), test.begin() + 4);
