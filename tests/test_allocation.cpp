@@ -88,3 +88,22 @@ TEST_CASE("the allocation counter counts", "[allocation]") {
               prog.forward();
           }) > 0);
 }
+
+TEST_CASE("a generation step with a KV cache allocates nothing per token", "[allocation][generate]") {
+    using model = nn::gpt<13, 64, 16, 2, 2>;
+    auto store = std::make_shared<parameter_store<float>>();
+    nn::gpt_generator<model> gen(store, 2, 48);
+    store->init(3);
+    std::mt19937_64 rng(1);
+    const std::vector<std::vector<int>> prompts = {{1, 2, 3}, {4}};
+    const nn::sampling how{.top_k = 5, .temperature = 0.9, .top_p = 0.9};
+    gen.generate(prompts, 8, how, rng);  // plans both programs
+    auto count = [&](std::size_t tokens) {
+        const long before = allocations();
+        gen.generate(prompts, tokens, how, rng);
+        return allocations() - before;
+    };
+    const long n = count(10), twice = count(20);
+    INFO("allocations for 10 tokens: " << n << ", for 20: " << twice);
+    CHECK(twice == n);  // the per-call ones (the result vectors) only
+}

@@ -49,7 +49,7 @@ TEST_CASE("a token outside the vocabulary inside a recurrent model is named", "[
     REQUIRE_THROWS_WITH(prog.forward(), Catch::Matchers::Contains("id 12 at position 3 of input 'tokens'"));
 }
 
-TEST_CASE("choose: greedy, top-k sampling at a temperature, bad arguments", "[decode]") {
+TEST_CASE("choose: greedy, top-k and top-p sampling at a temperature, bad arguments", "[decode]") {
     std::mt19937_64 rng(3);
     const std::vector<double> logits = {0.0, std::log(3.0), -50.0};
     auto row = [&](std::size_t v) { return logits[v]; };
@@ -64,8 +64,14 @@ TEST_CASE("choose: greedy, top-k sampling at a temperature, bad arguments", "[de
     ones = 0;
     for (int i = 0; i < 4000; ++i) ones += nn::choose(row, 3, {2, 2.0}, rng) == 1;
     CHECK(ones / 4000.0 == Approx(std::sqrt(3.0) / (1 + std::sqrt(3.0))).margin(0.03));  // temperature 2
-    CHECK_THROWS_AS(nn::choose(row, 3, {0, 1.0}, rng), error);
+    // top_p: probabilities (0.25, 0.75, ~0): a nucleus of 0.7 is token 1 alone, 0.9 takes both.
+    for (int i = 0; i < 200; ++i) REQUIRE(nn::choose(row, 3, {0, 1.0, 0.7}, rng) == 1);
+    ones = 0;
+    for (int i = 0; i < 4000; ++i) ones += nn::choose(row, 3, {0, 1.0, 0.9}, rng) == 1;
+    CHECK(ones / 4000.0 == Approx(0.75).margin(0.03));
+    CHECK_THROWS_AS(nn::choose(row, 3, {-1, 1.0}, rng), error);
     CHECK_THROWS_AS(nn::choose(row, 3, {1, 0.0}, rng), error);
+    CHECK_THROWS_AS(nn::choose(row, 3, {0, 1.0, 0.0}, rng), error);
 }
 
 TEST_CASE("decode: greedy generation with a one-step program matches a hand-run loop", "[decode]") {

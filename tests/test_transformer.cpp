@@ -202,3 +202,70 @@ TEST_CASE("a GPT's bad input: a token id out of range, a context longer than the
     CHECK(std::isfinite(loss));
     CHECK(loss == fresh.forward());
 }
+
+TEST_CASE("dropout: rate, scale, reproducible masks, new masks per pass and per layer, off in inference", "[transformer]") {
+    using Xd = input<"x", B, T, D>;
+    auto y = dropout<0.25>(Xd{});
+    auto prog = compile<double, grads>(sum(mul(y, Gw{})));
+    const std::size_t n = 4 * 50 * D;
+    const std::vector<double> ones(n, 1.0), g = random_values(n, 8);
+    prog.feed("x", ones.data(), rshape{3, {4, 50, D}});
+    prog.feed("g", g.data(), rshape{3, {4, 50, D}});
+    prog.dropout_seed(42);
+    prog.forward();
+    const xt::xtensor<double, 3> first = prog.value_of(y);  // a copy (xt::eval of a view would not copy)
+    std::size_t zeros = 0;
+    for (double v : first) {
+        zeros += v == 0.0;
+        if (v != 0.0) CHECK(v == 1.0 / 0.75);
+    }
+    CHECK(zeros > n / 4 - 50);  // 200 expected, sd 12
+    CHECK(zeros < n / 4 + 50);
+    // VJP: the same mask, scaled.
+    prog.backward();
+    auto gx = prog.input_grad<"x">();
+    for (std::size_t i = 0; i < n; ++i) CHECK(gx.data()[i] == Approx(first.data()[i] != 0.0 ? g[i] / 0.75 : 0.0).margin(1e-15));
+    // The next pass draws a new mask; the same seed replays the first.
+    prog.forward();
+    CHECK_FALSE(bool(xt::eval(prog.value_of(y)) == first));
+    prog.dropout_seed(42);
+    prog.forward();
+    CHECK(bool(xt::eval(prog.value_of(y)) == first));
+    // Evaluation mode and inference programs: the identity.
+    prog.training(false);
+    prog.forward();
+    CHECK(bool(xt::eval(prog.value_of(y)) == xt::ones<double>({4, 50, D})));
+    auto inference = compile<double, options{.inference = true}>(y);
+    inference.feed("x", ones.data(), rshape{3, {4, 50, D}});
+    inference.forward();
+    CHECK(bool(xt::eval(inference.output<0>()) == xt::ones<double>({4, 50, D})));
+    // Each layer of a repeat draws its own mask: two layers of rate 1/2 keep a quarter.
+    auto twice = compile<double>(repeat<2, "r.">([](auto h) { return dropout<0.5>(h); }, Xd{}));
+    twice.feed("x", ones.data(), rshape{3, {4, 50, D}});
+    twice.forward();
+    std::size_t kept = 0;
+    for (double v : twice.output<0>()) kept += v != 0.0;
+    CHECK(kept > n / 4 - 50);
+    CHECK(kept < n / 4 + 50);
+}
+
+TEST_CASE("a GPT with dropout: training draws masks, evaluation mode equals the model without dropout", "[transformer]") {
+    using Tok = index_input<"tok", B, T>;
+    using Tgt = index_input<"tgt", B, T>;
+    using plain = nn::gpt<11, 8, D, 2, 2>;
+    using dropped = nn::gpt<11, 8, D, 2, 2, 4 * D, void, 0.2>;
+    auto p0 = compile<double>(plain::loss(Tok{}, Tgt{}));
+    decltype(compile<double>(dropped::loss(Tok{}, Tgt{}))) p1(p0.shared_params());  // the same weights
+    p0.params().init(3);
+    const std::vector<index_t> tok = {1, 2, 3, 4, 5, 6}, tgt = {2, 3, 4, 5, 6, 7};
+    p0.feed("tok", tok.data(), rshape{2, {2, 3}});
+    p0.feed("tgt", tgt.data(), rshape{2, {2, 3}});
+    p1.feed("tok", tok.data(), rshape{2, {2, 3}});
+    p1.feed("tgt", tgt.data(), rshape{2, {2, 3}});
+    const double reference = p0.forward();
+    const double a = p1.forward(), b = p1.forward();
+    CHECK(a != reference);
+    CHECK(a != b);
+    p1.training(false);
+    CHECK(p1.forward() == reference);
+}

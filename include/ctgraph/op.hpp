@@ -34,6 +34,7 @@
 #pragma once
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -41,6 +42,16 @@
 #include "ctgraph/tensor.hpp"
 
 namespace ctg {
+
+/// How a pass runs, for the ops whose result depends on it (dropout): training or inference, and
+/// where its random numbers come from. Counter-based: an op draws element i's number from
+/// (seed, stream, i), so backward sees forward's numbers again without storing them; stream differs
+/// per forward() call, per node, and per step of a scan or layer of a repeat.
+struct run_info {
+    bool training = true;     // false in options{.inference = true} programs and in eval mode
+    std::uint64_t seed = 0;   // program::dropout_seed
+    std::uint64_t stream = 0;
+};
 
 /// What the engine hands an op: views of its output, operands, their adjoints and its scratch.
 template <class T, std::size_t K>
@@ -50,6 +61,7 @@ struct op_io {
     view scratch{};                          // op-private memory (scratch_size elements of T)
     std::array<std::string_view, K> x_name{};  // operand names for error messages
     std::string_view node_name{};            // this node, e.g. "%7 embedding"
+    run_info run{};                          // training or not; random stream of this node
 
     T* y_data() const { return y.template as<T>(); }
     T* gy_data() const { return gy.template as<T>(); }

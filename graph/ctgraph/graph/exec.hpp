@@ -8,6 +8,7 @@
 #pragma once
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -27,7 +28,16 @@ struct exec_state {
     const std::string_view* label;
     const int* operands;  // node i's operands: operands[i * stride + k]
     std::size_t stride;
+    run_info run{};       // the pass; each node's stream is derived from run.stream and its index
 };
+
+/// A stream number from a parent stream and an index (a node, a step): splitmix64 of both.
+constexpr std::uint64_t sub_stream(std::uint64_t parent, std::uint64_t index) {
+    std::uint64_t z = parent * 0x9E3779B97F4A7C15ULL + index + 0x632BE59BD9B4E019ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
 
 template <class T, std::size_t K>
 inline op_io<T, K> build_io(const exec_state& s, std::size_t i) {
@@ -42,6 +52,7 @@ inline op_io<T, K> build_io(const exec_state& s, std::size_t i) {
     }
     c.scratch = s.scratch[i];
     c.node_name = s.label[i];
+    c.run = {s.run.training, s.run.seed, sub_stream(s.run.stream, i)};
     return c;
 }
 

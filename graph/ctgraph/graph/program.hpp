@@ -69,6 +69,7 @@ private:
     struct input_slot {
         aligned_vector<T> values;
         std::vector<index_t> indices;
+        T* external = nullptr;  // bind(): the caller's memory instead of values
         rshape shape{};
         bool fed = false;
     };
@@ -154,6 +155,17 @@ public:
         auto& slot = set_shape(k, check_shape(G::input_nodes[k], s));
         std::copy(data, data + s.size(), slot.values.data());
     }
+    /// Points floating-point input `name` at the caller's memory instead of copying it: forward reads
+    /// it in place (and an op that keeps state there, such as a KV cache, writes it in place). The
+    /// memory must stay valid, and hold s.size() elements, until the input is fed or bound again.
+    void bind(std::string_view name, T* data, const rshape& s) {
+        std::size_t k = input_by_name(name, false);
+        const rshape checked = check_shape(G::input_nodes[k], s);
+        input_slot& slot = inputs_[k];
+        slot.external = data;
+        slot.shape = checked;
+        slot.fed = true;
+    }
     /// Runtime-named feeding of an index input from raw row-major data.
     void feed(std::string_view name, const index_t* data, const rshape& s) {
         std::size_t k = input_by_name(name, true);
@@ -165,6 +177,7 @@ public:
     /// Runs the forward pass. Returns the first output when it is a scalar (the loss).
     auto forward() {
         prepare();
+        ++passes_;  // a new random stream for dropout; backward() reuses this pass's
         run_forward(std::make_index_sequence<N>{});
         forwarded_ = true;
         if (check_finite_)
@@ -195,6 +208,17 @@ public:
 
     /// The seed of output k's adjoint (for non-scalar outputs); valid after the first forward().
     auto seed(std::size_t k) { return adapt(seeds_.at(k).data(), shapes_[output_nodes[k]]); }
+
+    /// Training mode (dropout active; the default unless compiled with options{.inference = true})
+    /// or evaluation mode (dropout is the identity), as PyTorch's train() / eval().
+    void training(bool on) { training_ = on && !Opt.inference; }
+    bool training() const { return training_; }
+    /// Seeds dropout's random numbers and restarts their sequence: the same seed and the same
+    /// sequence of forward() calls give the same masks.
+    void dropout_seed(std::uint64_t seed) {
+        dropout_seed_ = seed;
+        passes_ = 0;
+    }
 
     /// Throw numeric_error when a scalar output is not finite (default: on).
     void check_finite(bool on) { check_finite_ = on; }
@@ -349,6 +373,7 @@ private:
     }
     input_slot& set_shape(std::size_t k, const rshape& s) {
         input_slot& slot = inputs_[k];
+        slot.external = nullptr;
         if (G::kind[G::input_nodes[k]] == leaf_kind::index_input) {
             if (slot.indices.size() < s.size()) slot.indices.resize(s.size());
         } else if (slot.values.size() < s.size()) {
@@ -472,6 +497,7 @@ private:
         for (std::size_t k = 0; k < G::num_inputs; ++k) {
             const std::size_t i = G::input_nodes[k];
             val_[i].ptr = G::kind[i] == leaf_kind::index_input ? static_cast<void*>(inputs_[k].indices.data())
+                          : inputs_[k].external                ? static_cast<void*>(inputs_[k].external)
                                                                : static_cast<void*>(inputs_[k].values.data());
         }
     }
@@ -479,7 +505,7 @@ private:
     // ---------------------------------------------------------------- execution
     detail::exec_state state() const {
         return {val_.data(), adj_.data(), scratch_.data(), shapes_.data(), G::needs_grad.data(), G::label.data(),
-                &G::operands[0][0], G::max_arity};
+                &G::operands[0][0], G::max_arity, {training_, dropout_seed_, passes_}};
     }
     template <std::size_t... I>
     void run_forward(std::index_sequence<I...>) {
@@ -544,6 +570,8 @@ private:
     std::array<std::size_t, G::num_symbols + 1> env_{};
     std::size_t adj_begin_ = 0, adj_end_ = 0;
     bool planned_ = false, forwarded_ = false, check_finite_ = true, poison_ = false;
+    bool training_ = !Opt.inference;
+    std::uint64_t dropout_seed_ = 0, passes_ = 0;
 };
 
 /// Compiles outputs (usually one scalar loss) into a program over scalar type T.

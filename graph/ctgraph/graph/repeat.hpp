@@ -2,6 +2,7 @@
 //
 //   auto y = repeat<L, "blocks.">(block, x);             // x (any shape) -> block applied L times
 //   auto y = repeat<L, "dec.">(block, x, memory, ...);    // block(h, memory, ...): values every layer reads
+//   auto y = repeat<L, "b.">(block, x, per_layer(cache));  // block(h, cache_l): row l of (L, ...) per layer
 //
 // `block(x)` is ordinary ctgraph code: it receives a placeholder for the carried value (the
 // residual stream of a Transformer) and returns the next layer's value, of the same shape. It is
@@ -31,7 +32,28 @@
 
 namespace ctg {
 
+/// Marks an argument of repeat whose leading axis runs over the layers: layer l's block receives
+/// row l (a KV cache per layer, say).
+template <expr E>
+struct per_layer_arg {
+    using type = E;
+};
+template <expr E>
+constexpr per_layer_arg<E> per_layer(E) { return {}; }
+
 namespace detail {
+template <class A>
+struct repeat_arg {  // an argument every layer reads whole
+    using type = A;
+    static constexpr bool sliced = false;
+    using shape = typename A::shape;
+};
+template <class E>
+struct repeat_arg<per_layer_arg<E>> {
+    using type = E;
+    static constexpr bool sliced = true;
+    using shape = shape_from<step_shape<E>>;  // without the layer axis
+};
 /// param<Name, D...> -> layered_param<Prefix + Name, L, D...>.
 template <fixed_string Prefix, int L, class P, class I = std::make_index_sequence<P::shape::rank>>
 struct stacked_param;
@@ -76,7 +98,7 @@ namespace ops {
 
 /// The repeat primitive. Operands: x, the Extra values every layer reads, the stacked parameters
 /// (the block's, in its topological order), then the block's hoisted invariants.
-template <class CellOut, int L, std::size_t Extra = 0>
+template <class CellOut, int L, std::size_t Extra = 0, std::uint64_t SlicedMask = 0>
 struct repeat_op {
     using info = detail::cell_info<CellOut, true>;
     using G = typename info::G;
@@ -118,7 +140,7 @@ struct repeat_op {
         std::size_t nk = 0;
         if constexpr (state_node >= 0) known[nk++] = {std::size_t(state_node), x[0], 0};
         for (std::size_t e = 0; e < Extra; ++e)
-            if (extra_nodes[e] >= 0) known[nk++] = {std::size_t(extra_nodes[e]), x[1 + e], 0};
+            if (extra_nodes[e] >= 0) known[nk++] = {std::size_t(extra_nodes[e]), x[1 + e], sliced(e) ? 1u : 0u};
         for (std::size_t j = 0; j < info::num_hoisted; ++j) known[nk++] = {info::hoisted[j], x[first_hoisted + j], 0};
         Ly.plan(known.data(), nk);
         Ly.state = round_up_elems<double>(x[0].size());
@@ -134,9 +156,19 @@ struct repeat_op {
         return plan(xs);
     }
 
+    static constexpr bool sliced(std::size_t e) { return (SlicedMask >> e) & 1; }
+    /// Extra argument e as layer l sees it: all of it, or its row l (elements of `bytes` each; index
+    /// tensors are int32).
+    static void* slice(const view& a, std::size_t e, std::size_t l, std::size_t bytes) {
+        if (!sliced(e)) return a.ptr;
+        const std::size_t row = a.size() / std::size_t(L);
+        return static_cast<char*>(a.ptr) + l * row * bytes;
+    }
+
     // ---------------------------------------------------------------- one layer's views
     struct layer_views {
         std::array<view, N> val{}, adj{}, scr{};
+        std::array<std::string_view, N> label = G::label;  // placeholders renamed after the outer operands
     };
     template <class T, std::size_t K>
     static void values_at(layer_views& v, const op_io<T, K>& c, const layout& Ly, std::size_t l) {
@@ -147,17 +179,22 @@ struct repeat_op {
             if (info::computed[i]) v.val[i].ptr = base + l * Ly.per_step + Ly.val_off[i];
         }
         v.val[info::out].ptr = l + 1 == L ? c.y_data() : base + Ly.outputs_off() + l * Ly.state;
+        if constexpr (state_node >= 0) v.label[std::size_t(state_node)] = c.x_name[0];
+        for (std::size_t e = 0; e < Extra; ++e)
+            if (extra_nodes[e] >= 0) v.label[std::size_t(extra_nodes[e])] = c.x_name[1 + e];
         if constexpr (state_node >= 0)
             v.val[state_node].ptr = l == 0 ? c.x[0].ptr : static_cast<void*>(base + Ly.outputs_off() + (l - 1) * Ly.state);
         for (std::size_t p = 0; p < P; ++p)
             v.val[info::step_params[p]].ptr = const_cast<T*>(c.x_data(first_param + p)) + l * Ly.param_size[p];
         for (std::size_t e = 0; e < Extra; ++e)
-            if (extra_nodes[e] >= 0) v.val[std::size_t(extra_nodes[e])].ptr = c.x[1 + e].ptr;
+            if (extra_nodes[e] >= 0)
+                v.val[std::size_t(extra_nodes[e])].ptr =
+                    slice(c.x[1 + e], e, l, G::is_index[std::size_t(extra_nodes[e])] ? sizeof(index_t) : sizeof(T));
         for (std::size_t j = 0; j < info::num_hoisted; ++j) v.val[info::hoisted[j]].ptr = c.x[first_hoisted + j].ptr;
     }
-    static detail::exec_state exec_of(const layer_views& v, const layout& Ly) {
-        return {v.val.data(), v.adj.data(), v.scr.data(), Ly.shapes.data(), info::has_adjoint.data(), G::label.data(),
-                &G::operands[0][0], G::max_arity};
+    static detail::exec_state exec_of(const layer_views& v, const layout& Ly, const run_info& run, std::size_t l) {
+        return {v.val.data(), v.adj.data(), v.scr.data(), Ly.shapes.data(), info::has_adjoint.data(), v.label.data(),
+                &G::operands[0][0], G::max_arity, {run.training, run.seed, detail::sub_stream(run.stream, l)}};
     }
 
     // ---------------------------------------------------------------- forward
@@ -167,7 +204,7 @@ struct repeat_op {
         layer_views v;
         for (std::size_t l = 0; l < std::size_t(L); ++l) {
             values_at(v, c, Ly, l);
-            detail::run_cell_forward<info, T>(exec_of(v, Ly), std::make_index_sequence<N>{});
+            detail::run_cell_forward<info, T>(exec_of(v, Ly, c.run, l), std::make_index_sequence<N>{});
         }
     }
 
@@ -200,12 +237,13 @@ struct repeat_op {
             for (std::size_t p = 0; p < P; ++p)
                 if (c.gx[first_param + p])
                     v.adj[info::step_params[p]].ptr = c.gx_data(first_param + p) + l * Ly.param_size[p];
-            for (std::size_t e = 0; e < Extra; ++e)  // summed over the layers (the ops add)
-                if (extra_nodes[e] >= 0 && c.gx[1 + e]) v.adj[std::size_t(extra_nodes[e])].ptr = c.gx[1 + e].ptr;
+            for (std::size_t e = 0; e < Extra; ++e)  // whole ones: summed over the layers (the ops add)
+                if (extra_nodes[e] >= 0 && c.gx[1 + e])
+                    v.adj[std::size_t(extra_nodes[e])].ptr = slice(c.gx[1 + e], e, l, sizeof(T));
             for (std::size_t j = 0; j < info::num_hoisted; ++j)
                 if (c.gx[first_hoisted + j]) v.adj[info::hoisted[j]].ptr = c.gx[first_hoisted + j].ptr;
             std::memset(sink, 0, Ly.sink * sizeof(T));
-            detail::run_cell_backward<info, T>(exec_of(v, Ly), std::make_index_sequence<N>{});
+            detail::run_cell_backward<info, T>(exec_of(v, Ly, c.run, l), std::make_index_sequence<N>{});
         }
     }
 };
@@ -215,26 +253,36 @@ struct repeat_op {
 /// Applies `block` L times to `x` (see the file comment); the block's parameters are stacked
 /// (L, ...) under the names Prefix + their own. block(h, extra...) receives a placeholder for each
 /// extra value.
-template <int L, fixed_string Prefix, class Block, expr X, expr... Extra>
+template <int L, fixed_string Prefix, class Block, expr X, class... Extra>
 constexpr auto repeat(Block block, X x, [[maybe_unused]] Extra... extra) {
     static_assert(L >= 1, "ctg::repeat: at least one layer");
+    static_assert(sizeof...(Extra) <= 64, "ctg::repeat: at most 64 extra arguments");
     using State = typename detail::placeholder_of<typename X::shape, X::is_index>::template type<0>;
     using Out = decltype([]<std::size_t... E>(Block b, std::index_sequence<E...>) {
-        return b(State{}, typename detail::placeholder_of<typename Extra::shape, Extra::is_index>::template type<int(2 + E)>{}...);
+        return b(State{}, typename detail::placeholder_of<typename detail::repeat_arg<Extra>::shape,
+                                                          detail::repeat_arg<Extra>::type::is_index>::template type<int(2 + E)>{}...);
     }(block, std::index_sequence_for<Extra...>{}));
-    if constexpr (any_poison<X, Extra...> || Out::is_poison) {
+    if constexpr (any_poison<X, typename detail::repeat_arg<Extra>::type...> || Out::is_poison) {
         return poison{};
     } else {
         static_assert(with_shapes<std::is_same_v<typename Out::shape, typename X::shape>, typename Out::shape::pretty,
                                   typename X::shape::pretty>::value,
                       "ctg::repeat: the block must return a value of its input's shape");
-        using Op = ops::repeat_op<Out, L, sizeof...(Extra)>;
+        static_assert(((!detail::repeat_arg<Extra>::sliced || detail::repeat_arg<Extra>::type::shape::dims[0] == dim(L)) && ...),
+                      "ctg::repeat: a per_layer argument's leading axis must be the number of layers");
+        constexpr std::uint64_t sliced = [] {
+            std::uint64_t m = 0, bit = 1;
+            ((m |= detail::repeat_arg<Extra>::sliced ? bit : 0, bit <<= 1), ...);
+            return m;
+        }();
+        using Op = ops::repeat_op<Out, L, sizeof...(Extra), sliced>;
         using info = typename Op::info;
         static_assert(!detail::closes_over_outer_value<typename info::G>(),
                       "ctg::repeat: the block combines data with parameters without its arguments (a value computed "
                       "outside, or an input); pass that value to repeat after x and take it as an argument");
         using params = typename detail::stacked_params<Prefix, L, typename info::step_param_list>::type;
-        return detail::make_repeat_node<Op>(x, tlist<Extra...>{}, params{}, typename info::hoisted_list{});
+        return detail::make_repeat_node<Op>(x, tlist<typename detail::repeat_arg<Extra>::type...>{}, params{},
+                                            typename info::hoisted_list{});
     }
 }
 

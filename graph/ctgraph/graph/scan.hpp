@@ -333,9 +333,9 @@ struct scan_op {
     }
 
     template <class T, std::size_t K>
-    static detail::exec_state exec_of(const step_views<T, K>& v, const layout<K>& L) {
+    static detail::exec_state exec_of(const step_views<T, K>& v, const layout<K>& L, const run_info& run, std::size_t t) {
         return {v.val.data(), v.adj.data(), v.scr.data(), L.shapes.data(), info::has_adjoint.data(), G::label.data(),
-                &G::operands[0][0], G::max_arity};
+                &G::operands[0][0], G::max_arity, {run.training, run.seed, detail::sub_stream(run.stream, t)}};
     }
 
     // ---------------------------------------------------------------- forward
@@ -354,7 +354,7 @@ struct scan_op {
         const std::size_t rows = rows_of(L), width = rows ? L.y_stride / rows : 0;
         for (std::size_t t = 0; t < L.steps; ++t) {
             values_at(v, c, L, t);
-            detail::run_cell_forward<info, T>(exec_of(v, L), std::make_index_sequence<N>{});
+            detail::run_cell_forward<info, T>(exec_of(v, L, c.run, t), std::make_index_sequence<N>{});
             if constexpr (HasLengths) {
                 const index_t* len = c.x[len_index].template as<index_t>();
                 const T* prev = static_cast<const T*>(v.val[state_node].ptr);
@@ -406,7 +406,7 @@ struct scan_op {
                     }
             }
             std::memset(sink, 0, L.sink * sizeof(T));
-            detail::run_cell_backward<info, T>(exec_of(v, L), std::make_index_sequence<N>{});
+            detail::run_cell_backward<info, T>(exec_of(v, L, c.run, t), std::make_index_sequence<N>{});
             if constexpr (H0Rows) {  // the one-row h0's gradient sums over the sequences
                 if (t == 0 && c.gx[1]) {
                     const std::size_t w = c.x[1].size();

@@ -4,7 +4,8 @@
 // StateName (B, S); outputs 0 the next state (B, S) and 1 the logits (B, V), e.g.
 //   auto step = program_for<float, options{}, decltype(next_state()), decltype(next_logits())>(params);
 // decode() feeds <SOS> (or the given first tokens), then each sequence's own previous choice, until
-// <EOS> or max_steps. Choice: greedy (top_k = 1) or sampling among the top_k logits at a temperature.
+// <EOS> or max_steps. Choice: greedy (top_k = 1) or sampling among the top_k logits at a temperature,
+// optionally from the top_p nucleus. (Transformers decode with a KV cache: nn/generate.hpp.)
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -22,25 +23,51 @@
 namespace ctg::nn {
 
 struct sampling {
-    int top_k = 1;             // 1: greedy (argmax)
+    int top_k = 1;             // 1: greedy (argmax); 0: no limit
     double temperature = 1.0;  // logits are divided by it before the softmax
+    double top_p = 1.0;        // nucleus: the fewest most likely tokens whose probability reaches top_p
+};
+
+/// Reusable memory for choose(), so that sampling allocates nothing per token.
+struct choice_scratch {
+    std::vector<std::pair<double, int>> ranked;
+    std::vector<double> weights;
 };
 
 /// Picks an index from one row of logits (logits(v) for v < n): the argmax for top_k = 1, otherwise
-/// a draw from the softmax(logits / temperature) restricted to the top_k largest.
+/// a draw from softmax(logits / temperature) restricted to the top_k largest and to the smallest
+/// set of them whose probability reaches top_p.
 template <class Row>
-int choose(const Row& logits, std::size_t n, const sampling& s, std::mt19937_64& rng) {
-    if (s.top_k < 1 || !(s.temperature > 0))
-        throw error("ctg::nn::choose: top_k must be >= 1 and temperature > 0 (got " + std::to_string(s.top_k) + ", " +
-                    std::to_string(s.temperature) + ")");
-    std::vector<std::pair<double, int>> c(n);
+int choose(const Row& logits, std::size_t n, const sampling& s, std::mt19937_64& rng, choice_scratch& scratch) {
+    if (s.top_k < 0 || !(s.temperature > 0) || !(s.top_p > 0 && s.top_p <= 1) || n == 0)
+        throw error("ctg::nn::choose: top_k must be >= 0, temperature > 0 and top_p in (0, 1] (got " +
+                    std::to_string(s.top_k) + ", " + std::to_string(s.temperature) + ", " + std::to_string(s.top_p) + ")");
+    auto& c = scratch.ranked;
+    c.resize(n);
     for (std::size_t v = 0; v < n; ++v) c[v] = {double(logits(v)) / s.temperature, int(v)};
-    const std::size_t k = std::min<std::size_t>(std::size_t(s.top_k), n);
+    std::size_t k = s.top_k == 0 ? n : std::min<std::size_t>(std::size_t(s.top_k), n);
     std::partial_sort(c.begin(), c.begin() + long(k), c.end(), std::greater<>());
     if (k == 1) return c[0].second;
-    std::vector<double> w(k);
-    for (std::size_t i = 0; i < k; ++i) w[i] = std::exp(c[i].first - c[0].first);
-    return c[std::size_t(std::discrete_distribution<int>(w.begin(), w.end())(rng))].second;
+    auto& w = scratch.weights;
+    w.resize(k);
+    double total = 0;
+    for (std::size_t i = 0; i < k; ++i) total += (w[i] = std::exp(c[i].first - c[0].first));
+    if (s.top_p < 1) {  // keep the most likely until their share reaches top_p
+        double kept = 0;
+        std::size_t m = 0;
+        while (m < k && kept < s.top_p * total) kept += w[m++];
+        k = std::max<std::size_t>(m, 1);
+        total = kept;
+    }
+    double u = std::uniform_real_distribution<double>(0.0, total)(rng);
+    for (std::size_t i = 0; i < k; ++i)
+        if ((u -= w[i]) < 0) return c[i].second;
+    return c[k - 1].second;
+}
+template <class Row>
+int choose(const Row& logits, std::size_t n, const sampling& s, std::mt19937_64& rng) {
+    choice_scratch scratch;
+    return choose(logits, n, s, rng, scratch);
 }
 
 /// Generates one sequence per row of `state` (see the file comment). Returns the chosen tokens,

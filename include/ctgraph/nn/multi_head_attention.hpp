@@ -13,6 +13,7 @@
 #pragma once
 #include "ctgraph/attention.hpp"
 #include "ctgraph/ops/add.hpp"
+#include "ctgraph/ops/kv_cache.hpp"
 #include "ctgraph/ops/matmul.hpp"
 #include "ctgraph/ops/permute.hpp"
 #include "ctgraph/ops/reshape.hpp"
@@ -71,6 +72,24 @@ struct multi_head_attention {
     /// Self-attention: queries, keys and values from x (B, n, D) -> (B, n, D).
     template <expr X, attention_mask Mask = no_mask>
     static constexpr auto self(X x, Mask mask = {}) { return cross(x, x, mask); }
+    /// Self-attention over a prompt x (B, T, D) that also stores its keys and values (B, T, D, heads
+    /// side by side) into the caches (B, C, D): the prefill of decoding with a KV cache.
+    template <expr X, expr Kc, expr Vc, attention_mask Mask = no_mask>
+    static constexpr auto self_prefill(X x, Kc kc, Vc vc, Mask mask = {}) {
+        auto k = cache_store(x * W_k{} + b_k{}, kc);
+        auto v = cache_store(x * W_v{} + b_v{}, vc);
+        return merge_heads(attention(queries(x), split_heads<Heads>(k), split_heads<Heads>(v), Score{}, mask)) * W_o{} +
+               b_o{};
+    }
+    /// One decoding step: x (B, 1, D) at positions pos (B) appends its key and value to the caches
+    /// and attends over them (causal by construction: the cache holds positions 0 .. pos).
+    template <expr X, expr Kc, expr Vc, expr Pos>
+    static constexpr auto self_step(X x, Kc kc, Vc vc, Pos pos) {
+        static_assert(std::is_same_v<Score, scaled_dot_score>,
+                      "ctg::nn::multi_head_attention: KV-cache decoding is implemented for the scaled-dot score");
+        return cached_attention<Heads>(x * W_q{} + b_q{}, x * W_k{} + b_k{}, x * W_v{} + b_v{}, kc, vc, pos) * W_o{} +
+               b_o{};
+    }
     /// The weights (B, h, n, m) of cross(xq, xkv, mask): read them with prog.value_of(...).
     template <expr Xq, expr Xkv, attention_mask Mask = no_mask>
     static constexpr auto weights(Xq xq, Xkv xkv, Mask mask = {}) {

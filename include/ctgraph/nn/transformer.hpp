@@ -18,6 +18,7 @@
 #include "ctgraph/nn/cells.hpp"  // nn::activation
 #include "ctgraph/nn/multi_head_attention.hpp"
 #include "ctgraph/ops/add.hpp"
+#include "ctgraph/ops/dropout.hpp"
 #include "ctgraph/ops/embedding.hpp"
 #include "ctgraph/ops/gelu.hpp"
 #include "ctgraph/ops/layer_norm.hpp"
@@ -66,17 +67,19 @@ struct ffn {
 /// sum (norm(x + f(x)), the original Transformer).
 enum class norm_placement { pre, post };
 
-/// A residual sub-layer in either placement.
-template <norm_placement Place, class Norm, expr X, class F>
+/// A residual sub-layer in either placement, with dropout on the sub-layer's output (rate Drop,
+/// training only; 0: no node).
+template <norm_placement Place, class Norm, cval Drop = 0.0, expr X, class F>
 constexpr auto residual(X x, F f) {
-    if constexpr (Place == norm_placement::pre) return x + f(Norm{}(x));
-    else return Norm{}(x + f(x));
+    if constexpr (Place == norm_placement::pre) return x + dropout<Drop>(f(Norm{}(x)));
+    else return Norm{}(x + dropout<Drop>(f(x)));
 }
 
-/// Encoder block: self-attention (mask: padding, a window, ...) then FFN, each residual.
-/// Parameters: <P>ln1.*, <P>q/k/v/proj.*, <P>ln2.*, <P>fc1.*, <P>fc2.*.
+/// Encoder block: self-attention (mask: padding, a window, ...) then FFN, each residual, each
+/// sub-layer's output through dropout<Drop> in training. Parameters: <P>ln1.*, <P>q/k/v/proj.*,
+/// <P>ln2.*, <P>fc1.*, <P>fc2.*.
 template <fixed_string P, int D, int Heads, int F, norm_placement Place = norm_placement::pre,
-          activation Act = activation::gelu, class Score = scaled_dot_score>
+          activation Act = activation::gelu, class Score = scaled_dot_score, cval Drop = 0.0>
 struct encoder_block {
     using attn = multi_head_attention<P, D, Heads, Score>;
     using ln1 = layer_norm<P + fixed_string("ln1."), D>;
@@ -84,16 +87,32 @@ struct encoder_block {
     using mlp = ffn<P, D, F, Act>;
     template <expr X, attention_mask Mask = no_mask>
     constexpr auto operator()(X x, Mask mask = {}) const {
-        auto h = residual<Place, ln1>(x, [&](auto a) { return attn::self(a, mask); });
-        return residual<Place, ln2>(h, [](auto a) { return mlp{}(a); });
+        return with_attention(x, [&](auto a) { return attn::self(a, mask); });
+    }
+    /// The same over a prompt, storing its keys and values into the caches (B, C, D) (inference).
+    template <expr X, expr Kc, expr Vc, attention_mask Mask = no_mask>
+    constexpr auto prefill(X x, Kc kc, Vc vc, Mask mask = {}) const {
+        return with_attention(x, [&](auto a) { return attn::self_prefill(a, kc, vc, mask); });
+    }
+    /// One decoding step of a causal block: x (B, 1, D) at positions pos (B) against the caches.
+    template <expr X, expr Kc, expr Vc, expr Pos>
+    constexpr auto step(X x, Kc kc, Vc vc, Pos pos) const {
+        return with_attention(x, [&](auto a) { return attn::self_step(a, kc, vc, pos); });
+    }
+
+private:
+    template <expr X, class Attend>
+    constexpr auto with_attention(X x, Attend attend) const {
+        auto h = residual<Place, ln1, Drop>(x, attend);
+        return residual<Place, ln2, Drop>(h, [](auto a) { return mlp{}(a); });
     }
 };
 
 /// Decoder block: causal self-attention (and self_mask, e.g. target padding), cross-attention to
 /// the encoder's memory (memory_mask: source padding), then FFN. Parameters: <P>ln1/ln2/ln3.*,
-/// <P>q/k/v/proj.* (self), <P>cross.q/k/v/proj.*, <P>fc1/fc2.*.
+/// <P>q/k/v/proj.* (self), <P>cross.q/k/v/proj.*, <P>fc1/fc2.*. Dropout<Drop> as the encoder's.
 template <fixed_string P, int D, int Heads, int F, norm_placement Place = norm_placement::pre,
-          activation Act = activation::gelu, class Score = scaled_dot_score>
+          activation Act = activation::gelu, class Score = scaled_dot_score, cval Drop = 0.0>
 struct decoder_block {
     using self_attn = multi_head_attention<P, D, Heads, Score>;
     using cross_attn = multi_head_attention<P + fixed_string("cross."), D, Heads, Score>;
@@ -103,30 +122,32 @@ struct decoder_block {
     using mlp = ffn<P, D, F, Act>;
     template <expr X, expr Memory, attention_mask SelfMask = no_mask, attention_mask MemoryMask = no_mask>
     constexpr auto operator()(X x, Memory memory, SelfMask self_mask = {}, MemoryMask memory_mask = {}) const {
-        auto h = residual<Place, ln1>(x, [&](auto a) {
+        auto h = residual<Place, ln1, Drop>(x, [&](auto a) {
             if constexpr (std::is_same_v<SelfMask, no_mask>) return self_attn::self(a, causal{});
             else return self_attn::self(a, causal{} && self_mask);
         });
-        auto c = residual<Place, ln2>(h, [&](auto a) { return cross_attn::cross(a, memory, memory_mask); });
-        return residual<Place, ln3>(c, [](auto a) { return mlp{}(a); });
+        auto c = residual<Place, ln2, Drop>(h, [&](auto a) { return cross_attn::cross(a, memory, memory_mask); });
+        return residual<Place, ln3, Drop>(c, [](auto a) { return mlp{}(a); });
     }
 };
 
 /// The decoder-only GPT of the gpt-s / gpt-m workloads: token embedding + sinusoidal positions,
 /// Layers pre-norm blocks (causal multi-head self-attention, GELU FFN of 4 D), final layer norm,
 /// linear head (untied, with bias). Tokens are (B, T) ids, T <= MaxLen. PosRound = float rounds the
-/// positional table to float first, as a PyTorch model's float32 buffer holds it.
-template <int V, int MaxLen, int D, int Heads, int Layers, int F = 4 * D, class PosRound = void>
+/// positional table to float first, as a PyTorch model's float32 buffer holds it. Drop: dropout
+/// rate on the embeddings and on every sub-layer's output (training only; GPT-2's places).
+template <int V, int MaxLen, int D, int Heads, int Layers, int F = 4 * D, class PosRound = void, cval Drop = 0.0>
 struct gpt {
+    static constexpr int vocab = V, max_len = MaxLen, width = D, heads = Heads, layers = Layers;
     using tok_embed = param<"tok_embed", V, D>;
-    using block = encoder_block<"", D, Heads, F>;
+    using block = encoder_block<"", D, Heads, F, norm_placement::pre, activation::gelu, scaled_dot_score, Drop>;
     using ln_f = layer_norm<"ln_f.", D>;
     using head = linear<"head.", D, V>;
 
     /// The residual stream after the last block and the final norm: (B, T, D).
     template <expr Tokens>
     static constexpr auto hidden(Tokens tokens) {
-        auto x = sinusoidal_positions<MaxLen, PosRound>(embedding(tok_embed{}, tokens));
+        auto x = dropout<Drop>(sinusoidal_positions<MaxLen, PosRound>(embedding(tok_embed{}, tokens)));
         return ln_f{}(repeat<Layers, "blocks.">([](auto h) { return block{}(h, causal{}); }, x));
     }
     /// Next-token logits (B, T, V).
@@ -135,6 +156,25 @@ struct gpt {
     /// Mean next-token cross-entropy over B x T.
     template <expr Tokens, expr Targets>
     static constexpr auto loss(Tokens tokens, Targets targets) { return softmax_cross_entropy(logits(tokens), targets); }
+
+    // Decoding with a KV cache (nn/generate.hpp drives these). The caches are inputs (Layers, B, C,
+    // D), one row per layer (per_layer), bound to the caller's memory and written in place.
+    /// Prefill: logits (B, T, V) of a prompt (B, T), its keys and values stored at rows 0 .. T-1.
+    template <expr Tokens, expr Kc, expr Vc>
+    static constexpr auto prefill_logits(Tokens tokens, Kc kc, Vc vc) {
+        auto x = sinusoidal_positions<MaxLen, PosRound>(embedding(tok_embed{}, tokens));
+        auto h = repeat<Layers, "blocks.">([](auto a, auto k, auto v) { return block{}.prefill(a, k, v, causal{}); }, x,
+                                           per_layer(kc), per_layer(vc));
+        return head{}(ln_f{}(h));
+    }
+    /// One step: logits (B, 1, V) of one token per sequence (B, 1) at positions pos (B).
+    template <expr Token, expr Pos, expr Kc, expr Vc>
+    static constexpr auto step_logits(Token token, Pos pos, Kc kc, Vc vc) {
+        auto x = sinusoidal_positions<MaxLen, PosRound>(embedding(tok_embed{}, token), pos);
+        auto h = repeat<Layers, "blocks.">([](auto a, auto k, auto v, auto p) { return block{}.step(a, k, v, p); }, x,
+                                           per_layer(kc), per_layer(vc), pos);
+        return head{}(ln_f{}(h));
+    }
 };
 
 }  // namespace ctg::nn

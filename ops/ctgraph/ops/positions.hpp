@@ -17,6 +17,7 @@
 #include <cmath>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -60,24 +61,33 @@ const std::vector<T>& sinusoidal_table() {
 }
 
 /// Learned = false: one operand (x), the table is the sinusoidal one of width D (values rounded to
-/// Round first, unless void); true: (x, table).
-template <int MaxLen, int D, bool Learned, class Round = void>
+/// Round first, unless void); true: (x, table). Offset: a last operand `start`, an index tensor with
+/// one entry per sequence: sequence o starts at table row start[o] (decoding with a KV cache).
+template <int MaxLen, int D, bool Learned, class Round = void, bool Offset = false>
 struct positions_op {
     static constexpr std::string_view name = Learned ? "learned_positions" : "sinusoidal_positions";
     static std::string describe() { return "max " + std::to_string(MaxLen); }
 
-    template <class X, class... Table>
+    template <class X, class... Rest>
     static consteval bool check() {
         if constexpr (X::rank < 2 || !X::dims[X::rank - 1].is_static()) {
             return false;
         } else {
             constexpr dim t = X::dims[X::rank - 2];
             bool ok = (!t.is_static() || t.n <= MaxLen) && X::dims[X::rank - 1] == dim(D);
-            if constexpr (Learned) ok = ok && ((Table::rank == 2 && Table::dims[0] == dim(MaxLen) && Table::dims[1] == dim(D)) && ...);
+            if constexpr (Learned) {
+                using Table = std::tuple_element_t<0, std::tuple<Rest...>>;
+                ok = ok && Table::rank == 2 && Table::dims[0] == dim(MaxLen) && Table::dims[1] == dim(D);
+            }
+            if constexpr (Offset) {  // one start per sequence: start has x's leading axes
+                using Start = std::tuple_element_t<sizeof...(Rest) - 1, std::tuple<Rest...>>;
+                ok = ok && Start::rank + 2 == X::rank;
+                for (std::size_t a = 0; a < Start::rank && ok; ++a) ok = Start::dims[a] == X::dims[a];
+            }
             return ok;
         }
     }
-    template <class X, class... Table>
+    template <class X, class... Rest>
     static consteval auto dims() { return X::dims; }
 
     template <class T, std::size_t K>
@@ -88,13 +98,29 @@ struct positions_op {
             throw index_error("ctg::" + std::string(name) + ": a sequence of " + std::to_string(len) + " positions in '" +
                               std::string(c.x_name[0]) + "' is longer than the positional table (" +
                               std::to_string(MaxLen) + " positions)");
+        if constexpr (Offset)  // every start checked before anything is written
+            for (std::size_t o = 0; o < outer; ++o) {
+                const index_t st = start_of(c, o);
+                if (st < 0 || std::size_t(st) + len > std::size_t(MaxLen))
+                    throw index_error("ctg::" + std::string(name) + ": sequence " + std::to_string(o) + " of '" +
+                                      std::string(c.x_name[0]) + "' would take positions " + std::to_string(st) + " to " +
+                                      std::to_string(st + index_t(len) - 1) + " (start from '" +
+                                      std::string(c.x_name[K - 1]) + "'), outside the positional table (" +
+                                      std::to_string(MaxLen) + " positions)");
+            }
         const T* table;
         if constexpr (Learned) table = c.x_data(1);
         else table = sinusoidal_table<T, MaxLen, D, Round>().data();
         for (std::size_t o = 0; o < outer; ++o)
             kernels::map(len * D, c.y_data() + o * len * D, [](auto a, auto b) { return a + b; },
-                         c.x_data(0) + o * len * D, table);
+                         c.x_data(0) + o * len * D, table + row_of(c, o) * D);
     }
+    template <class T, std::size_t K>
+    static index_t start_of(const op_io<T, K>& c, std::size_t o) {
+        if constexpr (Offset) return c.x[K - 1].template as<index_t>()[o]; else return 0;
+    }
+    template <class T, std::size_t K>
+    static std::size_t row_of(const op_io<T, K>& c, std::size_t o) { return std::size_t(start_of(c, o)); }
     template <class T, std::size_t K>
     static void backward(op_io<T, K>& c) {
         const rshape& s = c.x[0].shape;
@@ -102,7 +128,7 @@ struct positions_op {
         for (std::size_t o = 0; o < outer; ++o) {
             if (c.gx[0]) kernels::add_to(len * D, c.gy_data() + o * len * D, c.gx_data(0) + o * len * D);
             if constexpr (Learned)
-                if (c.gx[1]) kernels::add_to(len * D, c.gy_data() + o * len * D, c.gx_data(1));
+                if (c.gx[1]) kernels::add_to(len * D, c.gy_data() + o * len * D, c.gx_data(1) + row_of(c, o) * D);
         }
     }
 };
@@ -125,6 +151,25 @@ constexpr auto sinusoidal_positions(X x) {
         static_assert(with_shapes<Op::template check<S>(), typename S::pretty, shape_is<MaxLen>>::value,
                       "ctg::sinusoidal_positions: the sequence is longer than the table (MaxLen positions)");
         return make_float_node<Op>(x);
+    }
+}
+
+/// The same from table row start[o] for sequence o: x (B, T, D), start an index tensor (B); what
+/// decoding with a KV cache uses (each sequence at its own position). start[o] + T > MaxLen throws.
+template <int MaxLen, class Round = void, expr X, expr Start>
+constexpr auto sinusoidal_positions(X x, Start start) {
+    using S = typename X::shape;
+    static_assert(with_shapes<any_poison<X, Start> || (S::rank >= 2 && S::dims[S::rank - 1].is_static() && Start::is_index),
+                              typename S::pretty, typename Start::shape::pretty>::value,
+                  "ctg::sinusoidal_positions: the operand must be (..., T, D) with a static D, the start an index_input");
+    if constexpr (any_poison<X, Start> || !(S::rank >= 2 && S::dims[S::rank - 1].is_static())) {
+        return poison{};
+    } else {
+        using Op = ops::positions_op<MaxLen, int(S::dims[S::rank - 1].n), false, Round, true>;
+        static_assert(with_shapes<Op::template check<S, typename Start::shape>(), typename S::pretty,
+                                  typename Start::shape::pretty>::value,
+                      "ctg::sinusoidal_positions: the start needs one entry per sequence (x's leading axes)");
+        return make_node<Op>(x, start);
     }
 }
 

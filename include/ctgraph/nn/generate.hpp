@@ -1,0 +1,135 @@
+// ctgraph/nn/generate.hpp: text generation from an nn::gpt with a KV cache.
+//
+//   nn::gpt_generator<model> gen(train.shared_params(), /*max batch*/ 4, /*cache positions*/ 512);
+//   auto tokens = gen.generate({{1, 2, 3}, {7}}, 100, nn::sampling{.top_k = 0, .temperature = 0.8,
+//                                                                   .top_p = 0.95}, rng);
+//
+// Two inference programs over the model's own parameters (the same store as training): a prefill
+// that runs every prompt in one pass and stores each layer's projected keys and values in the
+// cache, and a step that feeds one token per sequence at its own position, appends its keys and
+// values and attends over the cache (O(t d) per token, not O(t^2 d)). Prompts may differ in length:
+// they are right-padded, each sequence continues from its own last position. The caches (layers,
+// batch, positions, width) are allocated once; a generation step allocates nothing (tested).
+// Bad input is refused before anything runs: an empty prompt, a token outside the vocabulary, more
+// prompts than the batch, or a prompt plus new tokens longer than the cache or the positional table.
+#pragma once
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ctgraph/graph/program.hpp"
+#include "ctgraph/memory.hpp"
+#include "ctgraph/nn/decode.hpp"
+#include "ctgraph/nn/transformer.hpp"
+
+namespace ctg::nn {
+
+template <class Model, class T = float>
+class gpt_generator {
+    static constexpr dim B = dyn('B'), Tp = dyn('T'), C = dyn('C');
+    static constexpr std::size_t L = Model::layers, D = Model::width, V = Model::vocab;
+
+public:
+    using Prompt = index_input<"prompt", B, Tp>;
+    using Token = index_input<"token", B, 1>;
+    using Pos = index_input<"pos", B>;
+    using CacheK = input<"cache_k", int(L), B, C, int(D)>;
+    using CacheV = input<"cache_v", int(L), B, C, int(D)>;
+    static constexpr auto prefill_logits() { return Model::prefill_logits(Prompt{}, CacheK{}, CacheV{}); }
+    static constexpr auto step_logits() { return Model::step_logits(Token{}, Pos{}, CacheK{}, CacheV{}); }
+    using prefill_program = decltype(compile<T, options{.inference = true}>(prefill_logits()));
+    using step_program = decltype(compile<T, options{.inference = true}>(step_logits()));
+
+    gpt_generator(std::shared_ptr<parameter_store<T>> store, std::size_t max_batch, std::size_t capacity)
+        : prefill_(store), step_(store), max_batch_(max_batch), capacity_(capacity),
+          cache_k_(L * max_batch * capacity * D), cache_v_(L * max_batch * capacity * D),
+          token_(max_batch), pos_(max_batch), last_(max_batch) {
+        if (max_batch == 0 || capacity == 0) throw error("ctg::nn::gpt_generator: the batch and the cache need room");
+    }
+
+    std::size_t capacity() const { return capacity_; }
+
+    /// new_tokens tokens after each prompt. `logits` (optional) receives, per sequence, the logits
+    /// (V each) from which each new token was chosen.
+    std::vector<std::vector<int>> generate(const std::vector<std::vector<int>>& prompts, std::size_t new_tokens,
+                                           const sampling& how, std::mt19937_64& rng,
+                                           std::vector<std::vector<T>>* logits = nullptr) {
+        const std::size_t n = prompts.size();
+        std::size_t longest = 0;
+        check(prompts, new_tokens, longest);
+        std::vector<std::vector<int>> out(n);
+        if (logits) logits->assign(n, {});
+        if (new_tokens == 0) return out;
+        for (auto& o : out) o.reserve(new_tokens);
+
+        // Prefill: every prompt in one pass, right-padded to the longest.
+        prompt_.assign(n * longest, 0);
+        for (std::size_t b = 0; b < n; ++b) std::copy(prompts[b].begin(), prompts[b].end(), prompt_.begin() + long(b * longest));
+        const rshape cache{4, {L, n, capacity_, D}};
+        prefill_.feed("prompt", prompt_.data(), rshape{2, {n, longest}});
+        prefill_.bind("cache_k", cache_k_.data(), cache);
+        prefill_.bind("cache_v", cache_v_.data(), cache);
+        prefill_.forward();
+        const T* z = output(prefill_);
+        for (std::size_t b = 0; b < n; ++b) pick(b, z + (b * longest + prompts[b].size() - 1) * V, how, rng, out, logits);
+
+        // Steps: each sequence's last choice at its own next position.
+        step_.bind("cache_k", cache_k_.data(), cache);
+        step_.bind("cache_v", cache_v_.data(), cache);
+        for (std::size_t t = 1; t < new_tokens; ++t) {
+            for (std::size_t b = 0; b < n; ++b) {
+                token_[b] = last_[b];
+                pos_[b] = index_t(prompts[b].size() + t - 1);
+            }
+            step_.feed("token", token_.data(), rshape{2, {n, 1}});
+            step_.feed("pos", pos_.data(), rshape{1, {n}});
+            step_.forward();
+            const T* zs = output(step_);
+            for (std::size_t b = 0; b < n; ++b) pick(b, zs + b * V, how, rng, out, logits);
+        }
+        return out;
+    }
+
+private:
+    void check(const std::vector<std::vector<int>>& prompts, std::size_t new_tokens, std::size_t& longest) const {
+        if (prompts.empty() || prompts.size() > max_batch_)
+            throw error("ctg::nn::gpt_generator: " + std::to_string(prompts.size()) + " prompts for a batch of " +
+                        std::to_string(max_batch_));
+        for (std::size_t b = 0; b < prompts.size(); ++b) {
+            if (prompts[b].empty()) throw error("ctg::nn::gpt_generator: prompt " + std::to_string(b) + " is empty");
+            for (std::size_t t = 0; t < prompts[b].size(); ++t)
+                if (prompts[b][t] < 0 || std::size_t(prompts[b][t]) >= V)
+                    throw index_error("ctg::nn::gpt_generator: token " + std::to_string(prompts[b][t]) + " at position " +
+                                      std::to_string(t) + " of prompt " + std::to_string(b) +
+                                      " is outside the vocabulary [0, " + std::to_string(V) + ")");
+            longest = std::max(longest, prompts[b].size());
+            // Positions 0 .. len + new - 2 are fed (the last new token is only chosen).
+            const std::size_t needed = prompts[b].size() + (new_tokens ? new_tokens - 1 : 0);
+            if (needed > capacity_ || needed > std::size_t(Model::max_len))
+                throw index_error("ctg::nn::gpt_generator: prompt " + std::to_string(b) + " (" +
+                                  std::to_string(prompts[b].size()) + " tokens) and " + std::to_string(new_tokens) +
+                                  " new tokens need " + std::to_string(needed) + " positions; the cache holds " +
+                                  std::to_string(capacity_) + " and the positional table " +
+                                  std::to_string(Model::max_len));
+        }
+    }
+    template <class P>
+    static const T* output(P& p) { return p.value_view(P::output_nodes[0]).template as<T>(); }
+    void pick(std::size_t b, const T* z, const sampling& how, std::mt19937_64& rng, std::vector<std::vector<int>>& out,
+              std::vector<std::vector<T>>* logits) {
+        last_[b] = index_t(choose([z](std::size_t v) { return z[v]; }, V, how, rng, scratch_));
+        out[b].push_back(int(last_[b]));
+        if (logits) (*logits)[b].insert((*logits)[b].end(), z, z + V);
+    }
+
+    prefill_program prefill_;
+    step_program step_;
+    std::size_t max_batch_, capacity_;
+    aligned_vector<T> cache_k_, cache_v_;
+    std::vector<index_t> prompt_, token_, pos_, last_;
+    choice_scratch scratch_;
+};
+
+}  // namespace ctg::nn

@@ -1,0 +1,135 @@
+// ctgraph/ops/kv_cache.hpp: the two ops of decoding with a cache of projected keys and values.
+//
+//   cache_store(k (B, T, D), cache (B, C, D))  -> k, and rows 0 .. T-1 of every sequence's cache
+//                                                 are set to k (the prefill: the prompt in one pass)
+//   cached_attention<Heads>(q, k, v (B, 1, D), cache_k, cache_v (B, C, D), pos (B))
+//                                              -> (B, 1, D): writes k, v at row pos[b] of sequence b's
+//                                                 caches, then attends from q over rows 0 .. pos[b]
+//                                                 (heads side by side in D, as split_heads has them;
+//                                                 scores scaled by 1/sqrt(D/Heads)): O(pos D) work
+//
+// The caches are state: inputs the caller binds to its own memory (program::bind), written in
+// place by these ops. Both are for inference programs (options{.inference = true}); their backward
+// throws. Every position is checked against the cache's length before anything is written.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <string_view>
+
+#include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/simd.hpp"
+#include "ctgraph/op.hpp"
+
+namespace ctg {
+namespace ops {
+
+[[noreturn]] inline void inference_only(std::string_view op) {
+    throw error("ctg::" + std::string(op) +
+                ": a KV cache is for decoding programs; compile them with options{.inference = true}");
+}
+
+struct cache_store_op {
+    static constexpr std::string_view name = "cache_store";
+    template <class K, class Cache>
+    static consteval bool check() {
+        return K::rank == 3 && Cache::rank == 3 && K::dims[0] == Cache::dims[0] && K::dims[2] == Cache::dims[2];
+    }
+    template <class K, class Cache>
+    static consteval auto dims() { return K::dims; }
+    template <class T>
+    static void forward(op_io<T, 2>& c) {
+        const rshape &k = c.x[0].shape, &cache = c.x[1].shape;
+        const std::size_t B = k.d[0], len = k.d[1], D = k.d[2], C = cache.d[1];
+        if (len > C)
+            throw index_error("ctg::cache_store: " + std::to_string(len) + " positions of '" + std::string(c.x_name[0]) +
+                              "' do not fit the cache '" + std::string(c.x_name[1]) + "' of " + std::to_string(C));
+        const T* src = c.x_data(0);
+        T* dst = c.x[1].template as<T>();
+        for (std::size_t b = 0; b < B; ++b) std::copy(src + b * len * D, src + (b + 1) * len * D, dst + b * C * D);
+        std::copy(src, src + B * len * D, c.y_data());
+    }
+    template <class T>
+    static void backward(op_io<T, 2>&) { inference_only(name); }
+};
+
+template <int Heads>
+struct cached_attention_op {
+    static constexpr std::string_view name = "cached_attention";
+    static std::string describe() { return std::to_string(Heads) + " heads"; }
+    template <class Q, class K, class V, class Kc, class Vc, class Pos>
+    static consteval bool check() {
+        return Q::rank == 3 && std::is_same_v<Q, K> && std::is_same_v<Q, V> && Q::dims[1] == dim(1) &&
+               Q::dims[2].is_static() && Q::dims[2].n % Heads == 0 && Kc::rank == 3 && std::is_same_v<Kc, Vc> &&
+               Kc::dims[0] == Q::dims[0] && Kc::dims[2] == Q::dims[2] && Pos::rank == 1 && Pos::dims[0] == Q::dims[0];
+    }
+    template <class Q, class... R>
+    static consteval auto dims() { return Q::dims; }
+    static std::size_t scratch_size(const rshape&, const std::array<rshape, 6>& x) { return x[3].d[1]; }
+
+    template <class T>
+    static void forward(op_io<T, 6>& c) {
+        const std::size_t B = c.x[0].shape.d[0], D = c.x[0].shape.d[2], C = c.x[3].shape.d[1], dh = D / Heads;
+        const index_t* pos = c.x[5].template as<index_t>();
+        for (std::size_t b = 0; b < B; ++b)  // all positions checked before any cache row is written
+            if (pos[b] < 0 || std::size_t(pos[b]) >= C)
+                throw index_error("ctg::cached_attention: position " + std::to_string(pos[b]) + " of sequence " +
+                                  std::to_string(b) + " (input '" + std::string(c.x_name[5]) +
+                                  "') is outside the cache of " + std::to_string(C) + " positions");
+        T *kc = c.x[3].template as<T>(), *vc = c.x[4].template as<T>(), *y = c.y_data();
+        T* scores = c.scratch.template as<T>();
+        const T scale = T(1.0 / std::sqrt(double(dh)));
+        for (std::size_t b = 0; b < B; ++b) {
+            const std::size_t p = std::size_t(pos[b]);
+            T *kb = kc + b * C * D, *vb = vc + b * C * D;
+            std::copy(c.x_data(1) + b * D, c.x_data(1) + (b + 1) * D, kb + p * D);
+            std::copy(c.x_data(2) + b * D, c.x_data(2) + (b + 1) * D, vb + p * D);
+            const T* q = c.x_data(0) + b * D;
+            for (std::size_t h = 0; h < std::size_t(Heads); ++h) {
+                const std::size_t off = h * dh;
+                T mx = -std::numeric_limits<T>::infinity();
+                for (std::size_t j = 0; j <= p; ++j) {
+                    scores[j] = scale * kernels::reduce_sum(dh, q + off, kb + j * D + off, [](auto a, auto k) { return a * k; });
+                    mx = std::max(mx, scores[j]);
+                }
+                T sum = 0;
+                for (std::size_t j = 0; j <= p; ++j) sum += (scores[j] = std::exp(scores[j] - mx));
+                T* out = y + b * D + off;
+                std::fill(out, out + dh, T(0));
+                const T inv = T(1) / sum;
+                for (std::size_t j = 0; j <= p; ++j) {
+                    const T w = scores[j] * inv;
+                    kernels::map(dh, out, [w](auto o, auto v) { return o + decltype(v)(w) * v; },
+                                 static_cast<const T*>(out), static_cast<const T*>(vb + j * D + off));
+                }
+            }
+        }
+    }
+    template <class T>
+    static void backward(op_io<T, 6>&) { inference_only(name); }
+};
+
+}  // namespace ops
+
+/// Stores k (B, T, D) into rows 0 .. T-1 of `cache` (B, C, D) and returns k (see the file comment).
+template <expr K, expr Cache>
+constexpr auto cache_store(K k, Cache cache) {
+    static_assert(with_shapes<any_poison<K, Cache> || ops::cache_store_op::check<typename K::shape, typename Cache::shape>(),
+                              typename K::shape::pretty, typename Cache::shape::pretty>::value,
+                  "ctg::cache_store: keys (B, T, D) go into a cache (B, C, D) of the same B and D");
+    return make_float_node<ops::cache_store_op>(k, cache);
+}
+
+/// One decoding step of attention against a KV cache (see the file comment).
+template <int Heads, expr Q, expr K, expr V, expr Kc, expr Vc, expr Pos>
+constexpr auto cached_attention(Q q, K k, V v, Kc kc, Vc vc, Pos pos) {
+    using Op = ops::cached_attention_op<Heads>;
+    static_assert(with_shapes<any_poison<Q, K, V, Kc, Vc, Pos> ||
+                                  (Pos::is_index && Op::template check<typename Q::shape, typename K::shape, typename V::shape,
+                                                                       typename Kc::shape, typename Vc::shape, typename Pos::shape>()),
+                              typename Q::shape::pretty, typename Kc::shape::pretty, typename Pos::shape::pretty>::value,
+                  "ctg::cached_attention: q, k, v must be (B, 1, D) with D a multiple of the heads, the caches "
+                  "(B, C, D), the positions an index_input (B)");
+    return make_node<Op>(q, k, v, kc, vc, pos);
+}
+}  // namespace ctg
