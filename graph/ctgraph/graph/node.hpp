@@ -167,12 +167,22 @@ constexpr std::uint64_t mix(std::uint64_t h, std::uint64_t v) {  // order-sensit
     return h ^ (h >> 29);
 }
 
+/// A type's spelling, hashed. clang prints a long array argument abbreviated ("{{100, 101, 99,
+/// ...}}"), so a leaf's name spelled in its type is cut after 10 characters: a leaf's full name is
+/// hashed as well.
+template <class T>
+consteval std::uint64_t spelling_hash(std::uint64_t seed) {
+    std::uint64_t h = fnv1a(type_name<T>(), seed);
+    if constexpr (requires { T::name.view(); }) h = fnv1a(T::name.view(), mix(h, 0x6e616d65));
+    return h;
+}
+
 /// The identity of an operand or op type: leaves, ops and constants by their spelling (short:
 /// their arguments are names, dimensions and numbers); nodes by their own hash.
 template <class T>
 struct identity_of {
-    static constexpr std::uint64_t h0 = fnv1a(type_name<T>(), 14695981039346656037ULL);
-    static constexpr std::uint64_t h1 = fnv1a(type_name<T>(), 0x84222325cbf29ce4ULL);
+    static constexpr std::uint64_t h0 = spelling_hash<T>(14695981039346656037ULL);
+    static constexpr std::uint64_t h1 = spelling_hash<T>(0x84222325cbf29ce4ULL);
 };
 
 }  // namespace detail
