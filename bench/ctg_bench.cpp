@@ -100,7 +100,7 @@ template <class W>
 int run_timing(const args& a) {
     set_num_threads(a.threads);
     W w;
-    w.prog.params().init(1234);
+    w.params().init(1234);
     w.random_batch(1235);
     const double rss_before = peak_rss_mib();
     double first = 0, last = 0;
@@ -119,14 +119,20 @@ int run_timing(const args& a) {
     const std::size_t n = sorted.size();
     const double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
     const double gflops = W::flops() / (median * 1e-3) / 1e9;
+    std::string tokens;  // the decode workloads: one step is one generation of new_tokens tokens
+    if constexpr (requires { W::new_tokens; })
+        tokens = ", \"tokens_per_s\": " + std::to_string(double(W::new_tokens) / (median * 1e-3)) +
+                 ", \"ms_per_token\": " + std::to_string(median / double(W::new_tokens));
     if (a.json) {
         std::printf("{\"workload\": \"%s\", \"threads\": %d, \"steps\": %d, \"warmup\": %d, \"median_ms\": %.6f, "
                     "\"min_ms\": %.6f, \"max_ms\": %.6f, \"gflops\": %.4f, \"flops_per_step\": %.0f, "
                     "\"peak_rss_mib\": %.2f, \"rss_before_loop_mib\": %.2f, \"loss_first\": %.6f, "
-                    "\"loss_last\": %.6f}\n",
+                    "\"loss_last\": %.6f%s}\n",
                     W::name, a.threads, a.steps, a.warmup, median, sorted.front(), sorted.back(), gflops, W::flops(),
-                    peak_rss_mib(), rss_before, first, last);
+                    peak_rss_mib(), rss_before, first, last, tokens.c_str());
     } else {
+        if constexpr (requires { W::new_tokens; })
+            std::printf("%-16s %.1f tokens/s\n", W::name, double(W::new_tokens) / (median * 1e-3));
         std::printf("%-16s threads %d  median %.3f ms  (min %.3f, max %.3f)  %.2f GFLOP/s\n", W::name, a.threads,
                     median, sorted.front(), sorted.back(), gflops);
         std::printf("%-16s peak RSS %.1f MiB  loss %.6f -> %.6f\n", "", peak_rss_mib(), first, last);
@@ -232,8 +238,50 @@ void load_torch_weights(parameter_store<T>& ps, const std::map<std::string, npz:
     }
 }
 
+/// The decode workloads: the tokens equal the dump's, and so do the logits of every step (per
+/// step, max|a - b| / max|b| within the training workloads' limits).
+template <class W>
+int run_decode_check(const args& a) {
+    using T = std::remove_cvref_t<decltype(*std::declval<W&>().params().value(0))>;
+    const bool f64 = std::is_same_v<T, double>;
+    const std::string dir = a.check_dir + "/" + W::name + (f64 ? "-f64" : "");
+    const auto weights = npz::read(dir + "/weights.npz");
+    const auto result = npz::read(dir + "/result.npz");
+    W w;
+    load_torch_weights<W>(w.params(), weights);
+    w.feed_dump(npz::read(dir + "/batch.npz"));
+    w.keep_logits = true;
+    w.step();
+    const auto want_tokens = npz::to_vector<index_t>(result.at("tokens"));
+    const auto want_logits = npz::to_vector<double>(result.at("logits"));
+    const std::size_t n = W::new_tokens, V = W::V;
+    if (want_tokens.size() != n || want_logits.size() != n * V)
+        throw io_error(dir + "/result.npz: expected " + std::to_string(n) + " tokens and logits of " + std::to_string(V));
+    std::size_t same = 0;
+    for (std::size_t t = 0; t < n; ++t) same += w.tokens[t] == want_tokens[t];
+    comparison worst;
+    for (std::size_t t = 0; t < n; ++t) {
+        const std::vector<double> ours(w.logits[0].begin() + long(t * V), w.logits[0].begin() + long((t + 1) * V));
+        const std::vector<double> ref(want_logits.begin() + long(t * V), want_logits.begin() + long((t + 1) * V));
+        const comparison c = compare(ours, ref, f64);
+        if (!c.ok || c.err > worst.err) worst = c;
+    }
+    const bool ok = same == n && worst.ok;
+    std::printf("%s (%s): %zu of %zu tokens equal; logits worst max|a - b| / max|b| per step %.3e (limit %s)\nparity: %s\n",
+                W::name, f64 ? "float64" : "float32", same, n, worst.err, f64 ? "1e-9" : "1e-4", ok ? "PASS" : "FAIL");
+    return ok ? 0 : 1;
+}
+
+template <class W>
+int run_training_check(const args& a);
 template <class W>
 int run_check(const args& a) {
+    if constexpr (requires { W::new_tokens; }) return run_decode_check<W>(a);
+    else return run_training_check<W>(a);
+}
+
+template <class W>
+int run_training_check(const args& a) {
     using T = typename decltype(W::prog)::scalar;
     const bool f64 = std::is_same_v<T, double>;
     const std::string dir = a.check_dir + "/" + W::name + (f64 ? "-f64" : "");

@@ -23,6 +23,7 @@ inline constexpr dim B = dyn('B');
 /// One training step (forward, loss, backward, optimizer update), the same for every workload.
 template <class W>
 struct workload_base {
+    auto& params() { return static_cast<W&>(*this).prog.params(); }
     auto step(bool update = true) {
         W& w = static_cast<W&>(*this);
         w.prog.zero_grad();
@@ -322,11 +323,72 @@ struct gpt_s : gpt_workload<T, "gpt-s", 65, 64, 128, 4, 2, 16> {};
 template <class T>
 struct gpt_m : gpt_workload<T, "gpt-m", 65, 256, 384, 6, 4, 8> {};
 
+/// The `decode` workloads: gpt-s weights, greedy generation of 256 tokens after the prompt [[0]],
+/// batch 1; positions run to 256 (the sinusoidal table extends beyond gpt-s's training context).
+/// decode-cache: nn::gpt_generator (prefill, then one cached step per token); decode-nocache: each
+/// new token recomputes the whole prefix with an inference program, as PyTorch's reference does.
+/// A "step" is one whole generation; tokens/s = 256 / its median time.
+template <class T, bool Cache>
+struct decode_workload {
+    static constexpr const char* name = Cache ? "decode-cache" : "decode-nocache";
+    static constexpr std::size_t new_tokens = 256, V = 65, d = 128, L = 2;
+    static constexpr dim Td = dyn('T');
+    using model = nn::gpt<65, int(new_tokens) + 1, 128, 4, 2, 512, float>;
+    using Tokens = index_input<"x", 1, Td>;
+    std::shared_ptr<parameter_store<T>> store = std::make_shared<parameter_store<T>>();
+    nn::gpt_generator<model, T> gen{store, 1, new_tokens + 1};
+    decltype(compile<T, options{.inference = true}>(model::logits(Tokens{}))) full{store};
+    std::vector<int> tokens;               // the last generation
+    std::vector<std::vector<T>> logits;    // its logits per new token (kept by check())
+    bool keep_logits = false;
+
+    parameter_store<T>& params() { return *store; }
+    static std::set<std::string> transposed() { return gpt_s<T>::transposed(); }
+    static double flops() {  // torch_ref.py: sum over L = 1..256 of the per-token matrix products
+        double f = 0;
+        for (std::size_t n = 1; n <= new_tokens; ++n)
+            f += Cache ? L * (24.0 * d * d + 4.0 * n * d) + 2.0 * d * V
+                       : L * (24.0 * n * d * d + 4.0 * n * n * d) + 2.0 * d * V;
+        return f;
+    }
+    void random_batch(unsigned long long) {}
+    void feed_dump(const std::map<std::string, npz::array>& b) {
+        const auto p = npz::to_vector<index_t>(b.at("prompt"));
+        if (p != std::vector<index_t>{0}) throw io_error("batch.npz: the decode workloads' prompt is [[0]]");
+    }
+    double step(bool = true) {
+        std::mt19937_64 rng(0);
+        if constexpr (Cache) {
+            tokens = gen.generate({{0}}, new_tokens, {}, rng, keep_logits ? &logits : nullptr)[0];
+        } else {
+            std::vector<index_t> seq = {0};
+            seq.reserve(new_tokens + 1);
+            tokens.clear();
+            if (keep_logits) logits.assign(1, {});
+            for (std::size_t t = 0; t < new_tokens; ++t) {
+                full.feed("x", seq.data(), rshape{2, {1, seq.size()}});
+                full.forward();
+                const T* z = full.value_view(decltype(full)::output_nodes[0]).template as<T>() + (seq.size() - 1) * V;
+                const int next = int(std::max_element(z, z + V) - z);
+                if (keep_logits) logits[0].insert(logits[0].end(), z, z + V);
+                tokens.push_back(next);
+                seq.push_back(next);
+            }
+        }
+        return 0.0;
+    }
+};
+template <class T>
+struct decode_cache : decode_workload<T, true> {};
+template <class T>
+struct decode_nocache : decode_workload<T, false> {};
+
 /// Every workload ctg-bench knows, as one heterogeneous list of class templates (apply<T> gives the
 /// workload in scalar type T): registering a workload is adding it here.
 inline constexpr auto registry = boost::hana::make_tuple(
     boost::hana::template_<mlp>, boost::hana::template_<rnn>, boost::hana::template_<s2s>, boost::hana::template_<attn_sdp>,
     boost::hana::template_<attn_sdp_causal>, boost::hana::template_<attn_dot>, boost::hana::template_<attn_bilinear>,
-    boost::hana::template_<attn_additive>, boost::hana::template_<gpt_s>, boost::hana::template_<gpt_m>);
+    boost::hana::template_<attn_additive>, boost::hana::template_<gpt_s>, boost::hana::template_<gpt_m>,
+    boost::hana::template_<decode_cache>, boost::hana::template_<decode_nocache>);
 
 }  // namespace ctg::bench

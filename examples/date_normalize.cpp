@@ -76,7 +76,7 @@ constexpr auto encode_source() {
 }
 constexpr auto tgt_embed(auto ids) { return embedding(param<"tgt_embed", Vt, Et>{}, ids); }
 
-constexpr auto training_loss() {
+[[maybe_unused]] constexpr auto training_loss() {
     auto [memory, h0] = encode_source();
     auto outs = decoder::run(tgt_embed(index_input<"tgt_in", Td, B>{}), memory, h0, key_padding(SrcLen{}));
     return softmax_cross_entropy(outs * W_out{} + b_out{}, index_input<"tgt_out", Td, B>{});
@@ -86,8 +86,8 @@ using Memory = input<"memory", B, Sd, M>;
 using Carried = input<"state", B, H + M>;
 using Token = index_input<"token", B>;
 constexpr auto next_state() { return decoder::step(Carried{}, tgt_embed(Token{}), Memory{}, key_padding(SrcLen{})); }
-constexpr auto next_logits() { return next_state() * W_out{} + b_out{}; }
-constexpr auto step_weights() { return decoder::weights(slice<0, H>(Carried{}), Memory{}, key_padding(SrcLen{})); }
+[[maybe_unused]] constexpr auto next_logits() { return next_state() * W_out{} + b_out{}; }
+[[maybe_unused]] constexpr auto step_weights() { return decoder::weights(slice<0, H>(Carried{}), Memory{}, key_padding(SrcLen{})); }
 
 using train_program = decltype(compile<float>(training_loss()));
 using encoder_program = decltype(compile<float, options{.inference = true}>(encode_source().first, encode_source().second));

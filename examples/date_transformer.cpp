@@ -47,7 +47,7 @@ constexpr auto decoder_logits(Mem memory) {
                                     y, memory);
     return nn::linear<"head.", D, dates::Vt>{}(nn::layer_norm<"dec_ln.", D>{}(h));
 }
-constexpr auto training_loss() { return softmax_cross_entropy(decoder_logits(encode_source()), TgtOut{}); }
+[[maybe_unused]] constexpr auto training_loss() { return softmax_cross_entropy(decoder_logits(encode_source()), TgtOut{}); }
 
 using train_program = decltype(compile<float>(training_loss()));
 using encoder_program = decltype(compile<float, options{.inference = true}>(encode_source()));
