@@ -27,6 +27,7 @@
 
 #include <ctgraph/ctgraph.hpp>
 
+#include "chars.hpp"
 #include "plot_png.hpp"
 
 using namespace ctg;
@@ -35,16 +36,16 @@ namespace {
 
 // Vocabulary: '\n' and printable ASCII ' '..'~'. Training text maps other bytes to ' '; a prompt
 // with a character outside the vocabulary is an error.
-constexpr int V = 96, Context = 128, D = 128, Heads = 4, Layers = 3;
+constexpr int V = chars::vocab, Context = 128, D = 128, Heads = 4, Layers = 3;
 using model = nn::gpt<V, Context, D, Heads, Layers, 4 * D, void, 0.1>;
 inline constexpr dim B = dyn('B'), T = dyn('T');
 using Tokens = index_input<"tokens", B, T>;
 using Targets = index_input<"targets", B, T>;
 constexpr auto loss() { return model::loss(Tokens{}, Targets{}); }
 
-bool in_vocab(unsigned char c) { return c == '\n' || (c >= 32 && c < 127); }
-index_t encode(unsigned char c) { return c == '\n' ? 0 : index_t(c - 31); }
-char decode(int id) { return id == 0 ? '\n' : char(id + 31); }
+using chars::decode;
+using chars::encode;
+using chars::in_vocab;
 
 std::vector<int> encode_prompt(const std::string& prompt) {
     std::vector<int> ids;
@@ -59,21 +60,6 @@ std::vector<int> encode_prompt(const std::string& prompt) {
         ids.push_back(encode(c));
     }
     if (ids.empty()) throw error("char_gpt: the prompt is empty");
-    return ids;
-}
-
-std::vector<index_t> read_text(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw io_error("char_gpt: cannot open '" + path + "'");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const std::string s = ss.str();
-    if (s.size() < 10 * Context) throw io_error("char_gpt: '" + path + "' is too short to train on");
-    std::vector<index_t> ids(s.size());
-    std::transform(s.begin(), s.end(), ids.begin(), [](char ch) {
-        const auto c = static_cast<unsigned char>(ch);
-        return in_vocab(c) ? encode(c) : encode(' ');
-    });
     return ids;
 }
 
@@ -117,7 +103,7 @@ int train(int argc, char** argv) {
         else throw error("char_gpt: unknown option '" + a + "'");
     }
     const std::size_t batch = 8, window = Context, eval_every = 100;
-    const auto ids = read_text(text_path);
+    const auto ids = chars::read_text(text_path, 10 * Context, "char_gpt");
     const std::size_t n_val = ids.size() / 10;
     const std::vector<index_t> train_ids(ids.begin(), ids.end() - long(n_val)), val_ids(ids.end() - long(n_val), ids.end());
     std::printf("char_gpt: %d layers, d %d, %d heads, context %d, %zu training and %zu validation characters\n", Layers,

@@ -23,10 +23,12 @@
 #include <ctgraph/ctgraph.hpp>
 #include <xtensor/xview.hpp>
 
+#include "chars.hpp"
+
 using namespace ctg;
 
 inline constexpr dim B = dyn('B'), T = dyn('T');
-constexpr int V = 96;   // '\n' and printable ASCII ' '..'~' (other control characters read as ' ')
+constexpr int V = chars::vocab;  // '\n' and printable ASCII ' '..'~' (other bytes read as ' ')
 constexpr int E = 32, H = 128;
 using Cell = nn::lstm<"lm", E, H>;
 using Embed = param<"embed", V, E>;
@@ -46,20 +48,8 @@ using State = input<"state", B, 2 * H>;
 constexpr auto next_state() { return Cell::cell(State{}, embedding(Embed{}, Token{})); }
 constexpr auto next_logits() { return slice<0, H>(next_state()) * HeadW{} + HeadB{}; }
 
-index_t encode(unsigned char c) { return c == '\n' ? 0 : (c >= 32 && c < 127) ? index_t(c - 31) : 1; }
-char decode(index_t id) { return id == 0 ? '\n' : char(id + 31); }
-
-std::vector<index_t> read_text(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw io_error("char_lm: cannot open '" + path + "'");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const std::string s = ss.str();
-    if (s.size() < 10000) throw io_error("char_lm: '" + path + "' is too short to train on (" + std::to_string(s.size()) + " bytes)");
-    std::vector<index_t> ids(s.size());
-    std::transform(s.begin(), s.end(), ids.begin(), [](char c) { return encode(static_cast<unsigned char>(c)); });
-    return ids;
-}
+using chars::decode;
+using chars::encode;
 
 // B streams through `ids`, each advancing by T per batch; fills tokens/targets (T, B).
 struct streams {
@@ -83,7 +73,7 @@ int main(int argc, char** argv) try {
     const double required_gain = argc > 3 ? std::stod(argv[3]) : 0.5;
     const std::size_t batch = 32, window = 64;
 
-    const auto ids = read_text(path);
+    const auto ids = chars::read_text(path, 10000, "char_lm");
     const std::size_t n_val = ids.size() / 10;
     const std::vector<index_t> train(ids.begin(), ids.end() - long(n_val)), val(ids.end() - long(n_val), ids.end());
     // Unigram baseline: the entropy of the training text's character frequencies (nats/char).

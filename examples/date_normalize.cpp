@@ -165,43 +165,21 @@ int main(int argc, char** argv) try {
     m.train.params().init(7);
     optim::adam<float> opt({.lr = 3e-3});
     const optim::warmup_cosine_lr schedule{3e-3, 100, steps, 1e-4};
-    auto exact_match = [&] {
-        std::size_t right = 0;
-        for (std::size_t i = 0; i < test.size(); i += 250) {
-            const std::vector<example> part(test.begin() + long(i), test.begin() + long(std::min(test.size(), i + 250)));
-            const auto got = m.decode(encode(part));
-            for (std::size_t k = 0; k < part.size(); ++k) right += got[k] == part[k].out;
-        }
-        return double(right) / double(test.size());
-    };
-
-    auto t0 = std::chrono::steady_clock::now();
-    const auto start = t0;
-    double recent = 0;
-    for (int step = 0; step < steps; ++step) {
-        const batch_data b = encode(data.sample(batch));
-        m.feed_source(b, m.train);
-        m.train.feed("tgt_in", b.tgt_in.data(), rshape{2, {std::size_t(T), b.n}});
-        m.train.feed("tgt_out", b.tgt_out.data(), rshape{2, {std::size_t(T), b.n}});
-        m.train.zero_grad();
-        recent += m.train.forward();
-        m.train.backward();
-        opt.set_lr(schedule(step));
-        opt.step(m.train.params());
-        if ((step + 1) % 200 == 0 || step + 1 == steps) {
-            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            const int k = step % 200 + 1;
-            std::printf("step %5d  loss %.4f  held-out exact match %5.1f%%  %.0f dates/s\n", step + 1, recent / k,
-                        100 * exact_match(), k * double(batch) / secs);
-            std::fflush(stdout);
-            recent = 0;
-            t0 = std::chrono::steady_clock::now();
-        }
-    }
-    const double acc = exact_match();
-    std::printf("exact match on %zu held-out dates (greedy): %.1f%%, trained in %.0f s, %zu parameters\n", test.size(),
-                100 * acc, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-                m.train.params().num_elements());
+    auto match = [&] { return dates::exact_match(test, [&](const std::vector<example>& part) { return m.decode(encode(part)); }); };
+    const double acc = dates::train(data, steps, batch, m.train.params().num_elements(),
+                                    [&](const std::vector<example>& ex, int step) {
+                                        const batch_data b = encode(ex);
+                                        m.feed_source(b, m.train);
+                                        m.train.feed("tgt_in", b.tgt_in.data(), rshape{2, {std::size_t(T), b.n}});
+                                        m.train.feed("tgt_out", b.tgt_out.data(), rshape{2, {std::size_t(T), b.n}});
+                                        m.train.zero_grad();
+                                        const double l = m.train.forward();
+                                        m.train.backward();
+                                        opt.set_lr(schedule(step));
+                                        opt.step(m.train.params());
+                                        return l;
+                                    },
+                                    match);
 
     // Sampling instead of the argmax: top-3 at temperature 1.5 (a confident model still agrees).
     const std::vector<example> few(test.begin(), test.begin() + 4);

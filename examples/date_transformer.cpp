@@ -130,43 +130,21 @@ int main(int argc, char** argv) try {
     m.train.params().init(7);
     optim::adam<float> opt = optim::adamw<float>(2e-3, 0.01);
     const optim::warmup_cosine_lr schedule{2e-3, 100, steps, 2e-5};
-    auto exact_match = [&] {
-        std::size_t right = 0;
-        for (std::size_t i = 0; i < test.size(); i += 250) {
-            const std::vector<example> part(test.begin() + long(i), test.begin() + long(std::min(test.size(), i + 250)));
-            const auto got = m.greedy(encode(part));
-            for (std::size_t k = 0; k < part.size(); ++k) right += got[k] == part[k].out;
-        }
-        return double(right) / double(test.size());
-    };
-
-    auto t0 = std::chrono::steady_clock::now();
-    const auto start = t0;
-    double recent = 0;
-    for (int step = 0; step < steps; ++step) {
-        const batch_data b = encode(data.sample(batch));
-        models::feed_source(m.train, b);
-        m.train.feed("tgt_in", b.tgt_in.data(), rshape{2, {b.n, std::size_t(dates::T)}});
-        m.train.feed("tgt_out", b.tgt_out.data(), rshape{2, {b.n, std::size_t(dates::T)}});
-        m.train.zero_grad();
-        recent += m.train.forward();
-        m.train.backward();
-        opt.set_lr(schedule(step));
-        opt.step(m.train.params());
-        if ((step + 1) % 200 == 0 || step + 1 == steps) {
-            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            const int k = step % 200 + 1;
-            std::printf("step %5d  loss %.4f  held-out exact match %5.1f%%  %.0f dates/s\n", step + 1, recent / k,
-                        100 * exact_match(), k * double(batch) / secs);
-            std::fflush(stdout);
-            recent = 0;
-            t0 = std::chrono::steady_clock::now();
-        }
-    }
-    const double acc = exact_match();
-    std::printf("exact match on %zu held-out dates (greedy): %.1f%%, trained in %.0f s, %zu parameters\n", test.size(),
-                100 * acc, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-                m.train.params().num_elements());
+    auto match = [&] { return dates::exact_match(test, [&](const std::vector<example>& part) { return m.greedy(encode(part)); }); };
+    const double acc = dates::train(data, steps, batch, m.train.params().num_elements(),
+                                    [&](const std::vector<example>& ex, int step) {
+                                        const batch_data b = encode(ex);
+                                        models::feed_source(m.train, b);
+                                        m.train.feed("tgt_in", b.tgt_in.data(), rshape{2, {b.n, std::size_t(dates::T)}});
+                                        m.train.feed("tgt_out", b.tgt_out.data(), rshape{2, {b.n, std::size_t(dates::T)}});
+                                        m.train.zero_grad();
+                                        const double l = m.train.forward();
+                                        m.train.backward();
+                                        opt.set_lr(schedule(step));
+                                        opt.step(m.train.params());
+                                        return l;
+                                    },
+                                    match);
     const std::vector<example> few(test.begin(), test.begin() + 4);
     const auto got = m.greedy(encode(few));
     for (std::size_t k = 0; k < few.size(); ++k) std::printf("  %-26s -> %s\n", few[k].in.c_str(), got[k].c_str());

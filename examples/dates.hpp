@@ -3,7 +3,9 @@
 // "03/03/21", "the 3rd of March, 2021", ...) -> "2021-03-03", days 1950-01-01 .. 2049-12-31, data
 // generated with a fixed seed, 1,000 held-out days never used in training.
 #pragma once
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <random>
 #include <set>
@@ -101,5 +103,45 @@ struct task {
                     format(from_days(18689), 6).c_str(), iso(from_days(18689)).c_str());
     }
 };
+
+/// The fraction of `test` that `decode` (a batch of examples -> their outputs) gets exactly right,
+/// in batches of 250.
+template <class Decode>
+double exact_match(const std::vector<example>& test, Decode decode) {
+    std::size_t right = 0;
+    for (std::size_t i = 0; i < test.size(); i += 250) {
+        const std::vector<example> part(test.begin() + long(i), test.begin() + long(std::min(test.size(), i + 250)));
+        const auto got = decode(part);
+        for (std::size_t k = 0; k < part.size(); ++k) right += got[k] == part[k].out;
+    }
+    return double(right) / double(test.size());
+}
+
+/// The training loop of both date examples: `step(examples)` trains on one batch and returns the
+/// loss; every 200 steps and at the end a line with the mean loss, the held-out exact match
+/// (`match()`) and the speed. Returns the final exact match and prints it with the training time.
+template <class Step, class Match>
+double train(task& data, int steps, std::size_t batch, std::size_t parameters, Step step, Match match) {
+    auto t0 = std::chrono::steady_clock::now();
+    const auto start = t0;
+    double recent = 0;
+    for (int s = 0; s < steps; ++s) {
+        recent += step(data.sample(batch), s);
+        if ((s + 1) % 200 == 0 || s + 1 == steps) {
+            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            const int k = s % 200 + 1;
+            std::printf("step %5d  loss %.4f  held-out exact match %5.1f%%  %.0f dates/s\n", s + 1, recent / k,
+                        100 * match(), k * double(batch) / secs);
+            std::fflush(stdout);
+            recent = 0;
+            t0 = std::chrono::steady_clock::now();
+        }
+    }
+    const double acc = match();
+    std::printf("exact match on %zu held-out dates (greedy): %.1f%%, trained in %.0f s, %zu parameters\n",
+                data.test.size(), 100 * acc,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), parameters);
+    return acc;
+}
 
 }  // namespace dates
