@@ -61,17 +61,19 @@ TEST_CASE("SIMD element-wise kernels match the scalar path", "[kernels]") {
     simd_matches_scalar<float>(mul(X{}, param<"p", 37>{}), -4, 4, 1e-6);
 }
 
-TEST_CASE("GEMM through OpenBLAS matches the reference loop", "[kernels]") {
-    for (bool ta : {false, true})
-        for (bool tb : {false, true}) {
-            const std::size_t M = 7, N = 33, K = 19;
-            auto A = random_vector<float>(M * K, 1), Bm = random_vector<float>(K * N, 2);
-            auto C1 = random_vector<float>(M * N, 3), C2 = C1;
-            const std::size_t lda = ta ? M : K, ldb = tb ? K : N;
-            kernels::gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, Bm.data(), ldb, 1.0f, C1.data(), N);
-            kernels::gemm_reference(ta, tb, M, N, K, 0.5f, A.data(), lda, Bm.data(), ldb, 1.0f, C2.data(), N);
-            for (std::size_t i = 0; i < M * N; ++i) CHECK(C1[i] == Approx(C2[i]).epsilon(1e-5).margin(1e-5));
-        }
+TEST_CASE("GEMM through OpenBLAS matches the reference loop, one row to seven, any beta", "[kernels]") {
+    for (std::size_t M : {1, 2, 7})
+        for (float beta : {0.0f, 1.0f, 0.5f})
+            for (bool ta : {false, true})
+                for (bool tb : {false, true}) {
+                    const std::size_t N = 33, K = 19;
+                    auto A = random_vector<float>(M * K, 1), Bm = random_vector<float>(K * N, 2);
+                    auto C1 = random_vector<float>(M * N, 3), C2 = C1;
+                    const std::size_t lda = ta ? M : K, ldb = tb ? K : N;
+                    kernels::gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, Bm.data(), ldb, beta, C1.data(), N);
+                    kernels::gemm_reference(ta, tb, M, N, K, 0.5f, A.data(), lda, Bm.data(), ldb, beta, C2.data(), N);
+                    for (std::size_t i = 0; i < M * N; ++i) CHECK(C1[i] == Approx(C2[i]).epsilon(1e-5).margin(1e-5));
+                }
 }
 
 TEST_CASE("softmax rows are stable for large logits", "[kernels]") {

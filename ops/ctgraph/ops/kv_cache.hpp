@@ -92,8 +92,11 @@ struct cached_attention_op {
                     scores[j] = scale * kernels::reduce_sum(dh, q + off, kb + j * D + off, [](auto a, auto k) { return a * k; });
                     mx = std::max(mx, scores[j]);
                 }
-                T sum = 0;
-                for (std::size_t j = 0; j <= p; ++j) sum += (scores[j] = std::exp(scores[j] - mx));
+                kernels::map(p + 1, scores, [mx](auto v) {
+                    using std::exp;
+                    return exp(v - decltype(v)(mx));
+                }, static_cast<const T*>(scores));
+                const T sum = kernels::sum(p + 1, static_cast<const T*>(scores));
                 T* out = y + b * D + off;
                 std::fill(out, out + dh, T(0));
                 const T inv = T(1) / sum;
