@@ -92,12 +92,13 @@ TEST_CASE("generation refuses bad input before running anything", "[generate][er
     // The step op itself checks too: a position past the cache, before writing.
     using Step = decltype(compile<float, options{.inference = true}>(nn::gpt_generator<model>::step_logits()));
     Step step(store);
-    std::vector<float> cache(2 * 1 * 4 * 16, 0.0f);
-    step.bind("cache_k", cache.data(), rshape{4, {2, 1, 4, 16}});
-    step.bind("cache_v", cache.data(), rshape{4, {2, 1, 4, 16}});
+    std::vector<float> cache(2 * 1 * 4 * 16, 0.0f), values(2 * 1 * 4 * 16, 0.0f);
+    step.bind("cache_k", cache.data(), rshape{4, {2, 1, 16, 4}});
+    step.bind("cache_v", values.data(), rshape{4, {2, 1, 4, 16}});
     const std::vector<index_t> tok = {1}, pos = {4};
     step.feed("token", tok.data(), rshape{2, {1, 1}});
     step.feed("pos", pos.data(), rshape{1, {1}});
     CHECK_THROWS_WITH(step.forward(), Catch::Contains("position 4 of sequence 0 (input 'pos') is outside the cache of 4 positions"));
     CHECK(std::all_of(cache.begin(), cache.end(), [](float v) { return v == 0.0f; }));
+    CHECK(std::all_of(values.begin(), values.end(), [](float v) { return v == 0.0f; }));
 }

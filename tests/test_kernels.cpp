@@ -61,8 +61,9 @@ TEST_CASE("SIMD element-wise kernels match the scalar path", "[kernels]") {
     simd_matches_scalar<float>(mul(X{}, param<"p", 37>{}), -4, 4, 1e-6);
 }
 
-TEST_CASE("GEMM through OpenBLAS matches the reference loop, one row to seven, any beta", "[kernels]") {
+TEST_CASE("GEMM (OpenBLAS, and one row through combine_rows) matches the reference loop", "[kernels]") {
     for (std::size_t M : {1, 2, 7})
+        for (float alpha : {1.0f, 0.5f})
         for (float beta : {0.0f, 1.0f, 0.5f})
             for (bool ta : {false, true})
                 for (bool tb : {false, true}) {
@@ -70,8 +71,8 @@ TEST_CASE("GEMM through OpenBLAS matches the reference loop, one row to seven, a
                     auto A = random_vector<float>(M * K, 1), Bm = random_vector<float>(K * N, 2);
                     auto C1 = random_vector<float>(M * N, 3), C2 = C1;
                     const std::size_t lda = ta ? M : K, ldb = tb ? K : N;
-                    kernels::gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, Bm.data(), ldb, beta, C1.data(), N);
-                    kernels::gemm_reference(ta, tb, M, N, K, 0.5f, A.data(), lda, Bm.data(), ldb, beta, C2.data(), N);
+                    kernels::gemm(ta, tb, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, C1.data(), N);
+                    kernels::gemm_reference(ta, tb, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, C2.data(), N);
                     for (std::size_t i = 0; i < M * N; ++i) CHECK(C1[i] == Approx(C2[i]).epsilon(1e-5).margin(1e-5));
                 }
 }
@@ -98,4 +99,18 @@ TEST_CASE("max and sum reductions handle every length", "[kernels]") {
         CHECK(kernels::max(n, v.data()) == m);
         CHECK(kernels::sum(n, v.data()) == Approx(s));
     }
+}
+
+TEST_CASE("combine_rows: SIMD register blocks match the scalar loop", "[kernels]") {
+    for (std::size_t width : {1, 15, 16, 64, 65, 200})
+        for (std::size_t count : {1, 7, 32}) {
+            const std::size_t stride = width + 3;
+            auto w = random_vector<float>(count, 4), rows = random_vector<float>(count * stride, 5);
+            std::vector<float> fast(width), slow(width);
+            kernels::combine_rows(count, width, w.data(), rows.data(), stride, fast.data());
+            kernels::scalar_only() = true;
+            kernels::combine_rows(count, width, w.data(), rows.data(), stride, slow.data());
+            kernels::scalar_only() = false;
+            for (std::size_t c = 0; c < width; ++c) CHECK(fast[c] == Approx(slow[c]).epsilon(1e-5).margin(1e-5));
+        }
 }

@@ -2,7 +2,9 @@
 //
 // C = alpha * op(A) op(B) + beta * C, op = identity or transpose. The fast path is OpenBLAS's
 // cblas_?gemm (a well-kept library matching the best single-core kernel measured here and scaling
-// to two threads); `gemm_reference` is the plain triple loop the tests compare it with.
+// to two threads), except a single row times a matrix (a decoding step), which kernels::combine_rows
+// does in registers (OpenBLAS's small-matrix path was 2/3 of a cached decoding step); `gemm_reference`
+// is the plain triple loop the tests compare both with.
 #pragma once
 #include <cstddef>
 
@@ -38,6 +40,10 @@ inline void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::
     if (M == 0 || N == 0) return;
     if (K == 0 || scalar_only()) {
         gemm_reference(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    if (M == 1 && !trans_a && !trans_b && alpha == T(1) && beta == T(0)) {
+        combine_rows(K, N, A, B, ldb, C);  // a vector times a matrix (a decoding step): no BLAS call overhead
         return;
     }
     const auto ta = trans_a ? CblasTrans : CblasNoTrans;

@@ -97,6 +97,43 @@ inline T max(std::size_t n, const T* x) {
     return m;
 }
 
+/// out[c] = sum_r w[r] * rows[r * stride + c] for c < width: a weighted sum of `count` rows (a
+/// vector-matrix product). Accumulates in registers, up to 4 batches of columns at a time, so the
+/// sum over rows is not a chain of loads and stores through `out`.
+template <class T>
+inline void combine_rows(std::size_t count, std::size_t width, const T* w, const T* rows, std::size_t stride, T* out) {
+    std::size_t c = 0;
+    if (!scalar_only()) {
+        using V = batch<T>;
+        constexpr std::size_t W = V::size;
+        for (; c + 4 * W <= width; c += 4 * W) {
+            V a0(T(0)), a1(T(0)), a2(T(0)), a3(T(0));
+            for (std::size_t r = 0; r < count; ++r) {
+                const V wr(w[r]);
+                const T* p = rows + r * stride + c;
+                a0 = xsimd::fma(wr, V::load_unaligned(p), a0);
+                a1 = xsimd::fma(wr, V::load_unaligned(p + W), a1);
+                a2 = xsimd::fma(wr, V::load_unaligned(p + 2 * W), a2);
+                a3 = xsimd::fma(wr, V::load_unaligned(p + 3 * W), a3);
+            }
+            a0.store_unaligned(out + c);
+            a1.store_unaligned(out + c + W);
+            a2.store_unaligned(out + c + 2 * W);
+            a3.store_unaligned(out + c + 3 * W);
+        }
+        for (; c + W <= width; c += W) {
+            V a(T(0));
+            for (std::size_t r = 0; r < count; ++r) a = xsimd::fma(V(w[r]), V::load_unaligned(rows + r * stride + c), a);
+            a.store_unaligned(out + c);
+        }
+    }
+    for (; c < width; ++c) {
+        T a = 0;
+        for (std::size_t r = 0; r < count; ++r) a += w[r] * rows[r * stride + c];
+        out[c] = a;
+    }
+}
+
 /// y[i] += x[i].
 template <class T>
 inline void add_to(std::size_t n, const T* x, T* y) {

@@ -9,7 +9,8 @@
 // cache, and a step that feeds one token per sequence at its own position, appends its keys and
 // values and attends over the cache (O(t d) per token, not O(t^2 d)). Prompts may differ in length:
 // they are right-padded, each sequence continues from its own last position. The caches (layers,
-// batch, positions, width) are allocated once; a generation step allocates nothing (tested).
+// batch, positions, width; keys feature-major) are allocated once; a generation step allocates
+// nothing (tested).
 // Bad input is refused before anything runs: an empty prompt, a token outside the vocabulary, more
 // prompts than the batch, or a prompt plus new tokens longer than the cache or the positional table.
 #pragma once
@@ -35,7 +36,7 @@ public:
     using Prompt = index_input<"prompt", B, Tp>;
     using Token = index_input<"token", B, 1>;
     using Pos = index_input<"pos", B>;
-    using CacheK = input<"cache_k", int(L), B, C, int(D)>;
+    using CacheK = input<"cache_k", int(L), B, int(D), C>;  // feature-major keys (see ops/kv_cache.hpp)
     using CacheV = input<"cache_v", int(L), B, C, int(D)>;
     static constexpr auto prefill_logits() { return Model::prefill_logits(Prompt{}, CacheK{}, CacheV{}); }
     static constexpr auto step_logits() { return Model::step_logits(Token{}, Pos{}, CacheK{}, CacheV{}); }
@@ -67,17 +68,17 @@ public:
         // Prefill: every prompt in one pass, right-padded to the longest.
         prompt_.assign(n * longest, 0);
         for (std::size_t b = 0; b < n; ++b) std::copy(prompts[b].begin(), prompts[b].end(), prompt_.begin() + long(b * longest));
-        const rshape cache{4, {L, n, capacity_, D}};
+        const rshape keys{4, {L, n, D, capacity_}}, values{4, {L, n, capacity_, D}};
         prefill_.feed("prompt", prompt_.data(), rshape{2, {n, longest}});
-        prefill_.bind("cache_k", cache_k_.data(), cache);
-        prefill_.bind("cache_v", cache_v_.data(), cache);
+        prefill_.bind("cache_k", cache_k_.data(), keys);
+        prefill_.bind("cache_v", cache_v_.data(), values);
         prefill_.forward();
         const T* z = output(prefill_);
         for (std::size_t b = 0; b < n; ++b) pick(b, z + (b * longest + prompts[b].size() - 1) * V, how, rng, out, logits);
 
         // Steps: each sequence's last choice at its own next position.
-        step_.bind("cache_k", cache_k_.data(), cache);
-        step_.bind("cache_v", cache_v_.data(), cache);
+        step_.bind("cache_k", cache_k_.data(), keys);
+        step_.bind("cache_v", cache_v_.data(), values);
         for (std::size_t t = 1; t < new_tokens; ++t) {
             for (std::size_t b = 0; b < n; ++b) {
                 token_[b] = last_[b];

@@ -72,11 +72,11 @@ struct multi_head_attention {
     /// Self-attention: queries, keys and values from x (B, n, D) -> (B, n, D).
     template <expr X, attention_mask Mask = no_mask>
     static constexpr auto self(X x, Mask mask = {}) { return cross(x, x, mask); }
-    /// Self-attention over a prompt x (B, T, D) that also stores its keys and values (B, T, D, heads
-    /// side by side) into the caches (B, C, D): the prefill of decoding with a KV cache.
+    /// Self-attention over a prompt x (B, T, D) that also stores its keys and values (heads side by
+    /// side) into the caches, keys (B, D, C) and values (B, C, D): the prefill of decoding with a KV cache.
     template <expr X, expr Kc, expr Vc, attention_mask Mask = no_mask>
     static constexpr auto self_prefill(X x, Kc kc, Vc vc, Mask mask = {}) {
-        auto k = cache_store(x * W_k{} + b_k{}, kc);
+        auto k = cache_store<true>(x * W_k{} + b_k{}, kc);
         auto v = cache_store(x * W_v{} + b_v{}, vc);
         return merge_heads(attention(queries(x), split_heads<Heads>(k), split_heads<Heads>(v), Score{}, mask)) * W_o{} +
                b_o{};

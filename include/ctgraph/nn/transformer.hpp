@@ -157,8 +157,9 @@ struct gpt {
     template <expr Tokens, expr Targets>
     static constexpr auto loss(Tokens tokens, Targets targets) { return softmax_cross_entropy(logits(tokens), targets); }
 
-    // Decoding with a KV cache (nn/generate.hpp drives these). The caches are inputs (Layers, B, C,
-    // D), one row per layer (per_layer), bound to the caller's memory and written in place.
+    // Decoding with a KV cache (nn/generate.hpp drives these). The caches are inputs, keys (Layers,
+    // B, D, C) and values (Layers, B, C, D), one row per layer (per_layer), bound to the caller's
+    // memory and written in place.
     /// Prefill: logits (B, T, V) of a prompt (B, T), its keys and values stored at rows 0 .. T-1.
     template <expr Tokens, expr Kc, expr Vc>
     static constexpr auto prefill_logits(Tokens tokens, Kc kc, Vc vc) {
