@@ -5,7 +5,7 @@
 // Data are generated with a fixed seed; 1,000 held-out dates are never seen in training.
 // Writes the attention alignment of three inputs as PNG heat maps.
 //
-//   date_normalize [steps] [required exact match] [png prefix]
+//   date_normalize [steps] [required exact match] [png prefix] [held-out dates]
 //
 // Exits non-zero when the held-out exact match ends below the required fraction (default 0.99).
 #include <algorithm>
@@ -154,7 +154,8 @@ int main(int argc, char** argv) try {
     const int steps = argc > 1 ? std::stoi(argv[1]) : 800;
     const double required = argc > 2 ? std::stod(argv[2]) : 0.99;
     const std::string png_prefix = argc > 3 ? argv[3] : "date_attention";
-    constexpr std::size_t batch = 64, held_out = 1000;
+    const std::size_t held_out = argc > 4 ? std::stoul(argv[4]) : 1000;
+    constexpr std::size_t batch = 64;
 
     // Held-out dates: 1,000 distinct days, never used in training (each with a random format).
     dates::task data(held_out);

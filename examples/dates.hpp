@@ -124,20 +124,20 @@ template <class Step, class Match>
 double train(task& data, int steps, std::size_t batch, std::size_t parameters, Step step, Match match) {
     auto t0 = std::chrono::steady_clock::now();
     const auto start = t0;
-    double recent = 0;
+    double recent = 0, acc = steps > 0 ? 0.0 : match();
     for (int s = 0; s < steps; ++s) {
         recent += step(data.sample(batch), s);
         if ((s + 1) % 200 == 0 || s + 1 == steps) {
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             const int k = s % 200 + 1;
+            acc = match();  // the last one is the result
             std::printf("step %5d  loss %.4f  held-out exact match %5.1f%%  %.0f dates/s\n", s + 1, recent / k,
-                        100 * match(), k * double(batch) / secs);
+                        100 * acc, k * double(batch) / secs);
             std::fflush(stdout);
             recent = 0;
             t0 = std::chrono::steady_clock::now();
         }
     }
-    const double acc = match();
     std::printf("exact match on %zu held-out dates (greedy): %.1f%%, trained in %.0f s, %zu parameters\n",
                 data.test.size(), 100 * acc,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), parameters);
