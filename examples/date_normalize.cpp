@@ -167,20 +167,13 @@ int main(int argc, char** argv) try {
     optim::adam<float> opt({.lr = 3e-3});
     const optim::warmup_cosine_lr schedule{3e-3, 100, steps, 1e-4};
     auto match = [&] { return dates::exact_match(test, [&](const std::vector<example>& part) { return m.decode(encode(part)); }); };
-    const double acc = dates::train(data, steps, batch, m.train.params().num_elements(),
-                                    [&](const std::vector<example>& ex, int step) {
-                                        const batch_data b = encode(ex);
-                                        m.feed_source(b, m.train);
-                                        m.train.feed("tgt_in", b.tgt_in.data(), rshape{2, {std::size_t(T), b.n}});
-                                        m.train.feed("tgt_out", b.tgt_out.data(), rshape{2, {std::size_t(T), b.n}});
-                                        m.train.zero_grad();
-                                        const double l = m.train.forward();
-                                        m.train.backward();
-                                        opt.set_lr(schedule(step));
-                                        opt.step(m.train.params());
-                                        return l;
-                                    },
-                                    match);
+    const auto feed = [&](const std::vector<example>& ex) {
+        const batch_data b = encode(ex);
+        m.feed_source(b, m.train);
+        m.train.feed("tgt_in", b.tgt_in.data(), rshape{2, {std::size_t(T), b.n}});
+        m.train.feed("tgt_out", b.tgt_out.data(), rshape{2, {std::size_t(T), b.n}});
+    };
+    const double acc = dates::train(data, steps, batch, m.train, opt, schedule, feed, match);
 
     // Sampling instead of the argmax: top-3 at temperature 1.5 (a confident model still agrees).
     const std::vector<example> few(test.begin(), test.begin() + 4);

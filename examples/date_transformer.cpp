@@ -131,20 +131,13 @@ int main(int argc, char** argv) try {
     optim::adam<float> opt = optim::adamw<float>(2e-3, 0.01);
     const optim::warmup_cosine_lr schedule{2e-3, 100, steps, 2e-5};
     auto match = [&] { return dates::exact_match(test, [&](const std::vector<example>& part) { return m.greedy(encode(part)); }); };
-    const double acc = dates::train(data, steps, batch, m.train.params().num_elements(),
-                                    [&](const std::vector<example>& ex, int step) {
-                                        const batch_data b = encode(ex);
-                                        models::feed_source(m.train, b);
-                                        m.train.feed("tgt_in", b.tgt_in.data(), rshape{2, {b.n, std::size_t(dates::T)}});
-                                        m.train.feed("tgt_out", b.tgt_out.data(), rshape{2, {b.n, std::size_t(dates::T)}});
-                                        m.train.zero_grad();
-                                        const double l = m.train.forward();
-                                        m.train.backward();
-                                        opt.set_lr(schedule(step));
-                                        opt.step(m.train.params());
-                                        return l;
-                                    },
-                                    match);
+    const auto feed = [&](const std::vector<example>& ex) {
+        const batch_data b = encode(ex);
+        models::feed_source(m.train, b);
+        m.train.feed("tgt_in", b.tgt_in.data(), rshape{2, {b.n, std::size_t(dates::T)}});
+        m.train.feed("tgt_out", b.tgt_out.data(), rshape{2, {b.n, std::size_t(dates::T)}});
+    };
+    const double acc = dates::train(data, steps, batch, m.train, opt, schedule, feed, match);
     const std::vector<example> few(test.begin(), test.begin() + 4);
     const auto got = m.greedy(encode(few));
     for (std::size_t k = 0; k < few.size(); ++k) std::printf("  %-26s -> %s\n", few[k].in.c_str(), got[k].c_str());

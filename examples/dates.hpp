@@ -117,11 +117,23 @@ double exact_match(const std::vector<example>& test, Decode decode) {
     return double(right) / double(test.size());
 }
 
-/// The training loop of both date examples: `step(examples)` trains on one batch and returns the
-/// loss; every 200 steps and at the end a line with the mean loss, the held-out exact match
-/// (`match()`) and the speed. Returns the final exact match and prints it with the training time.
-template <class Step, class Match>
-double train(task& data, int steps, std::size_t batch, std::size_t parameters, Step step, Match match) {
+/// The training loop of both date examples: `feed(examples)` feeds one batch to `prog`, which then
+/// takes one step (zero_grad, forward, backward, the optimizer at the schedule's rate); every 200
+/// steps and at the end a line with the mean loss, the held-out exact match (`match()`) and the
+/// speed. Returns the final exact match and prints it with the training time.
+template <class Program, class Optimizer, class Schedule, class Feed, class Match>
+double train(task& data, int steps, std::size_t batch, Program& prog, Optimizer& opt, const Schedule& schedule, Feed feed,
+             Match match) {
+    const std::size_t parameters = prog.params().num_elements();
+    auto step = [&](const std::vector<example>& ex, int s) {
+        feed(ex);
+        prog.zero_grad();
+        const double l = prog.forward();
+        prog.backward();
+        opt.set_lr(schedule(s));
+        opt.step(prog.params());
+        return l;
+    };
     auto t0 = std::chrono::steady_clock::now();
     const auto start = t0;
     double recent = 0, acc = steps > 0 ? 0.0 : match();
