@@ -2,20 +2,29 @@
 """Side-by-side benchmark: PyTorch (bench/torch_ref.py, a copy of shared/bench/torch_ref.py) and
 ctg-bench on the same workload, one after the other in one run, as a table of medians and ratios.
 
-  bench/compare.py [--workloads mlp ...] [--threads 1 2] [--steps 20] [--ctg-bench build/bench/ctg-bench]
+  bench/compare.py [--workloads mlp ... | --all] [--threads 1 2] [--steps 20] [--reps 3]
+                   [--ctg-bench build/bench/ctg-bench] [--no-bound]
 
-ratio = PyTorch median / ctgraph median (above 1: ctgraph is faster). GFLOP/s counts matrix
-products only, by torch_ref.py's formula for the workload. Peak RSS is the whole process's.
-PyTorch runs under Debian's /usr/bin/python3 with torch and OpenBLAS threads set to K and, at K=2,
-OMP_WAIT_POLICY=PASSIVE (WORKLOADS.md: without it libgomp's spinning starves OpenBLAS).
+Each (workload, threads) pair runs PyTorch then ctgraph, --reps times alternately; the table shows
+the median over the repetitions of each side's median step time. ratio = PyTorch / ctgraph (above 1:
+ctgraph is faster). GFLOP/s counts matrix products only, by torch_ref.py's formula for the workload.
+GEMM bound = the matrix-product FLOPs a ctgraph step really runs (counted in kernels::gemm) at the
+best single-call sgemm rate of this machine at that thread count, measured in the same run
+(torch_ref.py's mm2048: one 2048^2 sgemm through OpenBLAS); "% bound" = bound / ctgraph time. Peak RSS is the whole process's (max over repetitions). Decode workloads also
+show tokens/s. PyTorch runs under Debian's /usr/bin/python3 with torch and OpenBLAS threads set to K
+and, at K=2, OMP_WAIT_POLICY=PASSIVE (WORKLOADS.md: without it libgomp's spinning starves OpenBLAS).
 """
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ALL = ["mlp", "rnn", "s2s", "attn-sdp", "attn-sdp-causal", "attn-dot", "attn-bilinear", "attn-additive",
+       "gpt-s", "gpt-m", "decode-cache", "decode-nocache"]
+FEWER_STEPS = {"gpt-m": 5, "decode-nocache": 5}  # a step of these takes a second or more
 
 
 def run_json(cmd, env):
@@ -27,35 +36,67 @@ def run_json(cmd, env):
     return r[0] if isinstance(r, list) else r
 
 
+def thread_env(k):
+    env = dict(os.environ)
+    env["OPENBLAS_NUM_THREADS"] = str(k)
+    env["OMP_NUM_THREADS"] = str(k)
+    if k >= 2:
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return env
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", nargs="+", default=["mlp"])
+    ap.add_argument("--all", action="store_true", help="every workload: " + " ".join(ALL))
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--no-bound", action="store_true", help="skip the sgemm-rate measurement")
     ap.add_argument("--ctg-bench", default=os.path.join(HERE, "..", "build", "bench", "ctg-bench"))
     ap.add_argument("--torch-ref", default=os.path.join(HERE, "torch_ref.py"))
     args = ap.parse_args()
+    workloads = ALL if args.all else args.workloads
+
+    # The machine's sgemm rate per thread count, from the same run.
+    rate = {}
+    if not args.no_bound:
+        for k in args.threads:
+            r = run_json(["/usr/bin/python3", args.torch_ref, "--workload", "mm2048", "--threads", str(k),
+                          "--steps", "5", "--json"], thread_env(k))
+            rate[k] = r["gflops"]
+            print(f"sgemm 2048^2 at {k} thread(s): {rate[k]:.1f} GFLOP/s", file=sys.stderr)
 
     rows = []
-    for w in args.workloads:
+    for w in workloads:
+        steps = str(min(args.steps, FEWER_STEPS.get(w, args.steps)))
         for k in args.threads:
-            env = dict(os.environ)
-            env["OPENBLAS_NUM_THREADS"] = str(k)
-            env["OMP_NUM_THREADS"] = str(k)
-            if k >= 2:
-                env["OMP_WAIT_POLICY"] = "PASSIVE"
-            t = run_json(["/usr/bin/python3", args.torch_ref, "--workload", w, "--threads", str(k),
-                          "--steps", str(args.steps), "--json"], env)
-            c = run_json([args.ctg_bench, "--workload", w, "--threads", str(k), "--steps", str(args.steps),
-                          "--json"], env)
-            rows.append((w, k, t["median_ms"], c["median_ms"], t["median_ms"] / c["median_ms"], t["gflops"],
-                         c["gflops"], t["peak_rss_mib"], c["peak_rss_mib"]))
-    head = ("workload", "threads", "torch ms", "ctgraph ms", "ratio", "torch GF/s", "ctg GF/s", "torch RSS MiB",
-            "ctg RSS MiB")
+            env = thread_env(k)
+            t_runs, c_runs = [], []
+            for _ in range(args.reps):
+                t_runs.append(run_json(["/usr/bin/python3", args.torch_ref, "--workload", w, "--threads", str(k),
+                                        "--steps", steps, "--json"], env))
+                c_runs.append(run_json([args.ctg_bench, "--workload", w, "--threads", str(k), "--steps", steps,
+                                        "--json"], env))
+            t_ms = statistics.median(r["median_ms"] for r in t_runs)
+            c_ms = statistics.median(r["median_ms"] for r in c_runs)
+            flops = c_runs[0]["flops_per_step"]
+            gemm = c_runs[0].get("gemm_flops_per_step", flops)
+            bound = gemm / (rate[k] * 1e9) * 1e3 if k in rate else None
+            tokens = ""
+            if "tokens_per_s" in c_runs[0]:
+                tokens = "%.0f / %.0f" % (statistics.median(r["tokens_per_s"] for r in t_runs),
+                                          statistics.median(r["tokens_per_s"] for r in c_runs))
+            rows.append((w, k, t_ms, c_ms, t_ms / c_ms, flops / t_ms / 1e6, flops / c_ms / 1e6,
+                         "-" if bound is None else "%.3f" % bound, "-" if bound is None else "%.0f" % (100 * bound / c_ms),
+                         max(r["peak_rss_mib"] for r in t_runs), max(r["peak_rss_mib"] for r in c_runs), tokens))
+            print("done: %s at %d thread(s)" % (w, k), file=sys.stderr, flush=True)
+    head = ("workload", "threads", "torch ms", "ctgraph ms", "ratio", "torch GF/s", "ctg GF/s", "GEMM bound ms",
+            "% bound", "torch RSS MiB", "ctg RSS MiB", "tokens/s torch / ctg")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:
-        print("| %s | %d | %.3f | %.3f | %.2f | %.1f | %.1f | %.0f | %.0f |" % r)
+        print("| %s | %d | %.3f | %.3f | %.2f | %.1f | %.1f | %s | %s | %.0f | %.0f | %s |" % r)
 
 
 if __name__ == "__main__":

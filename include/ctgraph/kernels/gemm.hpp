@@ -7,6 +7,7 @@
 // is the plain triple loop the tests compare both with.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 extern "C" {
 #include <cblas.h>
@@ -33,11 +34,20 @@ inline void gemm_reference(bool trans_a, bool trans_b, std::size_t M, std::size_
         }
 }
 
+/// Floating-point operations (2 M N K per call) of every gemm() since the last reset: what
+/// ctg-bench reports as the matrix-product work of a step (its "GEMM bound"). Not synchronised:
+/// read it around single-threaded calls.
+inline std::uint64_t& gemm_flop_counter() {
+    static std::uint64_t flops = 0;
+    return flops;
+}
+
 /// C (M x N) = alpha * op(A) (M x K) * op(B) (K x N) + beta * C; all row-major.
 template <class T>
 inline void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
                  std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
     if (M == 0 || N == 0) return;
+    gemm_flop_counter() += 2ULL * M * N * K;
     if (K == 0 || scalar_only()) {
         gemm_reference(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
