@@ -11,7 +11,8 @@
 //                                                 1/sqrt(D/Heads)): O(pos D) work
 //
 // The key cache is feature-major (D, C) so that a query's scores against every cached position
-// are vector operations along the positions (no horizontal sums: 4x faster decoding measured).
+// are one kernels::combine_rows along the positions, in registers, with no horizontal sums
+// (measured with the value sum done the same way: 30,000 -> 33,000 tokens/s on decode-cache).
 //
 // The caches are state: inputs the caller binds to its own memory (program::bind), written in
 // place by these ops. Both are for inference programs (options{.inference = true}); their backward
