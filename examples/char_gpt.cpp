@@ -28,7 +28,7 @@
 #include <ctgraph/ctgraph.hpp>
 
 #include "chars.hpp"
-#include "plot_png.hpp"
+#include <ctgraph/plot.hpp>
 
 using namespace ctg;
 

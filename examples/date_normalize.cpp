@@ -22,7 +22,7 @@
 #include <ctgraph/ctgraph.hpp>
 
 #include "dates.hpp"
-#include "plot_png.hpp"
+#include <ctgraph/plot.hpp>
 
 using namespace ctg;
 

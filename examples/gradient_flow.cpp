@@ -17,7 +17,7 @@
 #include <ctgraph/ctgraph.hpp>
 #include <xtensor/xview.hpp>
 
-#include "plot_png.hpp"
+#include <ctgraph/plot.hpp>
 
 using namespace ctg;
 

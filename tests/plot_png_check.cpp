@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "plot_png.hpp"
+#include <ctgraph/plot.hpp>
 
 namespace {
 

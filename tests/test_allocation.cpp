@@ -57,6 +57,20 @@ TEST_CASE("an MLP training step allocates nothing in steady state", "[allocation
               optim::clip_grad_norm(prog.params(), 1.0);
               opt.step(prog.params());
           }) == 0);
+    // the generated step (update fused into backward), and a dataset feeding shuffled rows
+    CHECK(allocations_during([&] {
+              prog.feed<"x">(x);
+              prog.feed<"y">(y);
+              train_step(prog, opt);
+          }) == 0);
+    dataset<float> data{{"x", xt::xtensor<float, 2>(xt::ones<float>({100, 8}))}, {"y", xt::xtensor<int, 1>(xt::zeros<int>({100}))}};
+    std::vector<std::size_t> rows(32);
+    for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = (i * 37) % 100;
+    data.feed(prog, rows.data(), 32);
+    CHECK(allocations_during([&] {
+              data.feed(prog, rows.data(), 32);
+              train_step(prog, opt);
+          }) == 0);
 }
 
 TEST_CASE("a recurrent (scan) training step allocates nothing in steady state", "[allocation]") {

@@ -54,3 +54,4 @@
 #include "ctgraph/npz.hpp"
 #include "ctgraph/optim.hpp"
 #include "ctgraph/params.hpp"
+#include "ctgraph/train.hpp"

@@ -1,6 +1,9 @@
 // ctgraph/optim.hpp: optimizers, gradient clipping and learning-rate schedules over a parameter
-// store. Each optimizer runs one loop over the store's flat value/gradient arrays (the padding
-// between parameters stays zero: a zero gradient and a zero value give a zero update).
+// store. An optimizer's step is begin_step() (step count, state sized to the store's flat arrays)
+// and then update(slot) of each parameter, one loop over its contiguous values and gradients. The
+// two halves are public so that ctg::train_step can run each update inside the backward pass, right
+// after the node that finishes that parameter's gradient; step() runs the very same per-slot loops,
+// so the fused and the plain step give bit-identical weights.
 // The update rules are PyTorch's (torch.optim.SGD, Adam, AdamW), so results compare one to one.
 #pragma once
 #include <cmath>
@@ -28,28 +31,47 @@ public:
     }
     void set_lr(double lr) { c_.lr = lr; }
     double lr() const { return c_.lr; }
+    long steps() const { return t_; }
+
+    /// One step over every parameter of the store: begin_step(), then update() of each slot.
     void step(parameter_store<T>& ps) {
-        T* p = ps.values().data();
-        const T* g = ps.grads().data();
+        begin_step(ps);
+        for (std::size_t s = 0; s < ps.size(); ++s) update(ps, s);
+    }
+    /// The two halves of step(), for an update fused into the backward pass (ctg::train_step):
+    /// begin_step() once, then update() of each slot once its gradient is final, in any order.
+    void begin_step(const parameter_store<T>& ps) {
         const std::size_t n = ps.values().size();
+        if (c_.momentum != 0 && buf_.size() != n) buf_.assign(n, T(0)), t_ = 0;
+        ++t_;
+    }
+    void update(parameter_store<T>& ps, std::size_t slot) {
+        const auto& e = ps.at(slot);
+        T* p = ps.values().data() + e.offset;
+        const T* g = ps.grads().data() + e.offset;
+        const std::size_t n = e.shape.size();
         const T lr = T(c_.lr), mu = T(c_.momentum), wd = T(c_.weight_decay);
         if (c_.momentum == 0) {
             for (std::size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
             return;
         }
-        if (buf_.size() != n) buf_.assign(n, T(0)), first_ = true;
+        T* b = buf_.data() + e.offset;
+        const bool first = t_ == 1;
         for (std::size_t i = 0; i < n; ++i) {
             const T gi = g[i] + wd * p[i];
-            buf_[i] = first_ ? gi : mu * buf_[i] + gi;
-            p[i] -= lr * (c_.nesterov ? gi + mu * buf_[i] : buf_[i]);
+            b[i] = first ? gi : mu * b[i] + gi;
+            p[i] -= lr * (c_.nesterov ? gi + mu * b[i] : b[i]);
         }
-        first_ = false;
     }
+
+    /// The momentum buffer (one element per element of the store's flat arrays; empty without momentum).
+    aligned_vector<T>& momentum_buffer() { return buf_; }
+    void set_steps(long t) { t_ = t; }
 
 private:
     config c_;
     aligned_vector<T> buf_;
-    bool first_ = true;
+    long t_ = 0;  // steps taken; the first one sets the momentum buffer to the gradient
 };
 
 /// Adam (weight_decay as L2, added to the gradient) or AdamW (decoupled: p *= 1 - lr wd first).
@@ -64,12 +86,25 @@ public:
     void set_lr(double lr) { c_.lr = lr; }
     double lr() const { return c_.lr; }
     long steps() const { return t_; }
+
+    /// One step over every parameter of the store: begin_step(), then update() of each slot.
     void step(parameter_store<T>& ps) {
+        begin_step(ps);
+        for (std::size_t s = 0; s < ps.size(); ++s) update(ps, s);
+    }
+    /// The two halves of step() (see sgd): the step count and bias corrections, then one slot.
+    void begin_step(const parameter_store<T>& ps) {
         const std::size_t n = ps.values().size();
         if (m_.size() != n) m_.assign(n, T(0)), v_.assign(n, T(0)), t_ = 0;
         ++t_;
-        T* p = ps.values().data();
-        const T* g = ps.grads().data();
+    }
+    void update(parameter_store<T>& ps, std::size_t slot) {
+        const auto& e = ps.at(slot);
+        T* p = ps.values().data() + e.offset;
+        const T* g = ps.grads().data() + e.offset;
+        T* m = m_.data() + e.offset;
+        T* v = v_.data() + e.offset;
+        const std::size_t n = e.shape.size();
         const T b1 = T(c_.beta1), b2 = T(c_.beta2), eps = T(c_.eps), wd = T(c_.weight_decay);
         const T bc1 = T(1 - std::pow(c_.beta1, double(t_))), bc2 = T(1 - std::pow(c_.beta2, double(t_)));
         const T step = T(c_.lr) / bc1, sqrt_bc2 = std::sqrt(bc2);
@@ -78,11 +113,17 @@ public:
         for (std::size_t i = 0; i < n; ++i) {
             p[i] *= decay;
             const T gi = g[i] + l2 * p[i];
-            m_[i] = b1 * m_[i] + (1 - b1) * gi;
-            v_[i] = b2 * v_[i] + (1 - b2) * gi * gi;
-            p[i] -= step * m_[i] / (std::sqrt(v_[i]) / sqrt_bc2 + eps);
+            m[i] = b1 * m[i] + (1 - b1) * gi;
+            v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+            p[i] -= step * m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps);
         }
     }
+
+    /// The moment estimates (one element per element of the store's flat arrays) and the step
+    /// count, for checkpoints.
+    aligned_vector<T>& first_moment() { return m_; }
+    aligned_vector<T>& second_moment() { return v_; }
+    void set_steps(long t) { t_ = t; }
 
 private:
     config c_;
@@ -96,6 +137,15 @@ adam<T> adamw(double lr = 1e-3, double weight_decay = 1e-2, double beta1 = 0.9, 
               double eps = 1e-8) {
     return adam<T>({lr, beta1, beta2, eps, weight_decay, true});
 }
+
+/// What ctg::train_step and ctg::trainer need of an optimizer (sgd and adam have it).
+template <class O, class T>
+concept optimizer_for = requires(O& o, parameter_store<T>& ps, std::size_t slot) {
+    o.begin_step(ps);
+    o.update(ps, slot);
+    o.step(ps);
+    o.set_lr(1.0);
+};
 
 /// Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before.
 template <class T>

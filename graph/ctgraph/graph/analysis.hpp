@@ -230,6 +230,40 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
         return r;
     }();
 
+    /// Where each parameter's gradient is complete in the backward pass: the node after whose VJP no
+    /// other node adds to it (its consumer of lowest index, as backward runs from the last node), or
+    /// `size` for a parameter nothing reads. Parameters complete at node i are final_order[final_begin[i]
+    /// .. final_begin[i] + final_count[i]) (param ordinals); ctg::train_step updates them there.
+    static constexpr std::array<std::size_t, num_params + 1> param_final_at = []() consteval {
+        std::array<std::size_t, num_params + 1> f{};
+        std::array<std::size_t, size> ordinal{};  // node -> param ordinal
+        for (std::size_t p = 0; p < num_params; ++p) f[p] = size, ordinal[param_nodes[p]] = p;
+        for (std::size_t i = size; i-- > 0;)
+            for (std::size_t k = 0; k < arity[i]; ++k)
+                if (kind[std::size_t(operands[i][k])] == leaf_kind::param) f[ordinal[std::size_t(operands[i][k])]] = i;
+        return f;
+    }();
+    static constexpr std::array<std::size_t, size + 1> final_count = []() consteval {
+        std::array<std::size_t, size + 1> c{};
+        for (std::size_t p = 0; p < num_params; ++p) ++c[param_final_at[p]];
+        return c;
+    }();
+    static constexpr std::array<std::size_t, size + 1> final_begin = []() consteval {
+        std::array<std::size_t, size + 1> b{};
+        std::size_t n = 0;
+        for (std::size_t i = 0; i <= size; ++i) b[i] = n, n += final_count[i];
+        return b;
+    }();
+    static constexpr std::array<std::size_t, num_params + 1> final_order = []() consteval {
+        std::array<std::size_t, num_params + 1> r{};
+        std::array<std::size_t, size + 1> fill{};
+        for (std::size_t p = 0; p < num_params; ++p) {
+            const std::size_t i = param_final_at[p];
+            r[final_begin[i] + fill[i]++] = p;
+        }
+        return r;
+    }();
+
     /// The outputs are the last NumOutputs distinct roots given to compile(), see program.
     static constexpr std::size_t num_outputs = NumOutputs;
 

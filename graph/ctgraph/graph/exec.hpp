@@ -31,6 +31,11 @@ struct exec_state {
     run_info run{};       // the pass; each node's stream is derived from run.stream and its index
 };
 
+/// program::backward() without a per-parameter hook.
+struct no_final_hook {
+    void operator()(std::size_t) const {}
+};
+
 /// A stream number from a parent stream and an index (a node, a step): splitmix64 of both.
 constexpr std::uint64_t sub_stream(std::uint64_t parent, std::uint64_t index) {
     std::uint64_t z = parent * 0x9E3779B97F4A7C15ULL + index + 0x632BE59BD9B4E019ULL;

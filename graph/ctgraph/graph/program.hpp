@@ -12,6 +12,7 @@
 // when the dynamic sizes change (and only grown, never shrunk); a step with unchanged sizes allocates
 // nothing. Dynamic dimensions are bound from the fed inputs and checked once at the entry of forward().
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -93,6 +94,8 @@ public:
             const std::size_t i = G::param_nodes[p];
             param_slot_[p] = store_->add(G::label[i], static_shape(i), G::layer_axes[i]);
         }
+        sorted_slots_ = param_slot_;
+        std::sort(sorted_slots_.begin(), sorted_slots_.begin() + G::num_params);
     }
 
     // ---------------------------------------------------------------- parameters
@@ -192,7 +195,14 @@ public:
 
     /// Runs the backward pass: scalar outputs are seeded with 1, others with seed<k>() (zero unless
     /// written). Parameter gradients are added to; input gradients (options::input_grads) are fresh.
-    void backward() {
+    void backward() { backward_with(detail::no_final_hook{}); }
+
+    /// backward(), calling on_final(slot) once for every parameter slot of the store: a parameter of
+    /// this program right after the backward node that completes its gradient (while it is still in
+    /// cache), any other parameter of the (shared) store after the pass. ctg::train_step passes the
+    /// optimizer's per-parameter update here.
+    template <class OnFinal>
+    void backward_with(OnFinal&& on_final) {
         static_assert(!Opt.inference, "ctg::program::backward: this program was compiled with options{.inference = true}");
         if (!forwarded_) throw error("ctg::program::backward: call forward() first");
         std::memset(arena_.data() + adj_begin_, 0, (adj_end_ - adj_begin_) * sizeof(T));
@@ -203,7 +213,16 @@ public:
             if (G::rank[i] == 0) g[0] += T(1);
             else kernels::add_to(adj_[i].size(), seeds_[o].data(), g);
         }
-        run_backward(std::make_index_sequence<N>{});
+        run_backward(on_final, std::make_index_sequence<N>{});
+        if constexpr (!std::is_same_v<std::decay_t<OnFinal>, detail::no_final_hook>) {
+            finalize(N, on_final);  // parameters nothing reads
+            // The store's other parameters (another program's), as optimizer.step(store) would.
+            const std::size_t slots = store_->size();
+            for (std::size_t slot = 0, p = 0; slot < slots; ++slot) {
+                while (p < G::num_params && sorted_slots_[p] < slot) ++p;
+                if (p == G::num_params || sorted_slots_[p] != slot) on_final(slot);
+            }
+        }
     }
 
     /// The seed of output k's adjoint (for non-scalar outputs); valid after the first forward().
@@ -512,12 +531,21 @@ private:
         const detail::exec_state s = state();
         (detail::exec_forward<detail::op_of_t<node_t<I>>, G::arity[I], T>(s, I), ...);
     }
-    template <std::size_t... I>
-    void run_backward(std::index_sequence<I...>) {
+    // After each node's VJP, the parameters it completes (a constant test per node, folded away
+    // where there are none; nothing at all without a hook).
+    template <class OnFinal, std::size_t... I>
+    void run_backward(OnFinal& on_final, std::index_sequence<I...>) {
         const detail::exec_state s = state();
-        (detail::exec_backward<detail::op_of_t<node_t<N - 1 - I>>, G::arity[N - 1 - I], G::needs_grad[N - 1 - I], T>(
-             s, N - 1 - I),
+        constexpr bool hook = !std::is_same_v<std::decay_t<OnFinal>, detail::no_final_hook>;
+        ((detail::exec_backward<detail::op_of_t<node_t<N - 1 - I>>, G::arity[N - 1 - I], G::needs_grad[N - 1 - I], T>(
+              s, N - 1 - I),
+          (hook && G::final_count[N - 1 - I] ? finalize(N - 1 - I, on_final) : void())),
          ...);
+    }
+    template <class OnFinal>
+    void finalize(std::size_t i, OnFinal& on_final) {
+        for (std::size_t k = G::final_begin[i]; k < G::final_begin[i] + G::final_count[i]; ++k)
+            on_final(param_slot_[G::final_order[k]]);
     }
 
     // ---------------------------------------------------------------- printing helpers
@@ -562,6 +590,7 @@ private:
 
     std::shared_ptr<parameter_store<T>> store_;
     std::array<std::size_t, G::num_params + 1> param_slot_{};
+    std::array<std::size_t, G::num_params + 1> sorted_slots_{};  // the same, ascending
     std::array<input_slot, G::num_inputs + 1> inputs_{};
     aligned_vector<T> arena_;
     std::array<view, N> val_{}, adj_{}, scratch_{};

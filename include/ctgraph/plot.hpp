@@ -1,4 +1,4 @@
-// examples/plot_png.hpp: line charts written as PNG files, with nothing but the standard library.
+// ctgraph/plot.hpp: line charts and heat maps written as PNG files, with nothing but the standard library.
 //
 // The examples want to show curves (training loss, gradient norms over time) without pulling in a
 // plotting stack, so this draws into an RGB buffer with a built-in bitmap font and writes an
