@@ -1,10 +1,11 @@
 // ctg-bench: the reference workloads (shared/WORKLOADS.md), timed or checked against PyTorch.
 //
-//   ctg-bench --workload NAME [--threads K] [--steps N] [--warmup W] [--json]
+//   ctg-bench --workload NAME [--threads K] [--steps N] [--warmup W] [--json] [--step plain|fused]
 //   ctg-bench --workload NAME --check DIR [--dtype float32|float64]
 //
 // Timing: W warm-up steps (default 3), then N measured steps (default 20), each a whole training
 // step (forward, loss, backward, optimizer update) timed with steady_clock; the median is reported.
+// --step fused times ctg::train_step instead (each parameter's update inside backward).
 // Check: loads DIR/<workload>[-f64]/{weights,batch}.npz written by
 // `shared/bench/torch_ref.py --dump-npz DIR`, runs one step, and compares the loss, every gradient
 // and the weights after the update with the dump: per tensor max|a - b| / max|b| <= 1e-4 (float32)
@@ -33,6 +34,7 @@ struct args {
     std::string workload, check_dir, dtype = "float32";
     int threads = 1, steps = 20, warmup = 3;
     bool json = false;
+    std::string step = "plain";  // plain: zero_grad, forward, backward, opt.step; fused: ctg::train_step
 };
 
 template <class Template>
@@ -48,7 +50,7 @@ std::string workload_names() {
 
 [[noreturn]] void usage(const std::string& why) {
     std::fprintf(stderr,
-                 "ctg-bench: %s\nusage: ctg-bench --workload NAME [--threads K] [--steps N] [--warmup W] [--json]\n"
+                 "ctg-bench: %s\nusage: ctg-bench --workload NAME [--threads K] [--steps N] [--warmup W] [--json] [--step plain|fused]\n"
                  "       ctg-bench --workload NAME --check DIR [--dtype float32|float64]\nworkloads: %s\n",
                  why.c_str(), workload_names().c_str());
     std::exit(2);
@@ -80,11 +82,13 @@ args parse(int argc, char** argv) {
         else if (k == "--check") a.check_dir = value();
         else if (k == "--dtype") a.dtype = value();
         else if (k == "--json") a.json = true;
+        else if (k == "--step") a.step = value();
         else usage("unknown option " + k);
     }
     if (a.workload.empty()) usage("--workload is required");
     if (a.dtype != "float32" && a.dtype != "float64") usage("--dtype is float32 or float64");
     if (a.threads < 1) usage("--threads must be at least 1");
+    if (a.step != "plain" && a.step != "fused") usage("--step is plain or fused");
     if (a.steps < 1) usage("--steps must be at least 1");
     return a;
 }
@@ -102,6 +106,7 @@ int run_timing(const args& a) {
     W w;
     w.params().init(1234);
     w.random_batch(1235);
+    if constexpr (requires { w.fused; }) w.fused = a.step == "fused";
     const double rss_before = peak_rss_mib();
     double first = 0, last = 0;
     for (int i = 0; i < a.warmup; ++i) {
@@ -128,11 +133,11 @@ int run_timing(const args& a) {
         tokens = ", \"tokens_per_s\": " + std::to_string(double(W::new_tokens) / (median * 1e-3)) +
                  ", \"ms_per_token\": " + std::to_string(median / double(W::new_tokens));
     if (a.json) {
-        std::printf("{\"workload\": \"%s\", \"threads\": %d, \"steps\": %d, \"warmup\": %d, \"median_ms\": %.6f, "
+        std::printf("{\"workload\": \"%s\", \"step\": \"%s\", \"threads\": %d, \"steps\": %d, \"warmup\": %d, \"median_ms\": %.6f, "
                     "\"min_ms\": %.6f, \"max_ms\": %.6f, \"gflops\": %.4f, \"flops_per_step\": %.0f, "
                     "\"gemm_flops_per_step\": %.0f, \"peak_rss_mib\": %.2f, \"rss_before_loop_mib\": %.2f, "
                     "\"loss_first\": %.6f, \"loss_last\": %.6f%s}\n",
-                    W::name, a.threads, a.steps, a.warmup, median, sorted.front(), sorted.back(), gflops, W::flops(),
+                    W::name, a.step.c_str(), a.threads, a.steps, a.warmup, median, sorted.front(), sorted.back(), gflops, W::flops(),
                     gemm_flops, peak_rss_mib(), rss_before, first, last, tokens.c_str());
     } else {
         if constexpr (requires { W::new_tokens; })

@@ -21,11 +21,16 @@ namespace ctg::bench {
 inline constexpr dim B = dyn('B');
 
 /// One training step (forward, loss, backward, optimizer update), the same for every workload.
+/// `fused`: ctg::train_step, each parameter's update inside backward (ctg-bench --step fused).
 template <class W>
 struct workload_base {
+    bool fused = false;
     auto& params() { return static_cast<W&>(*this).prog.params(); }
     auto step(bool update = true) {
         W& w = static_cast<W&>(*this);
+        using T = typename decltype(w.prog)::scalar;
+        if constexpr (optim::optimizer_for<decltype(w.opt), T>)
+            if (fused && update) return train_step(w.prog, w.opt);
         w.prog.zero_grad();
         const auto l = w.prog.forward();
         w.prog.backward();

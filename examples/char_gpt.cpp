@@ -2,10 +2,10 @@
 // licences, 169 KB), then generating text with a KV cache.
 //
 //   char_gpt train [--steps N] [--out DIR] [--text FILE] [--require NATS]
-//       trains (progress line: step, loss, tokens/s, ETA), evaluates on the last 10 % of the text,
-//       writes DIR/char_gpt.npz (checkpoint, every evaluation and at the end), DIR/char_gpt_loss.csv
-//       and DIR/char_gpt_loss.png (train and validation loss), and prints a sample. With --require,
-//       exits non-zero unless the validation loss ends below NATS nats/char.
+//       trains with ctg::trainer (progress line: step, loss, tokens/s, ETA), evaluates on the last
+//       10 % of the text every 100 steps, writes DIR/char_gpt.npz (checkpoint, every 100 steps and at
+//       the end), DIR/char_gpt_loss.csv and DIR/char_gpt_loss.png (train and validation loss), and
+//       prints a sample. With --require, exits non-zero unless the validation loss ends below NATS.
 //   char_gpt generate CHECKPOINT "prompt" [--tokens N] [--temperature T] [--top-p P] [--seed S]
 //       loads the checkpoint and continues the prompt.
 //
@@ -13,22 +13,16 @@
 // self-attention and GELU FFN, one ctg::repeat over the layers), dropout 0.1 in training. Text
 // longer than the context is generated with a sliding window: when the cache is full, the last
 // half of the text is prefilled again and generation goes on.
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
 
 #include "chars.hpp"
-#include <ctgraph/plot.hpp>
 
 using namespace ctg;
 
@@ -79,16 +73,9 @@ std::string generate(nn::gpt_generator<model>& gen, std::vector<int> text, std::
     return out;
 }
 
-std::string clock(double seconds) {
-    const int s = int(seconds + 0.5);
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%d:%02d", s / 60, s % 60);
-    return buf;
-}
-
 int train(int argc, char** argv) {
     std::string out_dir = ".", text_path = CTG_SOURCE_DIR "/data/text/gnu-licenses.txt";
-    int steps = 3000;
+    long steps = 3000;
     double require = 0;
     for (int i = 2; i < argc; ++i) {
         const std::string a = argv[i];
@@ -96,121 +83,46 @@ int train(int argc, char** argv) {
             if (i + 1 >= argc) throw error("char_gpt: " + a + " needs a value");
             return argv[++i];
         };
-        if (a == "--steps") steps = std::stoi(value());
+        if (a == "--steps") steps = std::stol(value());
         else if (a == "--out") out_dir = value();
         else if (a == "--text") text_path = value();
         else if (a == "--require") require = std::stod(value());
         else throw error("char_gpt: unknown option '" + a + "'");
     }
-    const std::size_t batch = 8, window = Context, eval_every = 100;
     const auto ids = chars::read_text(text_path, 10 * Context, "char_gpt");
     const std::size_t n_val = ids.size() / 10;
-    const std::vector<index_t> train_ids(ids.begin(), ids.end() - long(n_val)), val_ids(ids.end() - long(n_val), ids.end());
+    // Training samples: the window at every start position of the first 90 % (an epoch sees each
+    // once, shuffled); validation: the disjoint windows of the last 10 %.
+    token_windows train_set({ids.begin(), ids.end() - long(n_val)}, Context),
+        val_set({ids.end() - long(n_val), ids.end()}, Context, Context);
     std::printf("char_gpt: %d layers, d %d, %d heads, context %d, %zu training and %zu validation characters\n", Layers,
-                D, Heads, Context, train_ids.size(), val_ids.size());
+                D, Heads, Context, ids.size() - n_val, n_val);
 
-    auto trainer = compile<float>(loss());
-    decltype(trainer) evaluator(trainer.shared_params());
-    evaluator.training(false);  // no dropout when measuring
-    auto& params = trainer.params();
+    auto prog = compile<float>(loss());
+    auto& params = prog.params();
     params.init(11);
     params.init("tok_embed", [](std::mt19937_64& rng, std::size_t) { return float(std::normal_distribution<double>(0, 0.02)(rng)); });
     std::printf("%zu parameters\n", params.num_elements());
+    prog.dropout_seed(1);
     auto opt = optim::adamw<float>(3e-3, 0.01);
-    const optim::warmup_cosine_lr schedule{3e-3, 100, steps, 1e-4};
-    trainer.dropout_seed(1);
+    trainer fit(prog, opt,
+                {.batch = 8, .epochs = 0, .max_steps = steps, .seed = 3, .clip_norm = 1.0, .eval_every = 100,
+                 .checkpoint_every = 100, .out_dir = out_dir, .name = "char_gpt", .metric_name = "val"},
+                optim::warmup_cosine_lr{3e-3, 100, steps, 1e-4});
+    const train_report r = fit.fit(train_set, val_set);  // progress line, checkpoints, CSV and PNG of the losses
+    std::printf("validation loss %.3f nats/char (perplexity %.2f) after %ld steps in %s; the LSTM of char_lm reaches 1.71\n",
+                r.metric, std::exp(r.metric), r.step, clock_text(r.seconds).c_str());
+    std::printf("wrote %s, %s, %s\n", fit.path(".npz").c_str(), fit.path("_loss.csv").c_str(),
+                fit.path("_loss.png").c_str());
 
-    std::mt19937_64 rng(3);
-    std::uniform_int_distribution<std::size_t> start(0, train_ids.size() - window - 2);
-    std::vector<index_t> x(batch * window), y(batch * window);
-    auto sample_batch = [&] {
-        for (std::size_t b = 0; b < batch; ++b) {
-            const std::size_t s = start(rng);
-            std::copy(train_ids.begin() + long(s), train_ids.begin() + long(s + window), x.begin() + long(b * window));
-            std::copy(train_ids.begin() + long(s + 1), train_ids.begin() + long(s + window + 1), y.begin() + long(b * window));
-        }
-    };
-    auto validate = [&] {  // every full window of the validation text, in batches
-        std::vector<index_t> vx(batch * window), vy(batch * window);
-        double sum = 0;
-        std::size_t n = 0;
-        for (std::size_t s = 0; s + batch * window + 1 <= val_ids.size(); s += batch * window) {
-            for (std::size_t k = 0; k < batch * window; ++k) {
-                vx[k] = val_ids[s + k];
-                vy[k] = val_ids[s + k + 1];
-            }
-            evaluator.feed("tokens", vx.data(), rshape{2, {batch, window}});
-            evaluator.feed("targets", vy.data(), rshape{2, {batch, window}});
-            sum += evaluator.forward();
-            ++n;
-        }
-        return sum / double(n);
-    };
-
-    const bool terminal = isatty(fileno(stdout));
-    const std::string ckpt = out_dir + "/char_gpt.npz", csv_path = out_dir + "/char_gpt_loss.csv",
-                      png_path = out_dir + "/char_gpt_loss.png";
-    std::vector<double> train_x, train_y, val_x, val_y;
-    double recent = 0, val = 0;
-    int recent_n = 0;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int step = 0; step < steps; ++step) {
-        sample_batch();
-        trainer.feed("tokens", x.data(), rshape{2, {batch, window}});
-        trainer.feed("targets", y.data(), rshape{2, {batch, window}});
-        trainer.zero_grad();
-        const float l = trainer.forward();
-        trainer.backward();
-        optim::clip_grad_norm(params, 1.0);
-        opt.set_lr(schedule(step));
-        opt.step(params);
-        recent += l;
-        ++recent_n;
-        const bool evaluate = (step + 1) % int(eval_every) == 0 || step + 1 == steps;
-        if (evaluate) {
-            train_x.push_back(step + 1);
-            train_y.push_back(recent / recent_n);
-            val = validate();
-            val_x.push_back(step + 1);
-            val_y.push_back(val);
-            npz::save(params, ckpt);
-        }
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        const double tok_s = double(step + 1) * double(batch * window) / secs;
-        const double eta = secs / (step + 1) * (steps - step - 1);
-        if (terminal && !evaluate) {
-            std::printf("\rstep %5d/%d  loss %.3f  %6.0f tokens/s  ETA %s   ", step + 1, steps, recent / recent_n, tok_s,
-                        clock(eta).c_str());
-            std::fflush(stdout);
-        } else if (evaluate) {
-            std::printf("%sstep %5d/%d  loss %.3f  val %.3f  %6.0f tokens/s  ETA %s\n", terminal ? "\r" : "", step + 1,
-                        steps, recent / recent_n, val, tok_s, clock(eta).c_str());
-            std::fflush(stdout);
-            recent = 0;
-            recent_n = 0;
-        }
-    }
-    const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-
-    std::ofstream csv(csv_path);
-    csv << "step,train_loss,val_loss\n";
-    for (std::size_t i = 0; i < val_x.size(); ++i) csv << val_x[i] << ',' << train_y[i] << ',' << val_y[i] << '\n';
-    plot::chart c{.title = "char_gpt on the GNU licences", .x_label = "step", .y_label = "loss (nats/char)"};
-    c.lines.push_back({"train", train_x, train_y, {31, 119, 180}});
-    c.lines.push_back({"validation", val_x, val_y, {214, 39, 40}});
-    plot::write_png(c, png_path);
-    std::printf("validation loss %.3f nats/char (perplexity %.2f) after %d steps in %s; the LSTM of char_lm reaches 1.71\n",
-                val, std::exp(val), steps, clock(total).c_str());
-    std::printf("wrote %s, %s, %s\n", ckpt.c_str(), csv_path.c_str(), png_path.c_str());
-
-    nn::gpt_generator<model> gen(trainer.shared_params(), 1, Context);
+    nn::gpt_generator<model> gen(prog.shared_params(), 1, Context);
     std::mt19937_64 sample_rng(7);
     const std::string prompt = "The licensee ";
     const std::string text = generate(gen, encode_prompt(prompt), 400, {.top_k = 0, .temperature = 0.8, .top_p = 0.95},
                                       sample_rng);
     std::printf("--- sample (temperature 0.8, top-p 0.95) ---\n%s%s\n---\n", prompt.c_str(), text.c_str());
-    std::printf("generate more: char_gpt generate %s \"your prompt\"\n", ckpt.c_str());
-    return require > 0 && !(val < require) ? 1 : 0;
+    std::printf("generate more: char_gpt generate %s \"your prompt\"\n", fit.path(".npz").c_str());
+    return require > 0 && !(r.metric < require) ? 1 : 0;
 }
 
 int generate_command(int argc, char** argv) {

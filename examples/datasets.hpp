@@ -6,6 +6,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <xtensor/xtensor.hpp>
@@ -87,6 +88,14 @@ inline labelled_images take(const labelled_images& d, const std::vector<std::siz
         r.y(i) = d.y(s);
     }
     return r;
+}
+
+/// A seeded split: the first `fraction` of a shuffled order for training, the rest for testing.
+inline std::pair<labelled_images, labelled_images> split(const labelled_images& d, double fraction,
+                                                          unsigned long long seed) {
+    const std::size_t n = d.y.size(), n_train = std::size_t(double(n) * fraction);
+    const auto order = permutation(n, seed);
+    return {take(d, order, 0, n_train), take(d, order, n_train, n - n_train)};
 }
 
 }  // namespace ctg::examples

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <ctgraph/error.hpp>
+#include <ctgraph/train.hpp>
 
 namespace dates {
 
@@ -117,43 +118,32 @@ double exact_match(const std::vector<example>& test, Decode decode) {
     return double(right) / double(test.size());
 }
 
-/// The training loop of both date examples: `feed(examples)` feeds one batch to `prog`, which then
-/// takes one step (zero_grad, forward, backward, the optimizer at the schedule's rate); every 200
-/// steps and at the end a line with the mean loss, the held-out exact match (`match()`) and the
-/// speed. Returns the final exact match and prints it with the training time.
+/// Training of both date examples, by ctg::trainer: `feed(examples)` feeds one batch to `prog`;
+/// steps x batch training examples are drawn up front and read in order (one epoch, unshuffled: the
+/// batches the examples have always trained on); every 200 steps and at the end, `match()` measures
+/// the held-out exact match. Returns the final exact match and prints it with the training time.
 template <class Program, class Optimizer, class Schedule, class Feed, class Match>
 double train(task& data, int steps, std::size_t batch, Program& prog, Optimizer& opt, const Schedule& schedule, Feed feed,
              Match match) {
-    const std::size_t parameters = prog.params().num_elements();
-    auto step = [&](const std::vector<example>& ex, int s) {
-        feed(ex);
-        prog.zero_grad();
-        const double l = prog.forward();
-        prog.backward();
-        opt.set_lr(schedule(s));
-        opt.step(prog.params());
-        return l;
-    };
-    auto t0 = std::chrono::steady_clock::now();
-    const auto start = t0;
-    double recent = 0, acc = steps > 0 ? 0.0 : match();
-    for (int s = 0; s < steps; ++s) {
-        recent += step(data.sample(batch), s);
-        if ((s + 1) % 200 == 0 || s + 1 == steps) {
-            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            const int k = s % 200 + 1;
-            acc = match();  // the last one is the result
-            std::printf("step %5d  loss %.4f  held-out exact match %5.1f%%  %.0f dates/s\n", s + 1, recent / k,
-                        100 * acc, k * double(batch) / secs);
-            std::fflush(stdout);
-            recent = 0;
-            t0 = std::chrono::steady_clock::now();
+    if (steps <= 0) return match();
+    struct source {  // the trainer's view of the examples: size() and feed(program, rows, n)
+        std::vector<example> all, batch;
+        Feed& feed_batch;
+        std::size_t size() const { return all.size(); }
+        void feed(Program&, const std::size_t* rows, std::size_t n) {
+            batch.clear();
+            for (std::size_t k = 0; k < n; ++k) batch.push_back(all[rows[k]]);
+            feed_batch(batch);
         }
-    }
+    } train_set{data.sample(std::size_t(steps) * batch), {}, feed};
+    ctg::trainer fit(prog, opt,
+                     {.batch = batch, .epochs = 1, .shuffle = false, .eval_every = 200, .higher_is_better = true,
+                      .metric_name = "exact_match"},
+                     schedule);
+    const ctg::train_report r = fit.fit(train_set, data.test, [&](auto&, auto&, std::size_t) { return match(); });
     std::printf("exact match on %zu held-out dates (greedy): %.1f%%, trained in %.0f s, %zu parameters\n",
-                data.test.size(), 100 * acc,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), parameters);
-    return acc;
+                data.test.size(), 100 * r.metric, r.seconds, prog.params().num_elements());
+    return r.metric;
 }
 
 }  // namespace dates

@@ -371,17 +371,21 @@ public:
         return fit(train, none);
     }
 
-    /// Trains; evaluates `metric(evaluator(), val, eval_batch)` (default: the mean loss over val) every
-    /// eval_every steps and at the end, and calls on_eval(report) after each evaluation (a hook that
-    /// returns bool stops training by returning true).
+    /// Trains; evaluates `metric(evaluator(), val, eval_batch)` (default: the mean loss over val, which
+    /// is then a batch_source; a metric of your own may take anything as val) every eval_every steps
+    /// and at the end, and calls on_eval(report) after each evaluation (a hook that returns bool stops
+    /// training by returning true).
     template <class Train, class Val, class Metric = mean_loss, class OnEval = no_eval_hook>
     train_report fit(Train& train, Val& val, Metric metric = {}, OnEval on_eval = {}) {
         static_assert(batch_source<Train, Program>, "ctg::trainer::fit: the training data needs size() and feed(program, rows, n)");
-        static_assert(batch_source<Val, Program>, "ctg::trainer::fit: the validation data needs size() and feed(program, rows, n)");
+        static_assert(!std::is_same_v<Metric, mean_loss> || batch_source<Val, Program>,
+                      "ctg::trainer::fit: the validation data needs size() and feed(program, rows, n) (or give a metric "
+                      "that reads it)");
         constexpr bool validating = !std::is_same_v<Val, no_validation>;
         const std::size_t n = train.size(), batch = cfg_.batch;
         if (n == 0) throw error("ctg::trainer::fit: the training data is empty");
-        if (validating && val.size() == 0) throw error("ctg::trainer::fit: the validation data is empty");
+        if constexpr (validating && requires { val.size(); })
+            if (val.size() == 0) throw error("ctg::trainer::fit: the validation data is empty");
         if (!validating && cfg_.patience > 0) throw error("ctg::trainer::fit: early stopping (patience) needs validation data");
         const long per_epoch = long(cfg_.drop_last ? n / batch : (n + batch - 1) / batch);
         if (per_epoch == 0)
@@ -389,7 +393,13 @@ public:
                         std::to_string(batch) + " leaves no batch");
         long total = cfg_.epochs > 0 ? cfg_.epochs * per_epoch : LONG_MAX;
         if (cfg_.max_steps > 0) total = std::min(total, cfg_.max_steps);
-        if (!cfg_.out_dir.empty()) std::filesystem::create_directories(cfg_.out_dir);
+        if (!cfg_.out_dir.empty()) {
+            std::error_code ec;
+            std::filesystem::create_directories(cfg_.out_dir, ec);
+            if (ec || !std::filesystem::is_directory(cfg_.out_dir))
+                throw io_error("ctg::trainer: cannot use '" + cfg_.out_dir + "' as the output directory" +
+                               (ec ? ": " + ec.message() : ": it is not a directory"));
+        }
 
         double tokens_per_sample = 0;
         if constexpr (requires { train.tokens_per_sample(); }) tokens_per_sample = double(train.tokens_per_sample());
