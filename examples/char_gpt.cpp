@@ -144,7 +144,7 @@ int generate_command(int argc, char** argv) {
     const auto ids = encode_prompt(prompt);  // before anything is loaded
     auto store = std::make_shared<parameter_store<float>>();
     nn::gpt_generator<model> gen(store, 1, Context);  // registers the model's parameters
-    npz::load(*store, path);                           // names and shapes must agree, else nothing changes
+    checkpoint::load_weights(path, *store);             // names and shapes must agree, else nothing changes
     std::mt19937_64 rng(seed);
     std::printf("%s%s\n", prompt.c_str(), generate(gen, ids, tokens, how, rng).c_str());
     return 0;

@@ -170,7 +170,7 @@ struct recording {
 };
 }  // namespace
 
-TEST_CASE("trainer: every sample once per epoch, the last partial batch included", "[train]") {
+TEST_CASE("trainer: every sample once per epoch with the last partial batch", "[train]") {
     auto prog = compile<double>(regression_loss());
     prog.params().init(1);
     optim::sgd<double> opt({.lr = 0.05});
@@ -199,7 +199,7 @@ TEST_CASE("trainer: every sample once per epoch, the last partial batch included
     for (const auto& b : again.batches) CHECK(b.size() == 4);
 }
 
-TEST_CASE("trainer: learns, evaluates, follows the schedule, writes curves and checkpoints", "[train]") {
+TEST_CASE("trainer: learns and evaluates and follows the schedule and writes curves and checkpoints", "[train]") {
     const auto dir = std::filesystem::temp_directory_path() / ("ctg_trainer_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir);
     auto prog = compile<double>(regression_loss());
@@ -238,7 +238,7 @@ TEST_CASE("trainer: learns, evaluates, follows the schedule, writes curves and c
     parameter_store<double> loaded;
     loaded.add("W", rshape{2, {In, Out}});
     loaded.add("b", rshape{1, {Out}});
-    npz::load(loaded, (dir / "reg.npz").string());
+    checkpoint::load_weights((dir / "reg.npz").string(), loaded);  // the checkpoint's weights
     for (std::size_t s = 0; s < 2; ++s) {
         const auto& e = prog.params().at(prog.params().slot(loaded.at(s).name));
         CHECK(std::memcmp(loaded.value(s), prog.params().values().data() + e.offset, e.shape.size() * sizeof(double)) == 0);

@@ -64,8 +64,13 @@ public:
         }
     }
 
-    /// The momentum buffer (one element per element of the store's flat arrays; empty without momentum).
-    aligned_vector<T>& momentum_buffer() { return buf_; }
+    /// Checkpoints (ctgraph/checkpoint.hpp): the kind, f(name, array) for each state array (one
+    /// element per element of the store's flat arrays; empty before the first step), the step count.
+    static constexpr const char* kind = "sgd";
+    template <class F>
+    void for_each_state(F&& f) {
+        if (c_.momentum != 0) f("momentum", buf_);
+    }
     void set_steps(long t) { t_ = t; }
 
 private:
@@ -119,10 +124,13 @@ public:
         }
     }
 
-    /// The moment estimates (one element per element of the store's flat arrays) and the step
-    /// count, for checkpoints.
-    aligned_vector<T>& first_moment() { return m_; }
-    aligned_vector<T>& second_moment() { return v_; }
+    /// Checkpoints: as sgd's (the moment estimates m and v).
+    static constexpr const char* kind = "adam";
+    template <class F>
+    void for_each_state(F&& f) {
+        f("m", m_);
+        f("v", v_);
+    }
     void set_steps(long t) { t_ = t; }
 
 private:

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <tuple>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -34,6 +35,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -41,6 +43,7 @@
 
 #include <xtensor/xexpression.hpp>
 
+#include "ctgraph/checkpoint.hpp"
 #include "ctgraph/error.hpp"
 #include "ctgraph/npz.hpp"
 #include "ctgraph/optim.hpp"
@@ -306,7 +309,8 @@ struct train_config {
     long eval_every = 0;           // steps between evaluations (0: at the end of every epoch); always at the end
     std::size_t eval_batch = 0;    // batch of the evaluation (0: batch)
     long checkpoint_every = 0;     // steps between checkpoints (0: only at the end); needs out_dir
-    std::string out_dir{};         // where <name>.npz, <name>_best.npz, <name>_loss.csv/.png go ("": no files)
+    std::string out_dir{};         // where <name>.npz (checkpoint), <name>_best.npz (the best weights, with
+                                   // patience), <name>_loss.csv/.png go ("": no files)
     std::string name = "train";
     long patience = 0;             // stop after this many evaluations without improvement (0: never)
     double min_delta = 0;          // an improvement must exceed this
@@ -357,6 +361,15 @@ public:
 
     /// The evaluation program (shares the weights; dropout off).
     Program& evaluator() { return eval_; }
+
+    /// Loads a checkpoint this trainer (same model, optimizer kind and data size) wrote: weights,
+    /// optimizer state, position in the data, shuffling and dropout generators, early-stopping
+    /// counters. The next fit() goes on from there and gives the weights the uninterrupted run would
+    /// have given, bit for bit. All-or-nothing (see ctgraph/checkpoint.hpp).
+    void resume(const std::string& checkpoint_path) {
+        run_ = checkpoint::load(checkpoint_path, prog_.params(), opt_);
+        resumed_ = true;
+    }
     /// One row per evaluation: step, epoch, training loss, metric, learning rate, seconds.
     struct row {
         long step, epoch;
@@ -412,8 +425,43 @@ public:
         r.best_metric = NAN;
         history_.clear();
         double loss_sum = 0, loss_samples = 0, samples_done = 0;
-        long bad_evals = 0;
+        long bad_evals = 0, first_epoch = 1, first_batch = 0;
         bool stop = false;
+        if (resumed_) {  // go on where the checkpoint was written
+            resumed_ = false;
+            if (run_.order.size() != n)
+                throw error("ctg::trainer::resume: the checkpoint's epoch orders " + std::to_string(run_.order.size()) +
+                            " samples, the training data has " + std::to_string(n));
+            for (std::size_t i = 0; i < n; ++i) {
+                if (run_.order[i] < 0 || std::size_t(run_.order[i]) >= n)
+                    throw error("ctg::trainer::resume: the checkpoint's sample order is corrupt");
+                order[i] = std::size_t(run_.order[i]);
+            }
+            std::istringstream is(run_.shuffle_rng);
+            is >> rng;
+            if (!is) throw error("ctg::trainer::resume: the checkpoint's generator state is corrupt");
+            prog_.set_dropout_state(run_.dropout_seed, run_.dropout_passes);
+            r.step = run_.step;
+            first_epoch = run_.epoch;
+            first_batch = run_.batch_in_epoch;
+            if (first_epoch == 0 || first_batch >= per_epoch) ++first_epoch, first_batch = 0;  // at an epoch's end
+            if (auto it = run_.counters.find("best_metric"); it != run_.counters.end()) r.best_metric = it->second;
+            if (auto it = run_.counters.find("best_step"); it != run_.counters.end()) r.best_step = long(it->second);
+            if (auto it = run_.counters.find("bad_evals"); it != run_.counters.end()) bad_evals = long(it->second);
+        }
+        // The run's state after `batches_done` batches of the current epoch, for a checkpoint.
+        auto snapshot = [&](long batches_done) {
+            run_.step = r.step;
+            run_.epoch = r.epoch;
+            run_.batch_in_epoch = batches_done;
+            run_.order.assign(order.begin(), order.end());
+            std::ostringstream os;
+            os << rng;
+            run_.shuffle_rng = os.str();
+            std::tie(run_.dropout_seed, run_.dropout_passes) = prog_.dropout_state();
+            run_.counters = {{"best_metric", r.best_metric}, {"best_step", double(r.best_step)},
+                             {"bad_evals", double(bad_evals)}};
+        };
         const auto t0 = std::chrono::steady_clock::now();
         auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
 
@@ -444,10 +492,12 @@ public:
 
         progress_ = progress_line(log_);
         bool evaluated_last = false;
-        for (r.epoch = 1; !stop && r.step < total; ++r.epoch) {
-            if (cfg_.shuffle)
+        long batches_done = first_batch;
+        for (r.epoch = first_epoch; !stop && r.step < total; ++r.epoch) {
+            const long b0 = r.epoch == first_epoch ? first_batch : 0;
+            if (cfg_.shuffle && b0 == 0)
                 for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng() % i]);  // Fisher-Yates
-            for (long b = 0; b < per_epoch && r.step < total && !stop; ++b) {
+            for (long b = b0; b < per_epoch && r.step < total && !stop; ++b) {
                 const std::size_t first = std::size_t(b) * batch, m = std::min(batch, n - first);
                 train.feed(prog_, order.data() + first, m);
                 if constexpr (!std::is_same_v<Schedule, keep_lr>) opt_.set_lr(schedule_(r.step));
@@ -468,12 +518,17 @@ public:
                     r.train_loss = loss_sum / loss_samples;
                     progress_.draw(status(r, total, tokens_per_sample));
                 }
-                if (cfg_.checkpoint_every > 0 && r.step % cfg_.checkpoint_every == 0) save_checkpoint();
+                batches_done = b + 1;
+                if (cfg_.checkpoint_every > 0 && r.step % cfg_.checkpoint_every == 0) {
+                    snapshot(batches_done);
+                    save_checkpoint();
+                }
             }
         }
         --r.epoch;
         if (!evaluated_last) evaluate();
         if (!cfg_.out_dir.empty()) {
+            snapshot(batches_done);
             save_checkpoint();
             write_curves();
         }
@@ -500,9 +555,11 @@ public:
         if (va.x.size() >= 2) c.lines.push_back(va);
         plot::write_png(c, path("_loss.png"));
     }
-    /// Saves the parameters to <out_dir>/<name>.npz (atomically).
+    /// Saves the checkpoint of the last step fit() took (weights, optimizer, run) to <out_dir>/<name>.npz,
+    /// atomically. Its parameters are under their own names: npz::load(store, path, true) and
+    /// checkpoint::load_weights read them.
     void save_checkpoint() const {
-        if (!cfg_.out_dir.empty()) npz::save(prog_.params(), path(".npz"));
+        if (!cfg_.out_dir.empty()) checkpoint::save(path(".npz"), prog_.params(), opt_, run_);
     }
     std::string path(const std::string& suffix) const {
         return (std::filesystem::path(cfg_.out_dir) / (cfg_.name + suffix)).string();
@@ -535,6 +592,8 @@ private:
     std::FILE* log_;
     progress_line progress_{nullptr};
     std::vector<row> history_;
+    run_state run_{};
+    bool resumed_ = false;
 };
 
 }  // namespace ctg

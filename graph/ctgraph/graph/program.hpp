@@ -239,6 +239,14 @@ public:
         passes_ = 0;
     }
 
+    /// Dropout's seed and the number of forward passes drawn from it: what a checkpoint saves so that
+    /// a resumed run draws the masks the uninterrupted run would have drawn.
+    std::pair<std::uint64_t, std::uint64_t> dropout_state() const { return {dropout_seed_, passes_}; }
+    void set_dropout_state(std::uint64_t seed, std::uint64_t passes) {
+        dropout_seed_ = seed;
+        passes_ = passes;
+    }
+
     /// Throw numeric_error when a scalar output is not finite (default: on).
     void check_finite(bool on) { check_finite_ = on; }
     /// Fill the arena with NaN whenever it is planned, so reading an element no op wrote shows (tests).
