@@ -85,3 +85,47 @@ TEST_CASE("a parameter store refuses a name with another shape", "[errors]") {
     REQUIRE_THROWS_WITH((program_for<float, options{}, decltype(mean(X{} * param<"W", 4, 2>{}))>(a.shared_params())),
                         Contains("parameter 'W' exists with shape (4,3), cannot add it with shape (4,2)"));
 }
+
+TEST_CASE("anomaly mode names the first non-finite node in forward and in backward", "[errors][anomaly]") {
+    // A planted log(0): the log node's value is -inf at the element whose input is 0.
+    auto z = input<"x", B, 4>{} * param<"W", 4, 3>{};
+    auto loss = sum(log(mul(z, z)) + param<"b", 3>{});
+    auto prog = compile<double, options{.detect_anomaly = true}>(loss);
+    prog.params().init(1);
+    xt::xtensor<double, 2> x = {{1, 2, 3, 4}, {0, 0, 0, 0}};  // the second row gives z = 0
+    prog.feed<"x">(x);
+    try {
+        prog.forward();
+        FAIL("no anomaly reported");
+    } catch (const numeric_error& e) {
+        const std::string m = e.what();
+        INFO(m);
+        CHECK_THAT(m, Contains("forward of node"));
+        CHECK_THAT(m, Contains("'log' (2,3)"));
+        CHECK_THAT(m, Contains("its value is not finite at flat index 3 (-inf)"));  // row 1, column 0
+        CHECK_THAT(m, Contains("'mul' (2,3)) finite"));  // its operand was finite: the log made it
+    }
+    // Without the option the same program runs through and only the loss is caught.
+    auto plain = compile<double>(loss);
+    plain.params().init(1);
+    plain.feed<"x">(x);
+    CHECK_THROWS_WITH(plain.forward(), Contains("output 0") && !Contains("anomaly"));
+
+    // Finite forward, non-finite backward: d(a / y)/dy = -a / y^2 overflows for y = 1e-200.
+    auto ratio = sum(param<"a", 2>{} / param<"y", 2>{});
+    auto p2 = compile<double, options{.detect_anomaly = true}>(ratio);
+    p2.param<"a">() = xt::xtensor<double, 1>{1, 1};
+    p2.param<"y">() = xt::xtensor<double, 1>{1e-200, 1};
+    p2.zero_grad();
+    CHECK(std::isfinite(p2.forward()));
+    try {
+        p2.backward();
+        FAIL("no anomaly reported");
+    } catch (const numeric_error& e) {
+        const std::string m = e.what();
+        INFO(m);
+        CHECK_THAT(m, Contains("backward of node"));
+        CHECK_THAT(m, Contains("(op div): the adjoint it gave operand 1 (%1 'y' (2)) is not finite at flat index 0"));
+        CHECK_THAT(m, Contains("the node's own adjoint finite"));
+    }
+}

@@ -27,6 +27,11 @@ namespace ctg {
 struct options {
     bool input_grads = false;  // also compute adjoints of floating-point inputs (dL/dx)
     bool inference = false;    // forward only: no adjoints at all (predictors, decoders)
+    // Anomaly detection (as torch.autograd.detect_anomaly): every node's value after its forward and
+    // every adjoint its backward wrote are checked; the first non-finite element throws
+    // numeric_error naming the node, its op, shape, the element and which operands were finite.
+    // Off: no code at all. (A scan or repeat is checked as one node: its outputs and adjoints.)
+    bool detect_anomaly = false;
 };
 
 namespace detail {

@@ -7,6 +7,7 @@
 // seconds with this layout. Identical ops at different places also share one instantiation.
 #pragma once
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -25,6 +26,7 @@ struct exec_state {
     const view* scratch;
     const rshape* shapes;
     const bool* needs_grad;
+    const bool* is_index;
     const std::string_view* label;
     const int* operands;  // node i's operands: operands[i * stride + k]
     std::size_t stride;
@@ -61,22 +63,67 @@ inline op_io<T, K> build_io(const exec_state& s, std::size_t i) {
     return c;
 }
 
+// ---------------------------------------------------------------- anomaly detection
+/// Index of the first non-finite element of a floating-point view, or -1.
+template <class T>
+long first_non_finite(const view& v) {
+    const T* p = v.template as<T>();
+    if (!p) return -1;
+    for (std::size_t k = 0; k < v.size(); ++k)
+        if (!std::isfinite(p[k])) return long(k);
+    return -1;
+}
+
+inline std::string node_words(const exec_state& s, std::size_t j) {
+    return "%" + std::to_string(j) + " '" + std::string(s.label[j]) + "' " + to_string(s.shapes[j]);
+}
+
+/// Throws numeric_error for a non-finite element `e` of `where` (node i's value, or the adjoint of its
+/// operand k), listing which of node i's operand values (and, in backward, its own adjoint) were finite.
+template <class T, std::size_t K>
+[[noreturn]] void anomaly(const exec_state& s, std::size_t i, std::string_view op, bool backward, int k, long e,
+                          const view& where) {
+    std::string m = std::string("ctg anomaly: ") + (backward ? "backward" : "forward") + " of node " +
+                    node_words(s, i) + " (op " + std::string(op) + "): ";
+    m += backward ? "the adjoint it gave operand " + std::to_string(k) + " (" +
+                        node_words(s, std::size_t(s.operands[i * s.stride + std::size_t(k)])) + ")"
+                  : std::string("its value");
+    m += " is not finite at flat index " + std::to_string(e) + " (" + std::to_string(where.template as<T>()[e]) +
+         "); operand values:";
+    for (std::size_t a = 0; a < K; ++a) {
+        const std::size_t j = std::size_t(s.operands[i * s.stride + a]);
+        m += " " + std::to_string(a) + " (" + node_words(s, j) + ") " +
+             (s.is_index[j] ? "index data" : first_non_finite<T>(s.val[j]) < 0 ? "finite" : "NOT finite") + ";";
+    }
+    if (backward) m += std::string(" the node's own adjoint ") + (first_non_finite<T>(s.adj[i]) < 0 ? "finite" : "NOT finite");
+    else m.pop_back();
+    throw numeric_error(m);
+}
+
 // noinline: one out-of-line body per distinct (op, arity, T), shared by every node using it; the
 // program's forward is then a list of calls, cheap to optimise (a 300-node graph: 9.1 s -> see
 // docs/compile-time.md), at the cost of one call per node per step (nanoseconds against kernels).
-template <class Op, std::size_t K, class T>
+template <class Op, std::size_t K, class T, bool Anomaly = false>
 [[gnu::noinline]] inline void exec_forward(const exec_state& s, std::size_t i) {
     if constexpr (!std::is_same_v<Op, no_op>) {
         auto c = build_io<T, K>(s, i);
         Op::template forward<T>(c);
+        if constexpr (Anomaly)
+            if (!s.is_index[i])
+                if (const long e = first_non_finite<T>(c.y); e >= 0) anomaly<T, K>(s, i, Op::name, false, -1, e, c.y);
     }
 }
 
-template <class Op, std::size_t K, bool NeedsGrad, class T>
+template <class Op, std::size_t K, bool NeedsGrad, class T, bool Anomaly = false>
 [[gnu::noinline]] inline void exec_backward(const exec_state& s, std::size_t i) {
     if constexpr (!std::is_same_v<Op, no_op> && NeedsGrad) {
         auto c = build_io<T, K>(s, i);
         Op::template backward<T>(c);
+        if constexpr (Anomaly)
+            for (std::size_t k = 0; k < K; ++k)
+                if (c.gx[k])
+                    if (const long e = first_non_finite<T>(c.gx[k]); e >= 0)
+                        anomaly<T, K>(s, i, Op::name, true, int(k), e, c.gx[k]);
     }
 }
 

@@ -531,13 +531,13 @@ private:
 
     // ---------------------------------------------------------------- execution
     detail::exec_state state() const {
-        return {val_.data(), adj_.data(), scratch_.data(), shapes_.data(), G::needs_grad.data(), G::label.data(),
+        return {val_.data(), adj_.data(), scratch_.data(), shapes_.data(), G::needs_grad.data(), G::is_index.data(), G::label.data(),
                 &G::operands[0][0], G::max_arity, {training_, dropout_seed_, passes_}};
     }
     template <std::size_t... I>
     void run_forward(std::index_sequence<I...>) {
         const detail::exec_state s = state();
-        (detail::exec_forward<detail::op_of_t<node_t<I>>, G::arity[I], T>(s, I), ...);
+        (detail::exec_forward<detail::op_of_t<node_t<I>>, G::arity[I], T, Opt.detect_anomaly>(s, I), ...);
     }
     // After each node's VJP, the parameters it completes (a constant test per node, folded away
     // where there are none; nothing at all without a hook).
@@ -545,8 +545,8 @@ private:
     void run_backward(OnFinal& on_final, std::index_sequence<I...>) {
         const detail::exec_state s = state();
         constexpr bool hook = !std::is_same_v<std::decay_t<OnFinal>, detail::no_final_hook>;
-        ((detail::exec_backward<detail::op_of_t<node_t<N - 1 - I>>, G::arity[N - 1 - I], G::needs_grad[N - 1 - I], T>(
-              s, N - 1 - I),
+        ((detail::exec_backward<detail::op_of_t<node_t<N - 1 - I>>, G::arity[N - 1 - I], G::needs_grad[N - 1 - I], T,
+                                Opt.detect_anomaly>(s, N - 1 - I),
           (hook && G::final_count[N - 1 - I] ? finalize(N - 1 - I, on_final) : void())),
          ...);
     }

@@ -334,7 +334,7 @@ struct scan_op {
 
     template <class T, std::size_t K>
     static detail::exec_state exec_of(const step_views<T, K>& v, const layout<K>& L, const run_info& run, std::size_t t) {
-        return {v.val.data(), v.adj.data(), v.scr.data(), L.shapes.data(), info::has_adjoint.data(), G::label.data(),
+        return {v.val.data(), v.adj.data(), v.scr.data(), L.shapes.data(), info::has_adjoint.data(), G::is_index.data(), G::label.data(),
                 &G::operands[0][0], G::max_arity, {run.training, run.seed, detail::sub_stream(run.stream, t)}};
     }
 
