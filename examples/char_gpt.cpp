@@ -105,15 +105,15 @@ int train(int argc, char** argv) {
     std::printf("%zu parameters\n", params.num_elements());
     prog.dropout_seed(1);
     auto opt = optim::adamw<float>(3e-3, 0.01);
-    trainer fit(prog, opt,
+    trainer training(prog, opt,
                 {.batch = 8, .epochs = 0, .max_steps = steps, .seed = 3, .clip_norm = 1.0, .eval_every = 100,
                  .checkpoint_every = 100, .out_dir = out_dir, .name = "char_gpt", .metric_name = "val"},
                 optim::warmup_cosine_lr{3e-3, 100, steps, 1e-4});
-    const train_report r = fit.fit(train_set, val_set);  // progress line, checkpoints, CSV and PNG of the losses
+    const train_report r = training.fit(train_set, val_set);  // progress line, checkpoints, CSV and PNG of the losses
     std::printf("validation loss %.3f nats/char (perplexity %.2f) after %ld steps in %s; the LSTM of char_lm reaches 1.71\n",
                 r.metric, std::exp(r.metric), r.step, clock_text(r.seconds).c_str());
-    std::printf("wrote %s, %s, %s\n", fit.path(".npz").c_str(), fit.path("_loss.csv").c_str(),
-                fit.path("_loss.png").c_str());
+    std::printf("wrote %s, %s, %s\n", training.path(".npz").c_str(), training.path("_loss.csv").c_str(),
+                training.path("_loss.png").c_str());
 
     nn::gpt_generator<model> gen(prog.shared_params(), 1, Context);
     std::mt19937_64 sample_rng(7);
@@ -121,7 +121,7 @@ int train(int argc, char** argv) {
     const std::string text = generate(gen, encode_prompt(prompt), 400, {.top_k = 0, .temperature = 0.8, .top_p = 0.95},
                                       sample_rng);
     std::printf("--- sample (temperature 0.8, top-p 0.95) ---\n%s%s\n---\n", prompt.c_str(), text.c_str());
-    std::printf("generate more: char_gpt generate %s \"your prompt\"\n", fit.path(".npz").c_str());
+    std::printf("generate more: char_gpt generate %s \"your prompt\"\n", training.path(".npz").c_str());
     return require > 0 && !(r.metric < require) ? 1 : 0;
 }
 

@@ -136,11 +136,11 @@ double train(task& data, int steps, std::size_t batch, Program& prog, Optimizer&
             feed_batch(batch);
         }
     } train_set{data.sample(std::size_t(steps) * batch), {}, feed};
-    ctg::trainer fit(prog, opt,
+    ctg::trainer training(prog, opt,
                      {.batch = batch, .epochs = 1, .shuffle = false, .eval_every = 200, .higher_is_better = true,
                       .metric_name = "exact_match"},
                      schedule);
-    const ctg::train_report r = fit.fit(train_set, data.test, [&](auto&, auto&, std::size_t) { return match(); });
+    const ctg::train_report r = training.fit(train_set, data.test, [&](auto&, auto&, std::size_t) { return match(); });
     std::printf("exact match on %zu held-out dates (greedy): %.1f%%, trained in %.0f s, %zu parameters\n",
                 data.test.size(), 100 * r.metric, r.seconds, prog.params().num_elements());
     return r.metric;

@@ -13,11 +13,12 @@ int main() try {
     auto prog = compile<float>(softmax_cross_entropy(logits, index_input<"labels", B>{}));
     prog.params().init(7);
     optim::sgd<float> opt({.lr = 0.05, .momentum = 0.9});
-    const auto [train, test] = examples::split(examples::load_digits(CTG_SOURCE_DIR "/data/digits/digits.csv"), 0.8, 2024);
-    dataset<float> train_set{{"pixels", train.x}, {"labels", train.y}}, test_set{{"pixels", test.x}, {"labels", test.y}};
-    trainer fit(prog, opt, {.batch = 32, .epochs = 30, .out_dir = "digits_run", .name = "mlp", .metric_name = "test"});
-    const train_report r = fit.fit(train_set, test_set);  // also writes digits_run/mlp{.npz,_loss.csv,_loss.png}
-
+    const auto digits = examples::load_digits(CTG_SOURCE_DIR "/data/digits/digits.csv");
+    const auto [train, test] = examples::split(digits, 0.8, 2024);  // 1437 training and 360 test images
+    dataset<float> train_set{{"pixels", train.x}, {"labels", train.y}};
+    dataset<float> test_set{{"pixels", test.x}, {"labels", test.y}};
+    trainer training(prog, opt, {.batch = 32, .epochs = 30, .out_dir = "digits_run", .name = "mlp"});
+    const train_report r = training.fit(train_set, test_set);  // also writes digits_run/mlp{.npz,_loss.csv,_loss.png}
     auto predict = program_for<float, options{.inference = true}, decltype(logits)>(prog.shared_params());
     predict.feed<"pixels">(test.x);
     predict.forward();

@@ -4,16 +4,19 @@
 #   scripts/test.sh                       g++, Release: the README's command
 #   scripts/test.sh --cxx clang++         another compiler (clang++, clang++-16, g++-12, ...)
 #   scripts/test.sh --debug               CMAKE_BUILD_TYPE=Debug (-O0 -g)
+#   scripts/test.sh --sanitize            AddressSanitizer + UndefinedBehaviorSanitizer (any error fails the
+#                                         test that hit it; leaks too); with --debug, what CI runs
 #   scripts/test.sh --build-dir DIR       where to build (default: build, or build-<cxx>[-debug])
 #
-# CI (.ci/run) runs three configurations: g++ Release, clang Release and g++ Debug.
+# CI (.ci/run) runs three configurations: g++ Release, clang Release and g++ Debug with ASan + UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cxx=g++ build_type=Release dir=""
+cxx=g++ build_type=Release dir="" sanitize=0
 while (($#)); do
   case "$1" in
     --cxx) cxx=$2; shift 2 ;;
     --debug) build_type=Debug; shift ;;
+    --sanitize) sanitize=1; shift ;;
     --build-dir) dir=$2; shift 2 ;;
     *) echo "scripts/test.sh: unknown option '$1' (see the comment at the top)" >&2; exit 2 ;;
   esac
@@ -22,11 +25,18 @@ if [[ -z $dir ]]; then
   dir=build
   [[ $cxx != g++ ]] && dir="build-$cxx"
   [[ $build_type == Debug ]] && dir="$dir-debug"
+  ((sanitize)) && dir="$dir-asan"
+fi
+flags=()
+if ((sanitize)); then
+  flags=(-DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer")
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1:check_initialization_order=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 fi
 # The compiler's Debian package: clang++ -> clang, clang++-16 -> clang-16, g++-12 -> g++-12.
 pkg=${cxx/clang++/clang}
 scripts/setup.sh "$pkg"
-CXX=$cxx cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE="$build_type"
+CXX=$cxx cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE="$build_type" "${flags[@]}"
 cmake --build "$dir" -j"$(nproc)"
 # all targets are built first: catch_discover_tests would otherwise register *_NOT_BUILT tests
 ctest --test-dir "$dir" -j"$(nproc)" --output-on-failure

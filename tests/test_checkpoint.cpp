@@ -44,10 +44,10 @@ void train_lm(const std::string& dir, long steps, bool resume, Opt opt) {
     prog.params().init(5);
     prog.dropout_seed(9);
     token_windows data(token_stream(), 6);
-    trainer fit(prog, opt, {.batch = 4, .epochs = 0, .max_steps = steps, .seed = 2, .out_dir = dir, .name = "lm",
+    trainer training(prog, opt, {.batch = 4, .epochs = 0, .max_steps = steps, .seed = 2, .out_dir = dir, .name = "lm",
                             .log = nullptr});
-    if (resume) fit.resume(dir + "/lm.npz");
-    fit.fit(data);
+    if (resume) training.resume(dir + "/lm.npz");
+    training.fit(data);
 }
 
 template <class S>

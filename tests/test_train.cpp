@@ -175,8 +175,8 @@ TEST_CASE("trainer: every sample once per epoch with the last partial batch", "[
     prog.params().init(1);
     optim::sgd<double> opt({.lr = 0.05});
     recording data{regression_data(10, 1), {}};
-    trainer fit(prog, opt, {.batch = 4, .epochs = 3, .seed = 5, .log = nullptr});
-    const train_report r = fit.fit(data);
+    trainer training(prog, opt, {.batch = 4, .epochs = 3, .seed = 5, .log = nullptr});
+    const train_report r = training.fit(data);
     CHECK(r.step == 9);
     CHECK(r.epoch == 3);
     REQUIRE(data.batches.size() == 9);
@@ -208,20 +208,20 @@ TEST_CASE("trainer: learns and evaluates and follows the schedule and writes cur
     auto train = regression_data(200, 3), val = regression_data(50, 4);
     const double before = mean_output(prog, val, 16);
     const optim::step_lr schedule{0.05, 0.5, 40};
-    trainer fit(prog, opt,
+    trainer training(prog, opt,
                 {.batch = 16, .epochs = 8, .eval_every = 20, .checkpoint_every = 50, .out_dir = dir.string(),
                  .name = "reg", .log = nullptr},
                 schedule);
     std::vector<long> eval_steps;
-    const train_report r = fit.fit(train, val, mean_loss{}, [&](const train_report& e) { eval_steps.push_back(e.step); });
+    const train_report r = training.fit(train, val, mean_loss{}, [&](const train_report& e) { eval_steps.push_back(e.step); });
     CHECK(r.step == 8 * 13);
     INFO("validation loss before " << before << ", after " << r.metric);
     CHECK(r.metric < 0.01 * before);
-    CHECK(r.metric == Approx(mean_output(fit.evaluator(), val, 7)).epsilon(1e-12));  // the evaluator shares the weights
+    CHECK(r.metric == Approx(mean_output(training.evaluator(), val, 7)).epsilon(1e-12));  // the evaluator shares the weights
     // evaluations every 20 steps and at the end
     CHECK(eval_steps == std::vector<long>{20, 40, 60, 80, 100, 104});
     // the learning rate the steps used: 0.05 for steps 0..39, then halved every 40
-    const auto& h = fit.history();
+    const auto& h = training.history();
     REQUIRE(h.size() == 6);
     CHECK(h[0].lr == Approx(0.05));
     CHECK(h[2].lr == Approx(0.025));  // step 60 ran with schedule(59)
@@ -255,8 +255,8 @@ TEST_CASE("trainer: early stop on a validation metric", "[train]") {
     const std::vector<double> script{0.5, 0.8, 0.79, 0.8};
     std::size_t calls = 0;
     auto metric = [&](auto&, auto&, std::size_t) { return script.at(calls++); };
-    trainer fit(prog, opt, {.batch = 8, .epochs = 20, .eval_every = 3, .patience = 2, .higher_is_better = true, .log = nullptr});
-    const train_report r = fit.fit(train, val, metric);
+    trainer training(prog, opt, {.batch = 8, .epochs = 20, .eval_every = 3, .patience = 2, .higher_is_better = true, .log = nullptr});
+    const train_report r = training.fit(train, val, metric);
     CHECK(r.stopped_early);
     CHECK(calls == 4);
     CHECK(r.step == 12);

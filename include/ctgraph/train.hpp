@@ -17,8 +17,8 @@
 // the data source, the metric, the hook): no virtual call, no std::function.
 //
 //   ctg::dataset<float> train{{"x", x_train}, {"y", y_train}}, val{{"x", x_val}, {"y", y_val}};
-//   ctg::trainer fit(prog, opt, {.batch = 64, .epochs = 10, .eval_every = 100, .out_dir = "run"});
-//   ctg::train_report r = fit.run(train, val);
+//   ctg::trainer training(prog, opt, {.batch = 64, .epochs = 10, .eval_every = 100, .out_dir = "run"});
+//   ctg::train_report r = training.fit(train, val);
 #pragma once
 #include <unistd.h>
 
