@@ -7,16 +7,19 @@
 #   scripts/test.sh --sanitize            AddressSanitizer + UndefinedBehaviorSanitizer (any error fails the
 #                                         test that hit it; leaks too); with --debug, what CI runs
 #   scripts/test.sh --build-dir DIR       where to build (default: build, or build-<cxx>[-debug])
+#   scripts/test.sh --no-header-check     skip compiling each public header alone (CI does it once)
 #
 # CI (.ci/run) runs three configurations: g++ Release, clang Release and g++ Debug with ASan + UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cxx=g++ build_type=Release dir="" sanitize=0
+flags=()
 while (($#)); do
   case "$1" in
     --cxx) cxx=$2; shift 2 ;;
     --debug) build_type=Debug; shift ;;
     --sanitize) sanitize=1; shift ;;
+    --no-header-check) flags+=(-DCTG_HEADER_CHECK=OFF); shift ;;
     --build-dir) dir=$2; shift 2 ;;
     *) echo "scripts/test.sh: unknown option '$1' (see the comment at the top)" >&2; exit 2 ;;
   esac
@@ -27,9 +30,8 @@ if [[ -z $dir ]]; then
   [[ $build_type == Debug ]] && dir="$dir-debug"
   ((sanitize)) && dir="$dir-asan"
 fi
-flags=()
 if ((sanitize)); then
-  flags=(-DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer")
+  flags+=(-DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer")
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1:check_initialization_order=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 fi
