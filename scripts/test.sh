@@ -8,8 +8,10 @@
 #                                         test that hit it; leaks too); with --debug, what CI runs
 #   scripts/test.sh --build-dir DIR       where to build (default: build, or build-<cxx>[-debug])
 #   scripts/test.sh --no-header-check     skip compiling each public header alone (CI does it once)
+#   scripts/test.sh --short-examples      the examples' short runs (as in Debug) instead of their full
+#                                         trainings (CI runs those once)
 #
-# CI (.ci/run) runs three configurations: g++ Release, clang Release and g++ Debug with ASan + UBSan.
+# CI (.ci/run) runs three configurations: g++ Release, clang Release under ASan + UBSan, g++ Debug.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cxx=g++ build_type=Release dir="" sanitize=0
@@ -20,6 +22,7 @@ while (($#)); do
     --debug) build_type=Debug; shift ;;
     --sanitize) sanitize=1; shift ;;
     --no-header-check) flags+=(-DCTG_HEADER_CHECK=OFF); shift ;;
+    --short-examples) flags+=(-DCTG_LONG_EXAMPLES=OFF); shift ;;
     --build-dir) dir=$2; shift 2 ;;
     *) echo "scripts/test.sh: unknown option '$1' (see the comment at the top)" >&2; exit 2 ;;
   esac

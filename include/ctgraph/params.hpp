@@ -88,7 +88,9 @@ public:
         return n;
     }
 
-    void zero_grad() { std::memset(grads_.data(), 0, grads_.size() * sizeof(T)); }
+    void zero_grad() {
+        if (!grads_.empty()) std::memset(grads_.data(), 0, grads_.size() * sizeof(T));  // (memset(nullptr, 0, 0) is UB)
+    }
 
     /// Default initialisation of every parameter from `seed` (see the file comment).
     void init(unsigned long long seed) {

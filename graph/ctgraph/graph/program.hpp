@@ -205,7 +205,7 @@ public:
     void backward_with(OnFinal&& on_final) {
         static_assert(!Opt.inference, "ctg::program::backward: this program was compiled with options{.inference = true}");
         if (!forwarded_) throw error("ctg::program::backward: call forward() first");
-        std::memset(arena_.data() + adj_begin_, 0, (adj_end_ - adj_begin_) * sizeof(T));
+        if (adj_end_ > adj_begin_) std::memset(arena_.data() + adj_begin_, 0, (adj_end_ - adj_begin_) * sizeof(T));
         for (std::size_t o = 0; o < num_outputs; ++o) {
             const std::size_t i = output_nodes[o];
             if (!G::needs_grad[i]) continue;
