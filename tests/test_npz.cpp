@@ -669,6 +669,12 @@ TEST_CASE("zip bombs are refused without inflating beyond the declared size", "[
     CHECK_THAT(message(0xFFFFFFFFull), Contains("more than DEFLATE can produce"));
     // The true size is accepted by the container; the zeros are not an .npy.
     CHECK_THAT(message(zeros.size()), Contains("'x.npy'") && Contains("not a .npy file"));
+    // A stream that ends exactly where the output buffer has grown to, short of the declared size.
+    std::string z64k(65536, '\0');
+    std::mt19937 rng(1);
+    for (char& c : z64k) c = char(rng() & 0x0F);  // compresses about 2:1
+    put_file(path, zip_of({{"x.npy", 8, deflate_raw(z64k), npz::crc32(z64k.data(), z64k.size()), 100000}}));
+    CHECK_THAT(io_message([&] { npz::read(path); }), Contains("inflates to 65536 bytes, not its declared"));
 }
 
 TEST_CASE("every prefix and single-byte corruption of a DEFLATE archive is an io_error or a clean read", "[npz]") {

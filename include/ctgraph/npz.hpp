@@ -289,6 +289,7 @@ inline constexpr std::uint64_t max_deflate_ratio = 1032;
 /// exactly the `in.n` compressed bytes. io_error naming the file and entry on a corrupt or
 /// truncated stream, on output beyond `usize` (never written anywhere: inflation stops one byte
 /// past the declared size), on fewer bytes than `usize`, and on bytes left after the stream's end.
+/// Memory: at most twice what has inflated so far, never more than `usize`.
 inline std::vector<unsigned char> inflate_entry(bytes_view in, std::uint64_t usize, std::string_view path,
                                                 std::string_view entry) {
     auto bad = [&](const std::string& what) { fail_read(path, entry, what); };
@@ -296,12 +297,17 @@ inline std::vector<unsigned char> inflate_entry(bytes_view in, std::uint64_t usi
                               " compressed)";
     if (usize / max_deflate_ratio > in.n)
         bad("declared uncompressed size is more than DEFLATE can produce" + sizes + ": corrupt or a zip bomb");
+    // The output grows with what really inflates (doubling, up to the declared size), so a declared
+    // size that lies costs no memory the data does not fill.
     std::vector<unsigned char> out;
-    try {
-        out.resize(std::size_t(usize));
-    } catch (const std::exception&) {  // bad_alloc, length_error
-        bad("cannot allocate the declared uncompressed size" + sizes);
-    }
+    auto grow = [&] {
+        const std::uint64_t next = std::min<std::uint64_t>(usize, std::max<std::uint64_t>(2 * out.size(), 1u << 16));
+        try {
+            out.resize(std::size_t(next));
+        } catch (const std::exception&) {  // bad_alloc, length_error
+            bad("cannot allocate " + std::to_string(next) + " bytes to inflate into" + sizes);
+        }
+    };
     z_stream z{};
     if (inflateInit2(&z, -MAX_WBITS) != Z_OK) bad("zlib inflateInit2 failed");
     struct ender {
@@ -313,7 +319,8 @@ inline std::vector<unsigned char> inflate_entry(bytes_view in, std::uint64_t usi
     std::size_t in_at = 0, out_at = 0;
     unsigned char spill = 0;  // where inflation goes once `out` is full: any byte there is too many
     for (;;) {
-        const bool full = out_at == out.size();
+        if (out_at == out.size() && out.size() < usize) grow();
+        const bool full = out_at == out.size();  // the declared size is reached
         z.next_in = const_cast<Bytef*>(in.p + in_at);
         z.avail_in = uInt(std::min(in.n - in_at, step));
         z.next_out = full ? &spill : out.data() + out_at;
@@ -336,7 +343,7 @@ inline std::vector<unsigned char> inflate_entry(bytes_view in, std::uint64_t usi
             bad("zlib inflate makes no progress" + sizes);  // not expected: there is input and room
         }
     }
-    if (out_at != out.size())
+    if (out_at != usize)
         bad("inflates to " + std::to_string(out_at) + " bytes, not its declared uncompressed size" + sizes);
     if (in_at != in.n)
         bad(std::to_string(in.n - in_at) + " bytes follow the end of the DEFLATE stream" + sizes + ": corrupt");
