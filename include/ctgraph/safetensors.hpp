@@ -275,7 +275,9 @@ inline std::map<std::string, tensor> parse_file(binary_file::bytes_view f, const
     };
     std::vector<span> spans;
     metadata meta_found;
-    for (const auto& [name, v] : h.items()) {
+    for (const auto& kv : h.items()) {
+        const std::string& name = kv.key();  // not a structured binding: clang 14 cannot capture one
+        const json& v = kv.value();
         if (name == "__metadata__") {
             if (!v.is_object()) bad("\"__metadata__\" is not an object");
             for (const auto& [k, s] : v.items()) {
