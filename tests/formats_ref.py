@@ -186,6 +186,19 @@ def seeds(d):
             with z.open(k + '.npy', 'w') as f:
                 f.write(npy(v))
     open(d + '/npz/stream.npz', 'wb').write(bytes(sink.data))
+    # ZIP64 extra fields in the central directory and ZIP64 end records (zipfile writes them above
+    # 4 GiB or 65535 entries: lower its thresholds), and an archive comment.
+    limits = zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT
+    zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT = 64, 1
+    try:
+        for name, method in (('zip64', zipfile.ZIP_STORED), ('zip64_deflated', zipfile.ZIP_DEFLATED)):
+            with zipfile.ZipFile(d + '/npz/' + name + '.npz', 'w', method) as z:
+                z.comment = b'ZIP64'
+                for k in ('w', 'b', 'm'):
+                    with z.open(k + '.npy', 'w', force_zip64=True) as f:
+                        f.write(npy(small[k]))
+    finally:
+        zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT = limits
     for i, (k, v) in enumerate(small.items()):
         open(d + '/npz/%s.npy' % k, 'wb').write(npy(v, [(1, 0), (2, 0), (3, 0)][i % 3]))
     e = expected()
@@ -194,6 +207,10 @@ def seeds(d):
     write_safetensors(d + '/safetensors/one.safetensors', {'x': e['f64']}, None, pad=False)
     write_safetensors(d + '/safetensors/all.safetensors', e, {'k': 'v'})
     write_safetensors(d + '/safetensors/none.safetensors', {}, None)
+    # Tensors of one size (swapping or copying offsets keeps the sizes right) and empty ones.
+    pair = {'a': ('F32', np.ones(2, dtype='<f4')), 'b': ('F32', np.zeros(2, dtype='<f4')),
+            'e': ('F64', np.zeros((0,), dtype='<f8')), 'z': ('I8', np.zeros((2, 0), dtype='|i1'))}
+    write_safetensors(d + '/safetensors/pair.safetensors', pair, {'a': 'b', 'c': 'd'})
 
 
 if __name__ == '__main__':
