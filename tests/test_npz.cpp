@@ -648,6 +648,10 @@ TEST_CASE("bad DEFLATE entries are io_errors naming the file and the entry", "[n
     short_npy.resize(short_npy.size() - 8);
     e = {"W.npy", 8, deflate_raw(short_npy), npz::crc32(short_npy.data(), short_npy.size()), short_npy.size()};
     CHECK_THAT(message(e), Contains(path) && Contains("'W.npy'") && Contains("data size 2392 bytes does not match shape (20,15)"));
+
+    // One name twice (STORED and DEFLATE, both intact).
+    put_file(path, zip_of({stored(a), good}));
+    CHECK_THAT(io_message([&] { npz::read(path); }), Contains("'W.npy'") && Contains("duplicate entry"));
 }
 
 TEST_CASE("zip bombs are refused without inflating beyond the declared size", "[npz]") {
