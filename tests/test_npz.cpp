@@ -1,4 +1,5 @@
-// NPZ read/write: round trips, files from and to real numpy, corrupt files, strict and
+// NPZ read/write: round trips, files from and to real numpy (numpy.savez and savez_compressed),
+// DEFLATE entries (valid, corrupt, truncated, mis-sized, zip bombs), corrupt files, strict and
 // all-or-nothing loading, atomic saving.
 //
 // The numpy cases run /usr/bin/python3 (python3-numpy, installed by scripts/setup.sh); without it
@@ -19,6 +20,7 @@
 
 #include <sys/resource.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <ctgraph/npz.hpp>
 
@@ -111,6 +113,11 @@ def gen(d):
     stored_zip(d + '/versions.npz',
                [(k + '.npy', npy(v, versions[i % 3])) for i, (k, v) in enumerate(e.items())])
     np.savez_compressed(d + '/compressed.npz', **e)
+    # DEFLATE at levels 1 and 9 beside STORED entries in one archive.
+    with zipfile.ZipFile(d + '/mixed.npz', 'w') as z:
+        for i, (k, v) in enumerate(e.items()):
+            z.writestr(k + '.npy', npy(v), compress_type=[zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED][i % 2],
+                       compresslevel=[1, 9][i % 4 // 2])
     np.savez(d + '/fortran.npz', a=np.asfortranarray(np.ones((2, 3), dtype='<f4')))
     np.savez(d + '/bigendian.npz', a=np.ones(3, dtype='>f4'))
     np.savez(d + '/complex.npz', a=np.ones(3, dtype='<c8'))
@@ -122,20 +129,23 @@ def gen(d):
         def __init__(self): self.data = bytearray()
         def writable(self): return True
         def write(self, b): self.data += b; return len(b)
-    sink = Sink()
-    with zipfile.ZipFile(sink, 'w', zipfile.ZIP_STORED) as z:
-        for k, v in e.items():
-            z.writestr(k + '.npy', npy(v))
-    open(d + '/stream.npz', 'wb').write(bytes(sink.data))
+    for name, method in (('stream', zipfile.ZIP_STORED), ('stream_deflated', zipfile.ZIP_DEFLATED)):
+        sink = Sink()
+        with zipfile.ZipFile(sink, 'w', method) as z:
+            for k, v in e.items():
+                with z.open(k + '.npy', 'w') as f:
+                    f.write(npy(v))
+        open(d + '/' + name + '.npz', 'wb').write(bytes(sink.data))
     # Full ZIP64 (extra fields in the central directory, ZIP64 end records) and an archive comment,
     # as written for archives above 4 GiB: lower zipfile's thresholds to get it on small data.
     limits = zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT
     zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT = 64, 1
-    with zipfile.ZipFile(d + '/zip64.npz', 'w', zipfile.ZIP_STORED) as z:
-        z.comment = b'written with ZIP64 end records'
-        for k, v in e.items():
-            with z.open(k + '.npy', 'w', force_zip64=True) as f:
-                f.write(npy(v))
+    for name, method in (('zip64', zipfile.ZIP_STORED), ('zip64_deflated', zipfile.ZIP_DEFLATED)):
+        with zipfile.ZipFile(d + '/' + name + '.npz', 'w', method) as z:
+            z.comment = b'written with ZIP64 end records'
+            for k, v in e.items():
+                with z.open(k + '.npy', 'w', force_zip64=True) as f:
+                    f.write(npy(v))
     zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT = limits
 
 def check_layout(path):
@@ -232,6 +242,87 @@ bool same_arrays(const std::map<std::string, npz::array>& a, const std::map<std:
         return x.first == y.first && x.second.name == y.second.name && x.second.descr == y.second.descr &&
                x.second.shape == y.second.shape && x.second.bytes == y.second.bytes;
     });
+}
+
+// ---- Hand-built archives (DEFLATE entries with chosen sizes and CRCs) --------------------------
+
+/// Raw DEFLATE (no zlib header or trailer), as ZIP method 8 holds it.
+std::string deflate_raw(const std::string& data, int level = 6) {
+    z_stream z{};
+    REQUIRE(deflateInit2(&z, level, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+    std::string out(deflateBound(&z, uLong(data.size())), '\0');
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+    z.avail_in = uInt(data.size());
+    z.next_out = reinterpret_cast<Bytef*>(out.data());
+    z.avail_out = uInt(out.size());
+    const int rc = deflate(&z, Z_FINISH);
+    out.resize(z.total_out);
+    deflateEnd(&z);
+    REQUIRE(rc == Z_STREAM_END);
+    return out;
+}
+
+struct zip_entry {
+    std::string name;
+    unsigned method;      // 0 STORED, 8 DEFLATE, anything else
+    std::string payload;  // the bytes in the file (compressed for DEFLATE)
+    std::uint32_t crc;
+    std::uint64_t usize;  // declared uncompressed size; 0xFFFFFFFF or more goes into a ZIP64 extra field
+};
+
+/// The whole .npy file of an array.
+std::string npy_bytes(const npz::array& a) {
+    return npz::detail::npy_header(a.descr, a.shape) + std::string(a.bytes.begin(), a.bytes.end());
+}
+zip_entry stored(const npz::array& a) {
+    const std::string npy = npy_bytes(a);
+    return {a.name + ".npy", 0, npy, npz::crc32(npy.data(), npy.size()), npy.size()};
+}
+zip_entry deflated(const npz::array& a, int level = 6) {
+    const std::string npy = npy_bytes(a);
+    return {a.name + ".npy", 8, deflate_raw(npy, level), npz::crc32(npy.data(), npy.size()), npy.size()};
+}
+
+/// A zip archive of the entries as given (sizes and CRCs are not checked here).
+std::vector<char> zip_of(const std::vector<zip_entry>& entries) {
+    auto put = [](std::string& s, std::uint64_t v, int n) {
+        for (int i = 0; i < n; ++i) s += char((v >> (8 * i)) & 0xFF);
+    };
+    std::string f, cd;
+    for (const zip_entry& e : entries) {
+        const bool z64 = e.usize >= 0xFFFFFFFF;
+        std::string common;  // version needed .. name length, shared by both headers
+        put(common, z64 ? 45 : 20, 2);
+        put(common, 0, 2);  // flags
+        put(common, e.method, 2);
+        put(common, 0, 2), put(common, 0x21, 2);  // time, date
+        put(common, e.crc, 4);
+        put(common, e.payload.size(), 4);
+        put(common, z64 ? 0xFFFFFFFF : e.usize, 4);
+        put(common, e.name.size(), 2);
+        std::string extra;
+        if (z64) put(extra, 1, 2), put(extra, 8, 2), put(extra, e.usize, 8);
+        const std::size_t local = f.size();
+        put(f, 0x04034b50, 4);
+        f += common;
+        put(f, 0, 2);  // no extra field in the local header
+        f += e.name + e.payload;
+        put(cd, 0x02014b50, 4);
+        put(cd, 20, 2);  // made by
+        cd += common;
+        put(cd, extra.size(), 2);
+        put(cd, 0, 2), put(cd, 0, 2), put(cd, 0, 2), put(cd, 0, 4);  // comment, disk, attributes
+        put(cd, local, 4);
+        cd += e.name + extra;
+    }
+    const std::size_t cd_offset = f.size();
+    f += cd;
+    put(f, 0x06054b50, 4);
+    put(f, 0, 4);
+    put(f, entries.size(), 2), put(f, entries.size(), 2);
+    put(f, cd.size(), 4), put(f, cd_offset, 4);
+    put(f, 0, 2);
+    return {f.begin(), f.end()};
 }
 
 // ---- Stores ----------------------------------------------------------------------------------
@@ -381,13 +472,24 @@ TEST_CASE("write refuses arrays it cannot write and creates nothing", "[npz]") {
     CHECK_NOTHROW(npz::detail::plan({{5, 3'000'000'000ULL}}, path));
 }
 
-TEST_CASE("numpy.savez and zipfile archives load (ZIP64, data descriptors, NPY 1.0, 2.0 and 3.0)", "[npz][numpy]") {
+TEST_CASE("numpy.savez, numpy.savez_compressed and zipfile archives load (DEFLATE, ZIP64, data descriptors, NPY 1.0, 2.0 "
+          "and 3.0)",
+          "[npz][numpy]") {
     require_numpy();
     temp_dir dir;
     REQUIRE(python(dir, "gen " + dir.root.string()));
 
     INFO("numpy.savez");
     check_expected(npz::read(dir / "savez.npz"));
+    INFO("numpy.savez_compressed");
+    check_expected(npz::read(dir / "compressed.npz"));
+    CHECK(same_arrays(npz::read(dir / "compressed.npz"), npz::read(dir / "savez.npz")));
+    INFO("STORED and DEFLATE entries at levels 1 and 9 in one archive");
+    check_expected(npz::read(dir / "mixed.npz"));
+    INFO("DEFLATE with data descriptors");
+    check_expected(npz::read(dir / "stream_deflated.npz"));
+    INFO("DEFLATE with ZIP64 extra fields and end records");
+    check_expected(npz::read(dir / "zip64_deflated.npz"));
     INFO("NPY versions 1.0, 2.0, 3.0 in a plain zip");
     check_expected(npz::read(dir / "versions.npz"));
     INFO("data descriptors");
@@ -418,9 +520,6 @@ TEST_CASE("numpy files outside what ctg reads are rejected with the reason", "[n
     REQUIRE(python(dir, "gen " + dir.root.string()));
     auto message = [&](const std::string& file) { return io_message([&] { npz::read(dir / file); }); };
 
-    CHECK_THAT(message("compressed.npz"),
-               Contains(dir / "compressed.npz") &&
-                   Contains("compressed .npz is not supported: save with numpy.savez, not savez_compressed"));
     CHECK_THAT(message("fortran.npz"), Contains(dir / "fortran.npz") && Contains("'a.npy'") && Contains("fortran_order"));
     CHECK_THAT(message("bigendian.npz"), Contains("'a.npy'") && Contains("big-endian dtype '>f4'"));
     CHECK_THAT(message("complex.npz"), Contains("'a.npy'") && Contains("unsupported dtype '<c8'"));
@@ -483,6 +582,125 @@ TEST_CASE("every single-byte corruption is an io_error or a clean read", "[npz]"
         try {
             // Only metadata the reader does not use (time stamps, versions, attributes) may change.
             if (!same_arrays(npz::read(path), want)) changed.push_back(i);
+        } catch (const io_error&) {
+            ++rejected;
+        }
+    }
+    CHECK(changed.empty());
+    CHECK(rejected > valid.size() * 3 / 4);
+}
+
+TEST_CASE("DEFLATE entries inflate through zlib at every level, beside STORED ones", "[npz]") {
+    temp_dir dir;
+    const auto arrays = expected_arrays();
+    for (int level : {0, 1, 6, 9}) {
+        std::vector<zip_entry> entries;
+        for (std::size_t i = 0; i < arrays.size(); ++i)
+            entries.push_back(i % 3 == 2 ? stored(arrays[i]) : deflated(arrays[i], level));
+        put_file(dir / "d.npz", zip_of(entries));
+        INFO("level " << level);
+        check_expected(npz::read(dir / "d.npz"));
+        const auto bytes = file_bytes(dir / "d.npz");
+        check_expected(npz::parse(bytes.data(), bytes.size(), "in memory"));
+    }
+}
+
+TEST_CASE("bad DEFLATE entries are io_errors naming the file and the entry", "[npz]") {
+    temp_dir dir;
+    const std::string path = dir / "bad.npz";
+    std::vector<double> v(300);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = double(i % 17) * 0.5;  // compresses well
+    const npz::array a = npz::from_data("W", v.data(), {20, 15});
+    const zip_entry good = deflated(a);
+    const std::uint64_t n = npy_bytes(a).size();
+    REQUIRE(good.payload.size() < n / 4);
+    auto message = [&](const zip_entry& e) {
+        put_file(path, zip_of({stored(npz::from_data("first", v.data(), {2})), e}));
+        return io_message([&] { npz::read(path); });
+    };
+    CHECK(message(good) == "no io_error");
+
+    zip_entry e = good;
+    e.usize = n - 1;
+    CHECK_THAT(message(e), Contains(path) && Contains("'W.npy'") && Contains("inflates to more than its declared uncompressed size"));
+    e.usize = n + 1;
+    CHECK_THAT(message(e), Contains(path) && Contains("'W.npy'") && Contains("inflates to " + std::to_string(n) + " bytes, not its declared"));
+    e = good;
+    e.payload.resize(e.payload.size() / 2);
+    CHECK_THAT(message(e), Contains(path) && Contains("'W.npy'") && Contains("truncated"));
+    e.payload.clear();  // nothing can inflate to 2528 bytes
+    CHECK_THAT(message(e), Contains(path) && Contains("'W.npy'") && Contains("more than DEFLATE can produce"));
+    e = good;
+    e.payload[0] = char(e.payload[0] | 0x06);  // block type 3: reserved
+    CHECK_THAT(message(e), Contains(path) && Contains("'W.npy'") && Contains("corrupt DEFLATE data: invalid block type"));
+    e = good;
+    e.payload += "xyz";
+    CHECK_THAT(message(e), Contains(path) && Contains("'W.npy'") && Contains("3 bytes follow the end of the DEFLATE stream"));
+    e = good;
+    e.crc ^= 1;
+    CHECK_THAT(message(e), Contains(path) && Contains("'W.npy'") && Contains("CRC-32 mismatch"));
+    e = good;
+    e.method = 12;  // bzip2
+    CHECK_THAT(message(e), Contains(path) && Contains("'W.npy'") && Contains("compression method 12 is not supported"));
+
+    // The inflated .npy must still be a well-formed one: the checks after inflation apply.
+    std::string short_npy = npy_bytes(a);
+    short_npy.resize(short_npy.size() - 8);
+    e = {"W.npy", 8, deflate_raw(short_npy), npz::crc32(short_npy.data(), short_npy.size()), short_npy.size()};
+    CHECK_THAT(message(e), Contains(path) && Contains("'W.npy'") && Contains("data size 2392 bytes does not match shape (20,15)"));
+
+    // One name twice (STORED and DEFLATE, both intact).
+    put_file(path, zip_of({stored(a), good}));
+    CHECK_THAT(io_message([&] { npz::read(path); }), Contains("'W.npy'") && Contains("duplicate entry"));
+}
+
+TEST_CASE("zip bombs are refused without inflating beyond the declared size", "[npz]") {
+    temp_dir dir;
+    const std::string path = dir / "bomb.npz";
+    const std::string zeros(std::size_t(64) << 20, '\0');  // 64 MiB -> about 64 KiB of DEFLATE
+    const std::string bomb = deflate_raw(zeros, 9);
+    REQUIRE(bomb.size() < zeros.size() / 500);
+    auto message = [&](std::uint64_t declared) {
+        put_file(path, zip_of({{"x.npy", 8, bomb, npz::crc32(zeros.data(), zeros.size()), declared}}));
+        return io_message([&] { npz::read(path); });
+    };
+    // A small declared size: inflation stops one byte past it.
+    CHECK_THAT(message(4096), Contains(path) && Contains("'x.npy'") && Contains("more than its declared") &&
+                                  Contains("zip bomb"));
+    // A declared size DEFLATE cannot reach from these bytes (1 TiB, in a ZIP64 extra field): refused
+    // before any allocation.
+    CHECK_THAT(message(std::uint64_t(1) << 40), Contains("'x.npy'") && Contains("more than DEFLATE can produce"));
+    CHECK_THAT(message(0xFFFFFFFFull), Contains("more than DEFLATE can produce"));
+    // The true size is accepted by the container; the zeros are not an .npy.
+    CHECK_THAT(message(zeros.size()), Contains("'x.npy'") && Contains("not a .npy file"));
+    // A stream that ends exactly where the output buffer has grown to, short of the declared size.
+    std::string z64k(65536, '\0');
+    std::mt19937 rng(1);
+    for (char& c : z64k) c = char(rng() & 0x0F);  // compresses about 2:1
+    put_file(path, zip_of({{"x.npy", 8, deflate_raw(z64k), npz::crc32(z64k.data(), z64k.size()), 100000}}));
+    CHECK_THAT(io_message([&] { npz::read(path); }), Contains("inflates to 65536 bytes, not its declared"));
+}
+
+TEST_CASE("every prefix and single-byte corruption of a DEFLATE archive is an io_error or a clean read", "[npz]") {
+    temp_dir dir;
+    std::vector<zip_entry> entries;
+    for (const auto& a : expected_arrays()) entries.push_back(deflated(a));
+    const auto valid = zip_of(entries);
+    const std::string path = dir / "bad.npz";
+    put_file(path, valid);
+    const auto want = npz::read(path);
+    check_expected(want);
+    for (std::size_t n = 0; n < valid.size(); n += 3) {
+        INFO("prefix of " << n << " bytes");
+        CHECK_THAT(io_message([&] { npz::parse(valid.data(), n, path); }), Contains(path));
+    }
+    std::size_t rejected = 0;
+    std::vector<std::size_t> changed;
+    for (std::size_t i = 0; i < valid.size(); ++i) {
+        auto bytes = valid;
+        bytes[i] = char(bytes[i] ^ 0xFF);
+        try {
+            if (!same_arrays(npz::parse(bytes.data(), bytes.size(), path), want)) changed.push_back(i);
         } catch (const io_error&) {
             ++rejected;
         }

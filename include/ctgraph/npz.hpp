@@ -1,20 +1,26 @@
 // ctgraph/npz.hpp: NumPy .npz archives (read, write) and parameter-store save/load.
 //
 // An .npz is a ZIP archive of .npy files, one per array. This header implements the ZIP container
-// itself (no zlib): STORED (uncompressed) entries only, with CRC-32 checked on read. It reads what
-// numpy.savez writes (ZIP64 extra fields, ZIP64 end-of-central-directory records; NPY format
-// versions 1.0, 2.0 and 3.0) and writes what numpy.load reads (NPY 1.0 headers padded to 64 bytes
-// as numpy pads them, a plain ZIP without ZIP64; archives of 4 GiB or more are refused).
+// itself, with zlib for DEFLATE and CRC-32. It reads what numpy.savez writes (STORED entries) and
+// what numpy.savez_compressed writes (DEFLATE entries, inflated by zlib), with ZIP64 extra fields,
+// ZIP64 end-of-central-directory records, data descriptors and NPY format versions 1.0, 2.0 and
+// 3.0. It writes STORED entries only, as numpy.savez does: parameters are float data that deflate
+// shrinks by a few per cent, and stored data stays 64-byte aligned in the file (NPY 1.0 headers
+// padded as numpy pads them, a plain ZIP without ZIP64; archives of 4 GiB or more are refused).
 //
 //   ctg::npz::save(store, "model.npz");   // one array per parameter, dtype of the store
 //   ctg::npz::load(store, "model.npz");   // all-or-nothing: on any error the store is unchanged
+//   ctg::npz::read("x.npz");              // every array, by name; parse(bytes, n, name) from memory
 //
-// Every malformed input (truncated, corrupt, compressed, Fortran-ordered, big-endian, an unknown
-// dtype, a size that disagrees with the shape, a CRC mismatch) throws ctg::io_error naming the file
-// and the entry; every offset read from the file is bounds-checked. write() is atomic: it writes
+// Every malformed input (truncated, corrupt, Fortran-ordered, big-endian, an unknown dtype, a size
+// that disagrees with the shape, a CRC mismatch; for DEFLATE entries also a corrupt or truncated
+// stream, a stream that inflates to more or fewer bytes than the declared size, or a declared size
+// beyond what DEFLATE can expand the compressed bytes to) throws ctg::io_error naming the file and
+// the entry; every offset read from the file is bounds-checked, and no allocation exceeds the
+// declared sizes once those are checked against the file. write() is atomic: it writes
 // `path + ".tmp.<pid>"` in the same directory, fsyncs and closes it, checks every step, then renames
 // it over `path`; on any failure the temporary file is removed and `path` is left as it was.
-// POSIX only (open/write/fsync/rename).
+// POSIX only (open/write/fsync/rename). Links zlib (CMake: ZLIB::ZLIB, through ctgraph::ctgraph).
 #pragma once
 #include <algorithm>
 #include <array>
@@ -35,10 +41,9 @@
 #include <utility>
 #include <vector>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <zlib.h>
 
+#include "ctgraph/binary_file.hpp"
 #include "ctgraph/error.hpp"
 #include "ctgraph/params.hpp"
 
@@ -59,25 +64,28 @@ struct array {
     }
 };
 
-/// CRC-32 (ISO-HDLC, the one ZIP and zlib use). Chains like zlib: crc32(b, nb, crc32(a, na)) is the
-/// CRC of a followed by b.
+/// CRC-32 (ISO-HDLC, the one ZIP and zlib use), computed by zlib. Chains like zlib:
+/// crc32(b, nb, crc32(a, na)) is the CRC of a followed by b.
 inline std::uint32_t crc32(const void* data, std::size_t n, std::uint32_t crc = 0) {
-    static constexpr auto table = [] {
-        std::array<std::uint32_t, 256> t{};
-        for (std::uint32_t i = 0; i < 256; ++i) {
-            std::uint32_t c = i;
-            for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            t[i] = c;
-        }
-        return t;
-    }();
-    const auto* p = static_cast<const unsigned char*>(data);
-    crc = ~crc;
-    for (std::size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
-    return ~crc;
+    const auto* p = static_cast<const Bytef*>(data);
+    uLong c = crc;
+    while (n) {  // zlib takes at most 4 GiB - 1 per call (uInt)
+        const uInt chunk = uInt(std::min<std::size_t>(n, std::numeric_limits<uInt>::max()));
+        c = ::crc32(c, p, chunk);
+        p += chunk, n -= chunk;
+    }
+    return std::uint32_t(c);
 }
 
 namespace detail {
+
+using binary_file::byte_count;
+using binary_file::bytes_view;
+using binary_file::in_quotes;
+using binary_file::load_le;
+using binary_file::mul_ok;
+using binary_file::shape_string;
+using binary_file::store_le;
 
 /// Size in bytes of one element of a supported dtype; 0 when the dtype is not supported.
 inline std::size_t itemsize(std::string_view descr) {
@@ -101,64 +109,6 @@ constexpr const char* descr_of() {
     else return "<i8";
 }
 
-/// "(2,3)", the spelling of ctg::to_string(rshape).
-inline std::string shape_string(const std::vector<std::size_t>& s) {
-    std::string r = "(";
-    for (std::size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-    return r + ")";
-}
-
-/// a * b, or false when it overflows.
-inline bool mul_ok(std::size_t a, std::size_t b, std::size_t& out) {
-    if (b != 0 && a > std::numeric_limits<std::size_t>::max() / b) return false;
-    out = a * b;
-    return true;
-}
-/// Number of bytes of `shape` elements of `item` bytes, or false when it overflows.
-inline bool byte_count(const std::vector<std::size_t>& shape, std::size_t item, std::size_t& out) {
-    out = item;
-    for (std::size_t d : shape)
-        if (!mul_ok(out, d, out)) return false;
-    return true;
-}
-
-// Little-endian element copies (memcpy on a little-endian host).
-template <class T>
-void store_le(const T* src, std::size_t n, char* dst) {
-    if constexpr (std::endian::native == std::endian::little) {
-        if (n) std::memcpy(dst, src, n * sizeof(T));
-    } else {
-        for (std::size_t i = 0; i < n; ++i) {
-            auto b = std::bit_cast<std::array<char, sizeof(T)>>(src[i]);
-            std::reverse(b.begin(), b.end());
-            std::memcpy(dst + i * sizeof(T), b.data(), sizeof(T));
-        }
-    }
-}
-template <class T>
-T load_le(const char* src) {
-    std::array<char, sizeof(T)> b;
-    std::memcpy(b.data(), src, sizeof(T));
-    if constexpr (std::endian::native != std::endian::little) std::reverse(b.begin(), b.end());
-    return std::bit_cast<T>(b);
-}
-
-/// 's', with control characters and bytes such as NUL spelled \xNN so the message stays whole.
-inline std::string in_quotes(std::string_view s) {
-    std::string r = "'";
-    for (const char c : s) {
-        if ((unsigned char)c >= 0x20 && c != 0x7F) {
-            r += c;
-        } else {
-            static constexpr char hex[] = "0123456789abcdef";
-            r += "\\x";
-            r += hex[(unsigned char)c >> 4];
-            r += hex[c & 0xF];
-        }
-    }
-    return r + "'";
-}
-
 [[noreturn]] inline void fail(const char* fn, std::string_view path, std::string_view entry, const std::string& what) {
     std::string m = std::string("ctg::npz::") + fn + ": " + in_quotes(path);
     if (!entry.empty()) m += ": entry " + in_quotes(entry);
@@ -167,22 +117,6 @@ inline std::string in_quotes(std::string_view s) {
 [[noreturn]] inline void fail_read(std::string_view path, std::string_view entry, const std::string& what) {
     fail("read", path, entry, what);
 }
-
-/// Bounds-checked little-endian reads from a byte buffer.
-struct bytes_view {
-    const unsigned char* p = nullptr;
-    std::size_t n = 0;
-    /// Whether [off, off + len) lies inside the buffer (overflow-safe).
-    bool has(std::uint64_t off, std::uint64_t len) const { return off <= n && len <= n - off; }
-    std::uint64_t le(std::size_t off, int bytes) const {  // caller has checked has(off, bytes)
-        std::uint64_t v = 0;
-        for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[off + std::size_t(i)];
-        return v;
-    }
-    std::uint16_t u16(std::size_t off) const { return std::uint16_t(le(off, 2)); }
-    std::uint32_t u32(std::size_t off) const { return std::uint32_t(le(off, 4)); }
-    std::uint64_t u64(std::size_t off) const { return le(off, 8); }
-};
 
 // ---------------------------------------------------------------------------------------------
 // The .npy header: a Python dict literal, e.g. {'descr': '<f4', 'fortran_order': False, 'shape': (3,), }
@@ -346,31 +280,74 @@ inline array parse_npy(bytes_view d, std::string name, std::string_view path, st
 inline constexpr std::uint32_t sig_local = 0x04034b50, sig_central = 0x02014b50, sig_end = 0x06054b50,
                                sig_end64 = 0x06064b50, sig_locator64 = 0x07064b50;
 
-/// The whole file, or io_error.
-inline std::vector<unsigned char> slurp(const std::string& path) {
-    auto sys = [&](const char* what) {
-        const int e = errno;
-        fail_read(path, {}, what + std::string(": ") + std::strerror(e));
+/// DEFLATE expands at most 1032 to 1 (a 258-byte match per two bits, plus block headers): a
+/// declared size beyond this for its compressed size cannot be true, and is refused before any
+/// allocation (a zip bomb's declared size, or a corrupt one).
+inline constexpr std::uint64_t max_deflate_ratio = 1032;
+
+/// Inflates one raw DEFLATE entry (ZIP method 8) that must produce exactly `usize` bytes from
+/// exactly the `in.n` compressed bytes. io_error naming the file and entry on a corrupt or
+/// truncated stream, on output beyond `usize` (never written anywhere: inflation stops one byte
+/// past the declared size), on fewer bytes than `usize`, and on bytes left after the stream's end.
+/// Memory: at most twice what has inflated so far, never more than `usize`.
+inline std::vector<unsigned char> inflate_entry(bytes_view in, std::uint64_t usize, std::string_view path,
+                                                std::string_view entry) {
+    auto bad = [&](const std::string& what) { fail_read(path, entry, what); };
+    const std::string sizes = " (declared " + std::to_string(usize) + " bytes from " + std::to_string(in.n) +
+                              " compressed)";
+    if (usize / max_deflate_ratio > in.n)
+        bad("declared uncompressed size is more than DEFLATE can produce" + sizes + ": corrupt or a zip bomb");
+    // The output grows with what really inflates (doubling, up to the declared size), so a declared
+    // size that lies costs no memory the data does not fill.
+    std::vector<unsigned char> out;
+    auto grow = [&] {
+        const std::uint64_t next = std::min<std::uint64_t>(usize, std::max<std::uint64_t>(2 * out.size(), 1u << 16));
+        try {
+            out.resize(std::size_t(next));
+        } catch (const std::exception&) {  // bad_alloc, length_error
+            bad("cannot allocate " + std::to_string(next) + " bytes to inflate into" + sizes);
+        }
     };
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) sys("cannot open");
-    struct closer {
-        int fd;
-        ~closer() { ::close(fd); }
-    } guard{fd};
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) sys("cannot stat");
-    if (!S_ISREG(st.st_mode)) fail_read(path, {}, "not a regular file");
-    std::vector<unsigned char> buf(std::size_t(st.st_size));
-    std::size_t got = 0;
-    while (got < buf.size()) {
-        const ssize_t r = ::read(fd, buf.data() + got, buf.size() - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) sys("read error");
-        if (r == 0) fail_read(path, {}, "file shrank while being read");
-        got += std::size_t(r);
+    z_stream z{};
+    if (inflateInit2(&z, -MAX_WBITS) != Z_OK) bad("zlib inflateInit2 failed");
+    struct ender {
+        z_stream* z;
+        ~ender() { inflateEnd(z); }
+    } guard{&z};
+
+    constexpr std::size_t step = std::numeric_limits<uInt>::max();  // zlib counts in uInt
+    std::size_t in_at = 0, out_at = 0;
+    unsigned char spill = 0;  // where inflation goes once `out` is full: any byte there is too many
+    for (;;) {
+        if (out_at == out.size() && out.size() < usize) grow();
+        const bool full = out_at == out.size();  // the declared size is reached
+        z.next_in = const_cast<Bytef*>(in.p + in_at);
+        z.avail_in = uInt(std::min(in.n - in_at, step));
+        z.next_out = full ? &spill : out.data() + out_at;
+        z.avail_out = full ? 1u : uInt(std::min(out.size() - out_at, step));
+        const uInt avail_in = z.avail_in, avail_out = z.avail_out;
+        const int rc = inflate(&z, Z_NO_FLUSH);
+        in_at += avail_in - z.avail_in;
+        if (full && z.avail_out == 0)
+            bad("inflates to more than its declared uncompressed size" + sizes + ": corrupt or a zip bomb");
+        if (!full) out_at += avail_out - z.avail_out;
+        if (rc == Z_STREAM_END) break;
+        if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT)
+            bad(std::string("corrupt DEFLATE data: ") + (z.msg ? z.msg : "invalid stream") + sizes);
+        if (rc == Z_MEM_ERROR) bad("zlib is out of memory");
+        if (rc != Z_OK && rc != Z_BUF_ERROR) bad("zlib inflate failed (" + std::to_string(rc) + ")");
+        // Z_OK made progress; Z_BUF_ERROR made none, and with room to write that means no input left.
+        if (rc == Z_BUF_ERROR || (z.avail_in == avail_in && z.avail_out == avail_out)) {
+            if (in_at == in.n)
+                bad("DEFLATE stream ends early: truncated after " + std::to_string(out_at) + " bytes" + sizes);
+            bad("zlib inflate makes no progress" + sizes);  // not expected: there is input and room
+        }
     }
-    return buf;
+    if (out_at != usize)
+        bad("inflates to " + std::to_string(out_at) + " bytes, not its declared uncompressed size" + sizes);
+    if (in_at != in.n)
+        bad(std::to_string(in.n - in_at) + " bytes follow the end of the DEFLATE stream" + sizes + ": corrupt");
+    return out;
 }
 
 /// Parses an .npz held in memory; `path` only names it in messages.
@@ -446,9 +423,9 @@ inline std::map<std::string, array> parse_archive(bytes_view f, const std::strin
         if (need64) ebad("zip64 extra field missing");
         if (start_disk != 0 && start_disk != 0xFFFF) bad("multi-disk zip archives are not supported");
         if (flags & 1u) ebad("encrypted entries are not supported");
-        if (method == 8) ebad("compressed .npz is not supported: save with numpy.savez, not savez_compressed");
-        if (method != 0) ebad("compression method " + std::to_string(method) + " is not supported (STORED only)");
-        if (csize != usize) ebad("stored entry with different compressed and uncompressed sizes");
+        if (method != 0 && method != 8)
+            ebad("compression method " + std::to_string(method) + " is not supported (STORED and DEFLATE only)");
+        if (method == 0 && csize != usize) ebad("stored entry with different compressed and uncompressed sizes");
 
         // The local header repeats the name; its own sizes may be zeros or a data descriptor's.
         if (!f.has(local, 30) || f.u32(std::size_t(local)) != sig_local)
@@ -458,8 +435,14 @@ inline std::map<std::string, array> parse_archive(bytes_view f, const std::strin
             ebad("local header does not match the central directory: truncated or corrupt");
         if (f.u16(lo + 8) != method) ebad("local header has a different compression method");
         const std::size_t data = lo + 30 + lnl + lel;
-        if (!f.has(data, usize)) ebad("data runs past the end of the file: truncated");
-        const std::uint32_t got = crc32(f.p + data, std::size_t(usize));
+        if (!f.has(data, csize)) ebad("data runs past the end of the file: truncated");
+        std::vector<unsigned char> inflated;
+        bytes_view content{f.p + data, std::size_t(usize)};
+        if (method == 8) {
+            inflated = inflate_entry({f.p + data, std::size_t(csize)}, usize, path, entry);
+            content = {inflated.data(), inflated.size()};
+        }
+        const std::uint32_t got = crc32(content.p, content.n);
         if (got != crc) {
             char m[96];
             std::snprintf(m, sizeof m, "CRC-32 mismatch (stored %08x, computed %08x): corrupt data", unsigned(crc),
@@ -470,7 +453,7 @@ inline std::map<std::string, array> parse_archive(bytes_view f, const std::strin
         if (entry.size() <= 4 || entry.compare(entry.size() - 4, 4, ".npy") != 0) ebad("not a .npy entry");
         std::string key = entry.substr(0, entry.size() - 4);
         if (out.count(key)) ebad("duplicate entry");
-        array a = parse_npy({f.p + data, std::size_t(usize)}, key, path, entry);
+        array a = parse_npy(content, key, path, entry);
         out.emplace(std::move(key), std::move(a));
         p += 46 + nl + el + cl;
     }
@@ -505,53 +488,6 @@ inline std::string npy_header(const std::string& descr, const std::vector<std::s
     throw io_error("ctg::npz: .npy header too long");  // not reached: 2.0 takes 4 GiB headers
 }
 
-/// Bytes written to the file: all-or-nothing into a temporary, renamed over the target.
-class atomic_file {
-public:
-    explicit atomic_file(const std::string& path)
-        : path_(path), tmp_(path + ".tmp." + std::to_string(long(::getpid()))) {
-        fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-        if (fd_ < 0) sys("cannot create the temporary file");
-    }
-    atomic_file(const atomic_file&) = delete;
-    atomic_file& operator=(const atomic_file&) = delete;
-    ~atomic_file() {
-        if (fd_ >= 0) ::close(fd_);
-        if (!done_) ::unlink(tmp_.c_str());
-    }
-    void write(const void* data, std::size_t n) {
-        const char* p = static_cast<const char*>(data);
-        while (n) {
-            const ssize_t w = ::write(fd_, p, std::min<std::size_t>(n, std::size_t(1) << 30));
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) sys("cannot write the temporary file");
-            p += w, n -= std::size_t(w);
-        }
-    }
-    void commit() {
-        if (::fsync(fd_) != 0) sys("cannot fsync the temporary file");
-        const int fd = fd_;
-        fd_ = -1;
-        if (::close(fd) != 0) sys("cannot close the temporary file");
-        if (std::rename(tmp_.c_str(), path_.c_str()) != 0) sys("cannot rename over it the temporary file");
-        done_ = true;
-        // Make the rename itself durable (best effort: the data is in place either way).
-        const auto slash = path_.find_last_of('/');
-        const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash);
-        const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) ::fsync(dfd), ::close(dfd);
-    }
-
-private:
-    [[noreturn]] void sys(const char* what) const {
-        const int e = errno;
-        fail("write", path_, {}, what + (" " + in_quotes(tmp_)) + ": " + std::strerror(e));
-    }
-    std::string path_, tmp_;
-    int fd_ = -1;
-    bool done_ = false;
-};
-
 /// Where each entry goes in a plain (non-ZIP64) archive: local header offsets and the central
 /// directory's; io_error when a size or offset would need ZIP64 (4 GiB or 65535 entries).
 struct layout {
@@ -583,8 +519,14 @@ inline layout plan(const std::vector<std::pair<std::size_t, std::uint64_t>>& nam
 
 /// Reads every array of an .npz (keys without ".npy"). Throws io_error on any malformed input.
 inline std::map<std::string, array> read(const std::string& path) {
-    const std::vector<unsigned char> buf = detail::slurp(path);
+    const std::vector<unsigned char> buf = binary_file::slurp(path, "ctg::npz::read");
     return detail::parse_archive({buf.data(), buf.size()}, path);
+}
+
+/// Reads every array of an .npz held in memory (`size` bytes at `data`); `name` stands for the file
+/// in messages. The same checks as read().
+inline std::map<std::string, array> parse(const void* data, std::size_t size, const std::string& name = "<memory>") {
+    return detail::parse_archive({static_cast<const unsigned char*>(data), size}, name);
 }
 
 /// Writes arrays as an .npz numpy.load reads (STORED entries, NPY 1.0 headers), atomically: a
@@ -611,7 +553,7 @@ inline void write(const std::string& path, const std::vector<array>& arrays) {
     }
     const detail::layout l = detail::plan(sizes, path);
 
-    detail::atomic_file out(path);
+    binary_file::atomic_file out(path, "ctg::npz::write");
     std::string cd;
     for (std::size_t i = 0; i < arrays.size(); ++i) {
         const std::string& name = names[i];

@@ -1,0 +1,186 @@
+// ctgraph/binary_file.hpp: what the file-format readers and writers share (npz.hpp,
+// safetensors.hpp): reading a whole file, writing one atomically, overflow-checked sizes,
+// bounds-checked little-endian reads, and quoting names in messages.
+//
+// Every failure throws ctg::io_error whose message starts with the caller's `who` (for example
+// "ctg::npz::read") and names the file: "<who>: '<path>': <what>".
+// atomic_file writes `path + ".tmp.<pid>"` in the same directory, fsyncs and closes it, checks
+// every step, then renames it over `path`; on any failure the temporary file is removed and `path`
+// is left as it was. POSIX only (open/read/write/fsync/rename).
+#pragma once
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ctgraph/error.hpp"
+
+namespace ctg::binary_file {
+
+/// 's', with control characters and bytes such as NUL spelled \xNN so the message stays whole.
+inline std::string in_quotes(std::string_view s) {
+    std::string r = "'";
+    for (const char c : s) {
+        if ((unsigned char)c >= 0x20 && c != 0x7F) {
+            r += c;
+        } else {
+            static constexpr char hex[] = "0123456789abcdef";
+            r += "\\x";
+            r += hex[(unsigned char)c >> 4];
+            r += hex[c & 0xF];
+        }
+    }
+    return r + "'";
+}
+
+/// "(2,3)", the spelling of ctg::to_string(rshape).
+inline std::string shape_string(const std::vector<std::size_t>& s) {
+    std::string r = "(";
+    for (std::size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+    return r + ")";
+}
+
+/// a * b, or false when it overflows.
+inline bool mul_ok(std::size_t a, std::size_t b, std::size_t& out) {
+    if (b != 0 && a > std::numeric_limits<std::size_t>::max() / b) return false;
+    out = a * b;
+    return true;
+}
+/// Number of bytes of `shape` elements of `item` bytes, or false when it overflows.
+inline bool byte_count(const std::vector<std::size_t>& shape, std::size_t item, std::size_t& out) {
+    out = item;
+    for (std::size_t d : shape)
+        if (!mul_ok(out, d, out)) return false;
+    return true;
+}
+
+// Little-endian element copies (memcpy on a little-endian host).
+template <class T>
+void store_le(const T* src, std::size_t n, char* dst) {
+    if constexpr (std::endian::native == std::endian::little) {
+        if (n) std::memcpy(dst, src, n * sizeof(T));
+    } else {
+        for (std::size_t i = 0; i < n; ++i) {
+            auto b = std::bit_cast<std::array<char, sizeof(T)>>(src[i]);
+            std::reverse(b.begin(), b.end());
+            std::memcpy(dst + i * sizeof(T), b.data(), sizeof(T));
+        }
+    }
+}
+template <class T>
+T load_le(const char* src) {
+    std::array<char, sizeof(T)> b;
+    std::memcpy(b.data(), src, sizeof(T));
+    if constexpr (std::endian::native != std::endian::little) std::reverse(b.begin(), b.end());
+    return std::bit_cast<T>(b);
+}
+
+/// Bounds-checked little-endian reads from a byte buffer.
+struct bytes_view {
+    const unsigned char* p = nullptr;
+    std::size_t n = 0;
+    /// Whether [off, off + len) lies inside the buffer (overflow-safe).
+    bool has(std::uint64_t off, std::uint64_t len) const { return off <= n && len <= n - off; }
+    std::uint64_t le(std::size_t off, int bytes) const {  // caller has checked has(off, bytes)
+        std::uint64_t v = 0;
+        for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[off + std::size_t(i)];
+        return v;
+    }
+    std::uint16_t u16(std::size_t off) const { return std::uint16_t(le(off, 2)); }
+    std::uint32_t u32(std::size_t off) const { return std::uint32_t(le(off, 4)); }
+    std::uint64_t u64(std::size_t off) const { return le(off, 8); }
+};
+
+/// "<who>: '<path>': <what>" as an io_error.
+[[noreturn]] inline void fail(std::string_view who, std::string_view path, const std::string& what) {
+    throw io_error(std::string(who) + ": " + in_quotes(path) + ": " + what);
+}
+
+/// The whole file, or io_error (cannot open, not a regular file, read error, shrank while read).
+inline std::vector<unsigned char> slurp(const std::string& path, std::string_view who) {
+    auto sys = [&](const char* what) {
+        const int e = errno;
+        fail(who, path, what + std::string(": ") + std::strerror(e));
+    };
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) sys("cannot open");
+    struct closer {
+        int fd;
+        ~closer() { ::close(fd); }
+    } guard{fd};
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) sys("cannot stat");
+    if (!S_ISREG(st.st_mode)) fail(who, path, "not a regular file");
+    std::vector<unsigned char> buf(std::size_t(st.st_size));
+    std::size_t got = 0;
+    while (got < buf.size()) {
+        const ssize_t r = ::read(fd, buf.data() + got, buf.size() - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) sys("read error");
+        if (r == 0) fail(who, path, "file shrank while being read");
+        got += std::size_t(r);
+    }
+    return buf;
+}
+
+/// Bytes written to the file: all-or-nothing into a temporary, renamed over the target.
+class atomic_file {
+public:
+    atomic_file(const std::string& path, std::string_view who)
+        : path_(path), tmp_(path + ".tmp." + std::to_string(long(::getpid()))), who_(who) {
+        fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        if (fd_ < 0) sys("cannot create the temporary file");
+    }
+    atomic_file(const atomic_file&) = delete;
+    atomic_file& operator=(const atomic_file&) = delete;
+    ~atomic_file() {
+        if (fd_ >= 0) ::close(fd_);
+        if (!done_) ::unlink(tmp_.c_str());
+    }
+    void write(const void* data, std::size_t n) {
+        const char* p = static_cast<const char*>(data);
+        while (n) {
+            const ssize_t w = ::write(fd_, p, std::min<std::size_t>(n, std::size_t(1) << 30));
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) sys("cannot write the temporary file");
+            p += w, n -= std::size_t(w);
+        }
+    }
+    void commit() {
+        if (::fsync(fd_) != 0) sys("cannot fsync the temporary file");
+        const int fd = fd_;
+        fd_ = -1;
+        if (::close(fd) != 0) sys("cannot close the temporary file");
+        if (std::rename(tmp_.c_str(), path_.c_str()) != 0) sys("cannot rename over it the temporary file");
+        done_ = true;
+        // Make the rename itself durable (best effort: the data is in place either way).
+        const auto slash = path_.find_last_of('/');
+        const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash);
+        const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) ::fsync(dfd), ::close(dfd);
+    }
+
+private:
+    [[noreturn]] void sys(const char* what) const {
+        const int e = errno;
+        fail(who_, path_, what + (" " + in_quotes(tmp_)) + ": " + std::strerror(e));
+    }
+    std::string path_, tmp_;
+    std::string who_;
+    int fd_ = -1;
+    bool done_ = false;
+};
+
+}  // namespace ctg::binary_file
