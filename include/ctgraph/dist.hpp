@@ -348,7 +348,7 @@ class data_parallel {
 public:
     struct stats {
         long steps = 0;
-        double wait_seconds = 0;  // spent in MPI_Wait* after backward: the communication not hidden
+        double wait_seconds = 0;  // spent waiting for reductions after backward: the communication not hidden
     };
 
     data_parallel(communicator comm, std::shared_ptr<parameter_store<T>> store, parallel_config cfg = {})
@@ -413,18 +413,14 @@ public:
             if (local > 0) prog.backward_with(on_final);
             else
                 for (std::size_t s = 0; s < slots_; ++s) on_final(s);  // zero gradients, same order of starts
-            const auto t0 = std::chrono::steady_clock::now();
-            if (fused) {
-                for (;;) {
-                    int k = MPI_UNDEFINED;
-                    detail::check(MPI_Waitany(int(requests_.size()), requests_.data(), &k, MPI_STATUS_IGNORE), "MPI_Waitany");
-                    if (k == MPI_UNDEFINED) break;
-                    if (std::size_t(k) < buckets()) update(opt, std::size_t(k));
-                }
-            } else {
-                detail::check(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+            for (;;) {  // the rest, each bucket's update as soon as it is reduced
+                const auto t0 = std::chrono::steady_clock::now();
+                int k = MPI_UNDEFINED;
+                detail::check(MPI_Waitany(int(requests_.size()), requests_.data(), &k, MPI_STATUS_IGNORE), "MPI_Waitany");
+                stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                if (k == MPI_UNDEFINED) break;
+                if (fused && std::size_t(k) < buckets()) update(opt, std::size_t(k));
             }
-            stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         }
         if (reduced_[1] != double(samples) * comm_.size())
             throw error("ctg::dist::data_parallel: the ranks' global batches differ (this rank's: " + std::to_string(samples) +
