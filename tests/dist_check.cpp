@@ -151,7 +151,8 @@ void gpt_trainer(const dist::communicator& comm, std::size_t stream, double clip
     const train_report r = fit.fit(mine, val, dist::sharded_mean_loss{comm});
 
     double worst = 0;
-    const auto &h_ref = fit_ref.history(), &h = fit.history();
+    const auto& h_ref = fit_ref.history();
+    const auto& h = fit.history();
     expect(h.size() == h_ref.size() && r.step == r_ref.step, label + ": different numbers of steps or evaluations");
     for (std::size_t i = 0; i < std::min(h.size(), h_ref.size()); ++i)
         worst = std::max({worst, std::abs(h[i].train_loss - h_ref[i].train_loss), std::abs(h[i].metric - h_ref[i].metric)});
