@@ -14,7 +14,11 @@
 // evaluation program sharing the weights run every N steps, a progress line (redrawn on a terminal,
 // plain lines otherwise), train/validation curves as CSV and PNG, checkpoints, a learning-rate
 // schedule and early stopping. Everything it calls per step is a template parameter (the schedule,
-// the data source, the metric, the hook): no virtual call, no std::function.
+// the data source, the metric, the hook, the step): no virtual call, no std::function.
+//
+// The step is a policy (default local_step: train_step in this process, and this process writes the
+// files and the progress output); ctg::dist::data_parallel (ctgraph/dist.hpp) is the one that
+// averages gradients over MPI processes, where only rank 0 writes.
 //
 //   ctg::dataset<float> train{{"x", x_train}, {"y", y_train}}, val{{"x", x_val}, {"y", y_val}};
 //   ctg::trainer training(prog, opt, {.batch = 64, .epochs = 10, .eval_every = 100, .out_dir = "run"});
@@ -78,6 +82,18 @@ typename Program::scalar train_step(Program& prog, Optimizer& opt, double clip_n
     }
     return loss;
 }
+
+/// The trainer's default step policy: train_step() in this process, which writes the trainer's files
+/// and progress output. A policy has `loss = policy(prog, opt, clip_norm, samples)` (samples: the
+/// batch the trainer fed, the global batch when the data is sharded over processes; returns the
+/// batch's mean loss) and `bool writes_output()`.
+struct local_step {
+    template <class Program, class Optimizer>
+    typename Program::scalar operator()(Program& prog, Optimizer& opt, double clip_norm, std::size_t /*samples*/) {
+        return train_step(prog, opt, clip_norm);
+    }
+    bool writes_output() const { return true; }
+};
 
 // ---------------------------------------------------------------------------------------- data
 
@@ -339,17 +355,23 @@ struct train_report {
 };
 
 /// Trains `prog` with `opt`: see the file comment. The evaluator (`evaluator()`) is a second program
-/// of the same type over the same parameter store, in evaluation mode (no dropout).
-template <class Program, class Optimizer, class Schedule = keep_lr>
+/// of the same type over the same parameter store, in evaluation mode (no dropout). `Step` runs each
+/// training step (local_step, or dist::data_parallel across processes); when its writes_output() is
+/// false, the trainer writes no file and prints nothing (the other ranks of a distributed run).
+template <class Program, class Optimizer, class Schedule = keep_lr, class Step = local_step>
 class trainer {
 public:
     using T = typename Program::scalar;
     static_assert(optim::optimizer_for<Optimizer, T>,
                   "ctg::trainer: the optimizer needs begin_step(store), update(store, slot), step(store), set_lr(lr)");
+    static_assert(requires(Step& s, Program& p, Optimizer& o) {
+        { s(p, o, 0.0, std::size_t(1)) } -> std::convertible_to<T>;
+        { s.writes_output() } -> std::convertible_to<bool>;
+    }, "ctg::trainer: the step policy needs loss = step(prog, opt, clip_norm, samples) and writes_output()");
 
-    trainer(Program& prog, Optimizer& opt, train_config cfg, Schedule schedule = {})
-        : prog_(prog), opt_(opt), cfg_(std::move(cfg)), schedule_(schedule), eval_(prog.shared_params()),
-          log_(cfg_.log) {
+    trainer(Program& prog, Optimizer& opt, train_config cfg, Schedule schedule = {}, Step step = {})
+        : prog_(prog), opt_(opt), cfg_(std::move(cfg)), schedule_(schedule), step_(std::move(step)),
+          writes_(step_.writes_output()), eval_(prog.shared_params()), log_(writes_ ? cfg_.log : nullptr) {
         if (cfg_.batch == 0) throw error("ctg::trainer: the batch size must be positive");
         if (cfg_.epochs < 0 || cfg_.max_steps < 0) throw error("ctg::trainer: epochs and max_steps must not be negative");
         if (cfg_.epochs == 0 && cfg_.max_steps == 0)
@@ -361,6 +383,8 @@ public:
 
     /// The evaluation program (shares the weights; dropout off).
     Program& evaluator() { return eval_; }
+    /// The step policy (local_step, dist::data_parallel, ...).
+    Step& step_policy() { return step_; }
 
     /// Loads a checkpoint this trainer (same model, optimizer kind and data size) wrote: weights,
     /// optimizer state, position in the data, shuffling and dropout generators, early-stopping
@@ -406,7 +430,7 @@ public:
                         std::to_string(batch) + " leaves no batch");
         long total = cfg_.epochs > 0 ? cfg_.epochs * per_epoch : LONG_MAX;
         if (cfg_.max_steps > 0) total = std::min(total, cfg_.max_steps);
-        if (!cfg_.out_dir.empty()) {
+        if (!cfg_.out_dir.empty() && writes_) {
             std::error_code ec;
             std::filesystem::create_directories(cfg_.out_dir, ec);
             if (ec || !std::filesystem::is_directory(cfg_.out_dir))
@@ -477,7 +501,7 @@ public:
                     r.best_metric = r.metric;
                     r.best_step = r.step;
                     bad_evals = 0;
-                    if (!cfg_.out_dir.empty() && cfg_.patience > 0) npz::save(prog_.params(), path("_best.npz"));
+                    if (!cfg_.out_dir.empty() && writes_ && cfg_.patience > 0) npz::save(prog_.params(), path("_best.npz"));
                 } else if (cfg_.patience > 0 && ++bad_evals >= cfg_.patience) {
                     r.stopped_early = stop = true;
                 }
@@ -502,7 +526,7 @@ public:
                 train.feed(prog_, order.data() + first, m);
                 if constexpr (!std::is_same_v<Schedule, keep_lr>) opt_.set_lr(schedule_(r.step));
                 r.lr = opt_.lr();
-                const T loss = train_step(prog_, opt_, cfg_.clip_norm);
+                const T loss = step_(prog_, opt_, cfg_.clip_norm, m);
                 loss_sum += double(loss) * double(m);
                 loss_samples += double(m);
                 samples_done += double(m);
@@ -536,8 +560,10 @@ public:
         return r;
     }
 
-    /// Writes <name>_loss.csv and <name>_loss.png from the history (fit() does at the end).
+    /// Writes <name>_loss.csv and <name>_loss.png from the history (fit() does at the end; nothing
+    /// when the step policy does not write).
     void write_curves() const {
+        if (!writes_) return;
         std::ofstream csv(path("_loss.csv"));
         csv << "step,epoch,train_loss," << cfg_.metric_name << ",lr,seconds\n";
         for (const row& h : history_)
@@ -559,7 +585,7 @@ public:
     /// atomically. Its parameters are under their own names: npz::load(store, path, true) and
     /// checkpoint::load_weights read them.
     void save_checkpoint() const {
-        if (!cfg_.out_dir.empty()) checkpoint::save(path(".npz"), prog_.params(), opt_, run_);
+        if (!cfg_.out_dir.empty() && writes_) checkpoint::save(path(".npz"), prog_.params(), opt_, run_);
     }
     std::string path(const std::string& suffix) const {
         return (std::filesystem::path(cfg_.out_dir) / (cfg_.name + suffix)).string();
@@ -588,6 +614,8 @@ private:
     Optimizer& opt_;
     train_config cfg_;
     Schedule schedule_;
+    Step step_;
+    bool writes_;
     Program eval_;
     std::FILE* log_;
     progress_line progress_{nullptr};
