@@ -77,20 +77,20 @@ int train(const dist::communicator& comm, int argc, char** argv) {
                     params.num_elements());
 
     dist::shard my_share(train_set, comm);
-    trainer fit(prog, opt,
-                {.batch = batch, .epochs = 0, .max_steps = steps, .seed = 3, .clip_norm = 1.0, .eval_every = eval_every,
-                 .checkpoint_every = 100, .out_dir = out_dir, .name = "char_gpt", .metric_name = "val"},
-                optim::warmup_cosine_lr{3e-3, 100, steps, 1e-4},
-                dist::data_parallel(comm, prog, {.bucket_bytes = bucket_kb * 1024, .overlap = overlap}));
-    const train_report r = fit.fit(my_share, val_set, dist::sharded_mean_loss{comm});
+    trainer training(prog, opt,
+                     {.batch = batch, .epochs = 0, .max_steps = steps, .seed = 3, .clip_norm = 1.0, .eval_every = eval_every,
+                      .checkpoint_every = 100, .out_dir = out_dir, .name = "char_gpt", .metric_name = "val"},
+                     optim::warmup_cosine_lr{3e-3, 100, steps, 1e-4},
+                     dist::data_parallel(comm, prog, {.bucket_bytes = bucket_kb * 1024, .overlap = overlap}));
+    const train_report r = training.fit(my_share, val_set, dist::sharded_mean_loss{comm});
     dist::check_in_sync(comm, params);  // the ranks end with the same weights, bit for bit
     if (comm.root()) {
-        const auto& st = fit.step_policy().statistics();
+        const auto& st = training.step_policy().statistics();
         std::printf("validation loss %.3f nats/char after %ld steps in %s: %.0f tokens/s; communication not hidden "
                     "by backward: %.2f ms a step\n",
                     r.metric, r.step, clock_text(r.seconds).c_str(), r.samples_per_second * Context,
                     1e3 * st.wait_seconds / double(std::max(1L, st.steps)));
-        std::printf("wrote %s (char_gpt generate %s \"prompt\")\n", fit.path(".npz").c_str(), fit.path(".npz").c_str());
+        std::printf("wrote %s (char_gpt generate %s \"prompt\")\n", training.path(".npz").c_str(), training.path(".npz").c_str());
     }
     return require > 0 && !(r.metric < require) ? 1 : 0;
 }
