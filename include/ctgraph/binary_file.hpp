@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "ctgraph/error.hpp"
+#include "ctgraph/params.hpp"
 
 namespace ctg::binary_file {
 
@@ -182,5 +183,45 @@ private:
     int fd_ = -1;
     bool done_ = false;
 };
+
+/// Loads every parameter of `store` from `file` (name -> entry with a `shape` vector), all or nothing:
+/// each parameter must be there with its shape, and `dtype_problem(entry)` empty (else it says what
+/// is wrong, e.g. " has dtype <i4 in the file (parameters take float32 or float64)"); `convert(entry)`
+/// gives its values as T. Entries the store lacks are errors unless allow_extra. On any problem the
+/// io_error (`who`: the function; `kind`: "arrays", "tensors") lists them all and the store is
+/// unchanged. npz::load and safetensors::load are this with their formats' entries.
+template <class T, class Map, class DtypeProblem, class Convert>
+void load_store(parameter_store<T>& store, const Map& file, const std::string& path, std::string_view who,
+                std::string_view kind, bool allow_extra, DtypeProblem dtype_problem, Convert convert) {
+    std::vector<std::vector<T>> staged(store.size());
+    std::string missing, extra, problems;
+    auto list = [](std::string& l, const std::string& item) { l += (l.empty() ? "" : ", ") + in_quotes(item); };
+    for (std::size_t s = 0; s < store.size(); ++s) {
+        const auto& e = store.at(s);
+        const auto it = file.find(e.name);
+        if (it == file.end()) {
+            list(missing, e.name);
+            continue;
+        }
+        const auto& a = it->second;
+        if (const std::string why = dtype_problem(a); !why.empty())
+            problems += "; parameter " + in_quotes(e.name) + why;
+        else if (a.shape != e.shape.to_vector())
+            problems += "; parameter " + in_quotes(e.name) + " has shape " + shape_string(e.shape.to_vector()) +
+                        " in the store but " + shape_string(a.shape) + " in the file";
+        else
+            staged[s] = convert(a);
+    }
+    if (!allow_extra)
+        for (const auto& [name, a] : file)
+            if (store.find(name) < 0) list(extra, name);
+    if (!missing.empty()) problems += "; missing parameters: " + missing;
+    if (!extra.empty())
+        problems += "; " + std::string(kind) + " not in the store: " + extra + " (load(store, path, true) ignores them)";
+    if (!problems.empty())
+        throw io_error(std::string(who) + ": " + in_quotes(path) + " does not match the parameter store: " +
+                       problems.substr(2));
+    for (std::size_t s = 0; s < store.size(); ++s) std::copy(staged[s].begin(), staged[s].end(), store.value(s));
+}
 
 }  // namespace ctg::binary_file

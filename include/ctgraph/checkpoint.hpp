@@ -112,6 +112,17 @@ struct reader {
                  to_string(shape) + " in the store");
         return npz::to_vector<T>(a);
     }
+    /// Every parameter of the store, converted (and no parameter the store lacks).
+    template <class T>
+    std::vector<std::vector<T>> parameters(const parameter_store<T>& store) const {
+        std::vector<std::vector<T>> values(store.size());
+        for (std::size_t s = 0; s < store.size(); ++s)
+            values[s] = tensor<T>(store.at(s).name, store.at(s).shape, "parameter");
+        for (const auto& [name, a] : file)
+            if (!is_reserved(name) && store.find(name) < 0)
+                fail("parameter '" + name + "' is in the file but not in the store");
+        return values;
+    }
 };
 }  // namespace detail
 
@@ -156,12 +167,7 @@ run_state load(const std::string& path, parameter_store<T>& store, Optimizer& op
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "ctg::checkpoint::load: float or double store");
     detail::reader r{path, npz::read(path)};
     // Check and convert everything first.
-    std::vector<std::vector<T>> values(store.size());
-    for (std::size_t s = 0; s < store.size(); ++s)
-        values[s] = r.template tensor<T>(store.at(s).name, store.at(s).shape, "parameter");
-    for (const auto& [name, a] : r.file)
-        if (!detail::is_reserved(name) && store.find(name) < 0)
-            r.fail("parameter '" + name + "' is in the file but not in the store");
+    const auto values = r.template parameters<T>(store);
     const std::string kind = r.text("meta/optimizer");
     if (kind != Optimizer::kind)
         r.fail("the checkpoint's optimizer is '" + kind + "', this run's is '" + Optimizer::kind + "'");
@@ -200,12 +206,7 @@ run_state load(const std::string& path, parameter_store<T>& store, Optimizer& op
 template <class T>
 void load_weights(const std::string& path, parameter_store<T>& store) {
     detail::reader r{path, npz::read(path)};
-    std::vector<std::vector<T>> values(store.size());
-    for (std::size_t s = 0; s < store.size(); ++s)
-        values[s] = r.template tensor<T>(store.at(s).name, store.at(s).shape, "parameter");
-    for (const auto& [name, a] : r.file)
-        if (!detail::is_reserved(name) && store.find(name) < 0)
-            r.fail("parameter '" + name + "' is in the file but not in the store");
+    const auto values = r.template parameters<T>(store);
     for (std::size_t s = 0; s < store.size(); ++s) std::copy(values[s].begin(), values[s].end(), store.value(s));
 }
 

@@ -677,40 +677,14 @@ void save(const parameter_store<T>& store, const std::string& path) {
 template <class T>
 void load(parameter_store<T>& store, const std::string& path, bool allow_extra) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "ctg::npz::load: float or double store");
-    const std::map<std::string, array> file = read(path);
-    std::vector<std::vector<T>> staged(store.size());
-    std::string missing, extra, problems;
-    auto list = [](std::string& l, const std::string& item) { l += (l.empty() ? "" : ", ") + detail::in_quotes(item); };
-    for (std::size_t s = 0; s < store.size(); ++s) {
-        const auto& e = store.at(s);
-        const auto it = file.find(e.name);
-        if (it == file.end()) {
-            list(missing, e.name);
-            continue;
-        }
-        const array& a = it->second;
-        if (a.descr != "<f4" && a.descr != "<f8") {
-            problems += "; parameter " + detail::in_quotes(e.name) + " has dtype " + a.descr +
-                        " in the file (parameters take float32 or float64)";
-        } else if (a.shape != e.shape.to_vector()) {
-            problems += "; parameter " + detail::in_quotes(e.name) + " has shape " + detail::shape_string(e.shape.to_vector()) +
-                        " in the store but " + detail::shape_string(a.shape) + " in the file";
-        } else {
-            staged[s] = to_vector<T>(a);
-        }
-    }
-    if (!allow_extra) {
-        std::set<std::string_view> known;
-        for (const auto& e : store.entries()) known.insert(e.name);
-        for (const auto& [name, a] : file)
-            if (!known.count(name)) list(extra, name);
-    }
-    if (!missing.empty()) problems += "; missing parameters: " + missing;
-    if (!extra.empty()) problems += "; arrays not in the store: " + extra + " (load(store, path, true) ignores them)";
-    if (!problems.empty())
-        throw io_error("ctg::npz::load: " + detail::in_quotes(path) + " does not match the parameter store: " +
-                       problems.substr(2));
-    for (std::size_t s = 0; s < store.size(); ++s) std::copy(staged[s].begin(), staged[s].end(), store.value(s));
+    binary_file::load_store(
+        store, read(path), path, "ctg::npz::load", "arrays", allow_extra,
+        [](const array& a) {
+            return a.descr == "<f4" || a.descr == "<f8"
+                       ? std::string()
+                       : " has dtype " + a.descr + " in the file (parameters take float32 or float64)";
+        },
+        [](const array& a) { return to_vector<T>(a); });
 }
 
 /// Strict load: arrays in the file that the store does not have are an error.

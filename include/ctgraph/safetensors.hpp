@@ -446,41 +446,14 @@ void save(const parameter_store<T>& store, const std::string& path, const metada
 template <class T>
 void load(parameter_store<T>& store, const std::string& path, bool allow_extra) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "ctg::safetensors::load: float or double store");
-    const std::map<std::string, tensor> file = read(path);
-    std::vector<std::vector<T>> staged(store.size());
-    std::string missing, extra, problems;
-    auto list = [](std::string& l, const std::string& item) { l += (l.empty() ? "" : ", ") + detail::in_quotes(item); };
-    for (std::size_t s = 0; s < store.size(); ++s) {
-        const auto& e = store.at(s);
-        const auto it = file.find(e.name);
-        if (it == file.end()) {
-            list(missing, e.name);
-            continue;
-        }
-        const tensor& t = it->second;
-        if (t.dtype != "F32" && t.dtype != "F64" && t.dtype != "F16" && t.dtype != "BF16") {
-            problems += "; parameter " + detail::in_quotes(e.name) + " has dtype " + t.dtype +
-                        " in the file (parameters take F32, F64, F16 or BF16)";
-        } else if (t.shape != e.shape.to_vector()) {
-            problems += "; parameter " + detail::in_quotes(e.name) + " has shape " +
-                        detail::shape_string(e.shape.to_vector()) + " in the store but " + detail::shape_string(t.shape) +
-                        " in the file";
-        } else {
-            staged[s] = to_vector<T>(t);
-        }
-    }
-    if (!allow_extra) {
-        std::set<std::string_view> known;
-        for (const auto& e : store.entries()) known.insert(e.name);
-        for (const auto& [name, t] : file)
-            if (!known.count(name)) list(extra, name);
-    }
-    if (!missing.empty()) problems += "; missing parameters: " + missing;
-    if (!extra.empty()) problems += "; tensors not in the store: " + extra + " (load(store, path, true) ignores them)";
-    if (!problems.empty())
-        throw io_error("ctg::safetensors::load: " + detail::in_quotes(path) + " does not match the parameter store: " +
-                       problems.substr(2));
-    for (std::size_t s = 0; s < store.size(); ++s) std::copy(staged[s].begin(), staged[s].end(), store.value(s));
+    binary_file::load_store(
+        store, read(path), path, "ctg::safetensors::load", "tensors", allow_extra,
+        [](const tensor& t) {
+            return t.dtype == "F32" || t.dtype == "F64" || t.dtype == "F16" || t.dtype == "BF16"
+                       ? std::string()
+                       : " has dtype " + t.dtype + " in the file (parameters take F32, F64, F16 or BF16)";
+        },
+        [](const tensor& t) { return to_vector<T>(t); });
 }
 
 /// Strict load: tensors in the file that the store does not have are an error.
