@@ -102,6 +102,9 @@ public:
         const std::size_t n = ps.values().size();
         if (m_.size() != n) m_.assign(n, T(0)), v_.assign(n, T(0)), t_ = 0;
         ++t_;
+        // The step's constants, once (update() runs once per parameter).
+        step_size_ = T(c_.lr) / T(1 - std::pow(c_.beta1, double(t_)));
+        sqrt_bc2_ = std::sqrt(T(1 - std::pow(c_.beta2, double(t_))));
     }
     void update(parameter_store<T>& ps, std::size_t slot) {
         const auto& e = ps.at(slot);
@@ -111,8 +114,7 @@ public:
         T* v = v_.data() + e.offset;
         const std::size_t n = e.shape.size();
         const T b1 = T(c_.beta1), b2 = T(c_.beta2), eps = T(c_.eps), wd = T(c_.weight_decay);
-        const T bc1 = T(1 - std::pow(c_.beta1, double(t_))), bc2 = T(1 - std::pow(c_.beta2, double(t_)));
-        const T step = T(c_.lr) / bc1, sqrt_bc2 = std::sqrt(bc2);
+        const T step = step_size_, sqrt_bc2 = sqrt_bc2_;
         const T decay = c_.decoupled ? T(1 - c_.lr * c_.weight_decay) : T(1);
         const T l2 = c_.decoupled ? T(0) : wd;
         for (std::size_t i = 0; i < n; ++i) {
@@ -137,6 +139,7 @@ private:
     config c_;
     aligned_vector<T> m_, v_;
     long t_ = 0;
+    T step_size_ = 0, sqrt_bc2_ = 0;  // lr / (1 - beta1^t), sqrt(1 - beta2^t): set by begin_step
 };
 
 /// AdamW with PyTorch's defaults (weight decay 0.01).
