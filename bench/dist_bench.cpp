@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/train.hpp>
 #include <ctgraph/dist.hpp>
 
 using namespace ctg;

@@ -14,6 +14,7 @@
 #include <boost/hana/tuple.hpp>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/train.hpp>
 #include <ctgraph/npz.hpp>
 
 namespace ctg::bench {

@@ -11,6 +11,7 @@
 #include <new>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/train.hpp>
 
 namespace {
 std::atomic<long> news{0};

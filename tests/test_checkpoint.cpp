@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/train.hpp>
 
 using namespace ctg;
 

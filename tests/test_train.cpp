@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/train.hpp>
 
 using namespace ctg;
 

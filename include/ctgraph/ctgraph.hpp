@@ -54,4 +54,3 @@
 #include "ctgraph/npz.hpp"
 #include "ctgraph/optim.hpp"
 #include "ctgraph/params.hpp"
-#include "ctgraph/train.hpp"
