@@ -150,6 +150,45 @@ consteval std::array<std::size_t, M> indices_of(const std::array<leaf_kind, N>& 
     return r;
 }
 
+/// How a node's VJP writes an operand's adjoint (table adj_write_modes, one entry per operand):
+///   add:   other consumers wrote it already (or it is not the engine's: a parameter's gradient, an
+///          adjoint owned by an enclosing scan): the VJP adds;
+///   fresh: this node is the first writer in backward order and the buffer holds garbage: an op that
+///          declares `assigns_adjoints` writes it with = (op_io::fresh(k)), for any other op the engine
+///          zeroes it first. Nothing zeroes the whole adjoint block up front any more.
+///   zero:  the first writer reads the operand twice (mul(x, x)): the engine zeroes it, the op adds.
+enum class adj_write : unsigned char { add = 0, fresh = 1, zero = 2 };
+
+/// adj_write of every (node, operand) for a node list run backward from the last node, given which
+/// adjoints the engine owns (`owned`) and which nodes run a VJP (`runs`). `orphan[j]`: an owned
+/// adjoint no running node writes (an output's, or one only an index-valued op reads); the caller
+/// zeroes those itself.
+template <std::size_t N, std::size_t A>
+struct adj_write_table {
+    std::array<std::array<adj_write, A>, N> mode{};
+    std::array<bool, N> orphan{};
+};
+template <std::size_t N, std::size_t A>
+consteval adj_write_table<N, A> adj_write_modes(const std::array<std::size_t, N>& arity,
+                                                const std::array<std::array<int, A>, N>& operands,
+                                                const std::array<bool, N>& owned, const std::array<bool, N>& runs) {
+    adj_write_table<N, A> t{};
+    std::array<bool, N> written{};
+    for (std::size_t i = N; i-- > 0;) {
+        if (!runs[i]) continue;
+        for (std::size_t k = 0; k < arity[i]; ++k) {
+            const std::size_t j = std::size_t(operands[i][k]);
+            if (!owned[j] || written[j]) continue;
+            written[j] = true;
+            bool twice = false;
+            for (std::size_t k2 = 0; k2 < arity[i]; ++k2) twice = twice || (k2 != k && operands[i][k2] == int(j));
+            t.mode[i][k] = twice ? adj_write::zero : adj_write::fresh;
+        }
+    }
+    for (std::size_t j = 0; j < N; ++j) t.orphan[j] = owned[j] && !written[j];
+    return t;
+}
+
 }  // namespace detail
 
 /// Everything the compiler knows about a graph: its nodes in topological order and constexpr tables.

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -31,7 +32,14 @@ struct exec_state {
     const int* operands;  // node i's operands: operands[i * stride + k]
     std::size_t stride;
     run_info run{};       // the pass; each node's stream is derived from run.stream and its index
+    const adj_write* adj_mode = nullptr;  // adj_mode[i * stride + k] (adj_write_modes); null: all add
 };
+
+/// Whether an op's backward can write a fresh adjoint with = (see op.hpp).
+template <class Op>
+inline constexpr bool assigns_adjoints = [] {
+    if constexpr (requires { Op::assigns_adjoints; }) return bool(Op::assigns_adjoints); else return false;
+}();
 
 /// program::backward() without a per-parameter hook.
 struct no_final_hook {
@@ -118,6 +126,13 @@ template <class Op, std::size_t K, bool NeedsGrad, class T, bool Anomaly = false
 [[gnu::noinline]] inline void exec_backward(const exec_state& s, std::size_t i) {
     if constexpr (!std::is_same_v<Op, no_op> && NeedsGrad) {
         auto c = build_io<T, K>(s, i);
+        if (s.adj_mode)
+            for (std::size_t k = 0; k < K; ++k) {
+                const adj_write m = s.adj_mode[i * s.stride + k];
+                if (m == adj_write::add || !c.gx[k]) continue;
+                if (m == adj_write::fresh && assigns_adjoints<Op>) c.assign[k] = true;
+                else std::memset(c.gx[k].ptr, 0, c.gx[k].size() * sizeof(T));
+            }
         Op::template backward<T>(c);
         if constexpr (Anomaly)
             for (std::size_t k = 0; k < K; ++k)

@@ -205,7 +205,10 @@ public:
     void backward_with(OnFinal&& on_final) {
         static_assert(!Opt.inference, "ctg::program::backward: this program was compiled with options{.inference = true}");
         if (!forwarded_) throw error("ctg::program::backward: call forward() first");
-        if (adj_end_ > adj_begin_) std::memset(arena_.data() + adj_begin_, 0, (adj_end_ - adj_begin_) * sizeof(T));
+        // Adjoints are written fresh by their first writer (adj_writes); only the outputs' (seeded
+        // below) and those no VJP writes are zeroed here.
+        for (std::size_t i : zeroed_up_front)
+            if (const std::size_t n = adj_[i].size()) std::memset(adj_[i].ptr, 0, n * sizeof(T));
         for (std::size_t o = 0; o < num_outputs; ++o) {
             const std::size_t i = output_nodes[o];
             if (!G::needs_grad[i]) continue;
@@ -327,6 +330,38 @@ public:
     }
 
 private:
+    // ---------------------------------------------------------------- adjoint writes
+    // The arena's adjoints (not the parameters' gradients, which accumulate in the store) are written
+    // by their first writer in backward order; outputs are seeded instead.
+    static constexpr auto adj_writes = []() consteval {
+        std::array<bool, N> owned{}, runs{};
+        for (std::size_t i = 0; i < N; ++i) {
+            runs[i] = G::needs_grad[i];
+            owned[i] = G::needs_grad[i] && G::kind[i] != leaf_kind::param;
+        }
+        for (std::size_t i : output_nodes) owned[i] = false;
+        return detail::adj_write_modes(G::arity, G::operands, owned, runs);
+    }();
+    static constexpr std::size_t num_zeroed_up_front = [] {
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < N; ++i) {
+            bool out = false;
+            for (std::size_t o : output_nodes) out = out || o == i;
+            n += adj_writes.orphan[i] || (out && G::needs_grad[i] && G::kind[i] != leaf_kind::param);
+        }
+        return n;
+    }();
+    static constexpr std::array<std::size_t, num_zeroed_up_front> zeroed_up_front = [] {
+        std::array<std::size_t, num_zeroed_up_front> r{};
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < N; ++i) {
+            bool out = false;
+            for (std::size_t o : output_nodes) out = out || o == i;
+            if (adj_writes.orphan[i] || (out && G::needs_grad[i] && G::kind[i] != leaf_kind::param)) r[n++] = i;
+        }
+        return r;
+    }();
+
     // ---------------------------------------------------------------- compile-time lookups
     template <fixed_string Name>
     static constexpr int leaf() {
@@ -488,13 +523,11 @@ private:
                 val_off[i] = off;
                 off += round_up_elems<T>(shapes_[i].size());
             }
-        adj_begin_ = off;
         for (std::size_t i = 0; i < N; ++i)
             if (G::needs_grad[i] && G::kind[i] != leaf_kind::param) {
                 adj_off[i] = off;
                 off += round_up_elems<T>(shapes_[i].size());
             }
-        adj_end_ = off;
         for (std::size_t i = 0; i < N; ++i) {
             scr_off[i] = off;
             off += round_up_elems<T>(scratch[i]);
@@ -532,7 +565,7 @@ private:
     // ---------------------------------------------------------------- execution
     detail::exec_state state() const {
         return {val_.data(), adj_.data(), scratch_.data(), shapes_.data(), G::needs_grad.data(), G::is_index.data(), G::label.data(),
-                &G::operands[0][0], G::max_arity, {training_, dropout_seed_, passes_}};
+                &G::operands[0][0], G::max_arity, {training_, dropout_seed_, passes_}, &adj_writes.mode[0][0]};
     }
     template <std::size_t... I>
     void run_forward(std::index_sequence<I...>) {
@@ -605,7 +638,6 @@ private:
     std::array<rshape, N> shapes_{};
     std::array<aligned_vector<T>, num_outputs> seeds_{};
     std::array<std::size_t, G::num_symbols + 1> env_{};
-    std::size_t adj_begin_ = 0, adj_end_ = 0;
     bool planned_ = false, forwarded_ = false, check_finite_ = true, poison_ = false;
     bool training_ = !Opt.inference;
     std::uint64_t dropout_seed_ = 0, passes_ = 0;

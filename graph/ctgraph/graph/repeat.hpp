@@ -126,11 +126,10 @@ struct repeat_op {
     struct layout : detail::cell_frame<info> {
         std::size_t state = 0, total = 0;  // elements of the carried value (rounded up), of scratch
         std::array<std::size_t, P + 1> param_size{};
-        // scratch = [L x per_step][L-1 layer outputs][adjoint block][sink][2 state adjoints]
+        // scratch = [L x per_step][L-1 layer outputs][adjoint block][2 state adjoints]
         std::size_t outputs_off() const { return L * this->per_step; }
         std::size_t adjoints_off() const { return outputs_off() + (L - 1) * state; }
-        std::size_t sink_off() const { return adjoints_off() + this->adj_block; }
-        std::size_t state_adj_off(std::size_t k) const { return sink_off() + this->sink + k * state; }
+        std::size_t state_adj_off(std::size_t k) const { return adjoints_off() + this->adj_block + k * state; }
     };
     template <std::size_t K>
     static layout plan(const std::array<rshape, K>& x) {
@@ -194,7 +193,8 @@ struct repeat_op {
     }
     static detail::exec_state exec_of(const layer_views& v, const layout& Ly, const run_info& run, std::size_t l) {
         return {v.val.data(), v.adj.data(), v.scr.data(), Ly.shapes.data(), info::has_adjoint.data(), G::is_index.data(), v.label.data(),
-                &G::operands[0][0], G::max_arity, {run.training, run.seed, detail::sub_stream(run.stream, l)}};
+                &G::operands[0][0], G::max_arity, {run.training, run.seed, detail::sub_stream(run.stream, l)},
+                &info::adj_writes.mode[0][0]};
     }
 
     // ---------------------------------------------------------------- forward
@@ -214,13 +214,12 @@ struct repeat_op {
         const layout Ly = plan_of(c);
         T* base = c.scratch.template as<T>();
         T* adj_block = base + Ly.adjoints_off();
-        T* sink = base + Ly.sink_off();
         layer_views v;
         for (std::size_t l = L; l-- > 0;) {
             values_at(v, c, Ly, l);
-            std::memset(adj_block, 0, Ly.adj_block * sizeof(T));
+            Ly.zero_orphans(adj_block);  // the others are written fresh by their first VJP
             for (std::size_t i = 0; i < N; ++i) {
-                v.adj[i].ptr = sink;
+                v.adj[i].ptr = nullptr;  // stays null where nothing outside needs the adjoint
                 if (info::computed[i]) v.adj[i].ptr = adj_block + Ly.adj_off[i];
             }
             // This layer's output adjoint: the loss's (top layer) or what layer l+1 sent down.
@@ -242,7 +241,6 @@ struct repeat_op {
                     v.adj[std::size_t(extra_nodes[e])].ptr = slice(c.gx[1 + e], e, l, sizeof(T));
             for (std::size_t j = 0; j < info::num_hoisted; ++j)
                 if (c.gx[first_hoisted + j]) v.adj[info::hoisted[j]].ptr = c.gx[first_hoisted + j].ptr;
-            std::memset(sink, 0, Ly.sink * sizeof(T));
             detail::run_cell_backward<info, T>(exec_of(v, Ly, c.run, l), std::make_index_sequence<N>{});
         }
     }

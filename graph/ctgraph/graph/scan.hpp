@@ -110,12 +110,36 @@ struct cell_info {
             if (PerStepParams && G::kind[i] == leaf_kind::param) r[n++] = i;
         return r;
     }();
-    /// Every node except index-valued ones and constants gets an adjoint inside the cell (unneeded
-    /// ones go to a sink); a constant's (1 - z's 1) would only be reduced into the sink every step.
+    /// Every node except index-valued ones and constants may get an adjoint inside the cell; one that
+    /// nothing outside needs (a leaf whose outer operand has none) is null, so its VJP is skipped.
     static constexpr std::array<bool, N> has_adjoint = [] {
         std::array<bool, N> g{};
         for (std::size_t i = 0; i < N; ++i) g[i] = !G::is_index[i] && G::kind[i] != leaf_kind::constant;
         return g;
+    }();
+
+    /// How each step's VJPs write the computed nodes' adjoints (adj_write_modes): the first writer
+    /// assigns or zeroes, so the per-step adjoint block is never cleared as a whole. The cell's
+    /// result and its leaves (state, step input, invariants, parameters) belong to the enclosing op.
+    static constexpr auto adj_writes = []() consteval {
+        std::array<bool, N> owned{}, runs{};
+        for (std::size_t i = 0; i < N; ++i) {
+            runs[i] = computed[i] && has_adjoint[i];
+            owned[i] = runs[i] && i != out;
+        }
+        return adj_write_modes(G::arity, G::operands, owned, runs);
+    }();
+    static constexpr std::size_t num_orphans = [] {
+        std::size_t n = 0;
+        for (bool b : adj_writes.orphan) n += b;
+        return n;
+    }();
+    static constexpr std::array<std::size_t, num_orphans + 1> orphans = [] {
+        std::array<std::size_t, num_orphans + 1> r{};
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < N; ++i)
+            if (adj_writes.orphan[i]) r[n++] = i;
+        return r;
     }();
 
     template <std::size_t... J>
@@ -134,7 +158,7 @@ struct cell_frame {
     static constexpr std::size_t N = Info::N;
     std::array<rshape, N> shapes{};
     std::array<std::size_t, N> val_off{}, adj_off{}, scr_off{}, scr_size{};
-    std::size_t per_step = 0, adj_block = 0, sink = 0;
+    std::size_t per_step = 0, adj_block = 0;
 
     /// Binds the cell's dimension letters from the runtime shapes of some of its nodes:
     /// {cell node, runtime shape, leading axes of that shape to skip}.
@@ -166,9 +190,8 @@ struct cell_frame {
         }
         scratch_sizes(std::make_index_sequence<N>{});
         // Per step: values and op scratch of the computed nodes (the result lives elsewhere).
-        std::size_t off = 0, largest = 0;
+        std::size_t off = 0;
         for (std::size_t i = 0; i < N; ++i) {
-            largest = std::max(largest, shapes[i].size());
             if (!Info::computed[i]) continue;
             if (i != Info::out) {
                 val_off[i] = off;
@@ -185,7 +208,15 @@ struct cell_frame {
                 a += round_up_elems<double>(shapes[i].size());
             }
         adj_block = a;
-        sink = round_up_elems<double>(largest);
+    }
+
+    /// Zeroes the adjoints of one step that no VJP writes (see cell_info::orphans).
+    template <class T>
+    void zero_orphans(T* adj_block_base) const {
+        for (std::size_t k = 0; k < Info::num_orphans; ++k) {
+            const std::size_t i = Info::orphans[k];
+            std::memset(adj_block_base + adj_off[i], 0, shapes[i].size() * sizeof(T));
+        }
     }
 
 private:
@@ -286,7 +317,7 @@ struct scan_op {
         L.plan(known.data(), nk);
         L.zeros = round_up_elems<double>(L.shapes[info::out].size());
         L.h0_adj = H0Rows ? L.zeros : 0;
-        L.total = L.steps * L.per_step + L.adj_block + L.sink + L.zeros + L.h0_adj;
+        L.total = L.steps * L.per_step + L.adj_block + L.zeros + L.h0_adj;
         L.x_stride = L.steps ? x[0].size() / L.steps : 0;
         L.y_stride = L.shapes[info::out].size();
         return L;
@@ -319,7 +350,7 @@ struct scan_op {
         }
         for (std::size_t j = 0; j < info::num_hoisted; ++j) v.val[info::hoisted[j]].ptr = c.x[first_hoisted + j].ptr;
         if constexpr (state_node >= 0) {
-            T* zeros = base + L.steps * L.per_step + L.adj_block + L.sink;
+            T* zeros = base + L.steps * L.per_step + L.adj_block;
             // A one-row h0 was copied into every row of the zeros block by forward().
             void* prev = t > 0 ? static_cast<void*>(y + (t - 1) * L.y_stride) : (HasH0 && !H0Rows) ? c.x[1].ptr : zeros;
             v.val[state_node].ptr = prev;
@@ -335,7 +366,8 @@ struct scan_op {
     template <class T, std::size_t K>
     static detail::exec_state exec_of(const step_views<T, K>& v, const layout<K>& L, const run_info& run, std::size_t t) {
         return {v.val.data(), v.adj.data(), v.scr.data(), L.shapes.data(), info::has_adjoint.data(), G::is_index.data(), G::label.data(),
-                &G::operands[0][0], G::max_arity, {run.training, run.seed, detail::sub_stream(run.stream, t)}};
+                &G::operands[0][0], G::max_arity, {run.training, run.seed, detail::sub_stream(run.stream, t)},
+                &info::adj_writes.mode[0][0]};
     }
 
     // ---------------------------------------------------------------- forward
@@ -343,7 +375,7 @@ struct scan_op {
     static void forward(op_io<T, K>& c) {
         const layout<K> L = plan_of(c);
         T* base = c.scratch.template as<T>();
-        T* zeros = base + L.steps * L.per_step + L.adj_block + L.sink;
+        T* zeros = base + L.steps * L.per_step + L.adj_block;
         std::fill(zeros, zeros + L.zeros, T(0));
         if constexpr (H0Rows) {  // the initial state: h0 repeated for every sequence
             const std::size_t w = c.x[1].size();
@@ -371,23 +403,22 @@ struct scan_op {
         const layout<K> L = plan_of(c);
         T* base = c.scratch.template as<T>();
         T* adj_block = base + L.steps * L.per_step;
-        T* sink = adj_block + L.adj_block;
         T* gy = c.gy_data();
         step_views<T, K> v;
         const std::size_t rows = rows_of(L), width = rows ? L.y_stride / rows : 0;
         for (std::size_t t = L.steps; t-- > 0;) {
             values_at(v, c, L, t);
-            std::memset(adj_block, 0, L.adj_block * sizeof(T));
+            L.zero_orphans(adj_block);
             for (std::size_t i = 0; i < N; ++i) {
-                v.adj[i].ptr = sink;
+                v.adj[i].ptr = nullptr;
                 if (info::computed[i])
                     v.adj[i].ptr = i == info::out ? gy + t * L.y_stride : adj_block + L.adj_off[i];
             }
             for (std::size_t j = 0; j < info::num_hoisted; ++j)
                 if (c.gx[first_hoisted + j]) v.adj[info::hoisted[j]].ptr = c.gx[first_hoisted + j].ptr;
-            T* g_state = sink;
+            T* g_state = nullptr;  // t == 0 without a differentiable h0: nothing receives it
             if constexpr (state_node >= 0) {
-                T* h0_rows = sink + L.sink + L.zeros;
+                T* h0_rows = adj_block + L.adj_block + L.zeros;
                 if (t > 0) g_state = gy + (t - 1) * L.y_stride;
                 else if (H0Rows && c.gx[1]) g_state = static_cast<T*>(std::memset(h0_rows, 0, L.h0_adj * sizeof(T)));
                 else if (HasH0 && c.gx[1]) g_state = c.gx_data(1);
@@ -405,7 +436,6 @@ struct scan_op {
                         std::fill(g_out + b * width, g_out + (b + 1) * width, T(0));
                     }
             }
-            std::memset(sink, 0, L.sink * sizeof(T));
             detail::run_cell_backward<info, T>(exec_of(v, L, c.run, t), std::make_index_sequence<N>{});
             if constexpr (H0Rows) {  // the one-row h0's gradient sums over the sequences
                 if (t == 0 && c.gx[1]) {

@@ -56,6 +56,14 @@ inline void map(std::size_t n, T* out, F&& f, const In*... in) {
     for (; i < n; ++i) out[i] = f(in[i]...);
 }
 
+/// out[i] = f(in_0[i], ...) when `fresh`, else out[i] += f(in_0[i], ...): how a VJP writes an adjoint
+/// (op_io::fresh: the first writer assigns, later ones add).
+template <class T, class F, class... In>
+inline void map_into(bool fresh, std::size_t n, T* out, F&& f, const In*... in) {
+    if (fresh) map(n, out, f, in...);
+    else map(n, out, [&f](auto acc, auto... v) { return acc + f(v...); }, static_cast<const T*>(out), in...);
+}
+
 /// Returns sum_i f(x[i], y[i]).
 template <class T, class F>
 inline T reduce_sum(std::size_t n, const T* x, const T* y, F&& f) {
@@ -138,6 +146,13 @@ inline void combine_rows(std::size_t count, std::size_t width, const T* w, const
 template <class T>
 inline void add_to(std::size_t n, const T* x, T* y) {
     map(n, y, [](auto a, auto b) { return a + b; }, x, static_cast<const T*>(y));
+}
+
+/// y[i] = x[i] when `fresh`, else y[i] += x[i].
+template <class T>
+inline void put(bool fresh, std::size_t n, const T* x, T* y) {
+    if (fresh) std::copy(x, x + n, y);
+    else add_to(n, x, y);
 }
 
 }  // namespace ctg::kernels

@@ -12,6 +12,7 @@ namespace ctg {
 namespace ops {
 struct concat_op {
     static constexpr std::string_view name = "concat";
+    static constexpr bool assigns_adjoints = true;
     template <class A, class... R>
     static consteval bool check() {
         if constexpr (A::rank == 0) {
@@ -49,7 +50,7 @@ struct concat_op {
         for (std::size_t k = 0; k < K; ++k) {
             const std::size_t nk = c.x[k].shape.cols();
             if (T* g = c.gx_data(k))
-                for (std::size_t r = 0; r < rows; ++r) kernels::add_to(nk, c.gy_data() + r * n + off, g + r * nk);
+                for (std::size_t r = 0; r < rows; ++r) kernels::put(c.fresh(k), nk, c.gy_data() + r * n + off, g + r * nk);
             off += nk;
         }
     }

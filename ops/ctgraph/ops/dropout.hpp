@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "ctgraph/graph/exec.hpp"
+#include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/graph/node.hpp"
 #include "ctgraph/op.hpp"
 
@@ -21,6 +22,7 @@ namespace ops {
 template <cval P>
 struct dropout_op {
     static constexpr std::string_view name = "dropout";
+    static constexpr bool assigns_adjoints = true;
     static constexpr double rate = P.value();
     static std::string describe() { return std::to_string(rate); }
     template <class A>
@@ -52,12 +54,15 @@ struct dropout_op {
         const std::size_t n = c.y.size();
         const T* gy = c.gy_data();
         if (!c.run.training || rate == 0.0) {
-            for (std::size_t i = 0; i < n; ++i) gx[i] += gy[i];
+            kernels::put(c.fresh(0), n, gy, gx);
             return;
         }
         const T scale = T(1.0 / (1.0 - rate));
-        for (std::size_t i = 0; i < n; ++i)
-            if (keeps(c.run, i)) gx[i] += gy[i] * scale;
+        if (c.fresh(0))
+            for (std::size_t i = 0; i < n; ++i) gx[i] = keeps(c.run, i) ? gy[i] * scale : T(0);
+        else
+            for (std::size_t i = 0; i < n; ++i)
+                if (keeps(c.run, i)) gx[i] += gy[i] * scale;
     }
 };
 }  // namespace ops

@@ -20,6 +20,7 @@ namespace ops {
 struct layer_norm_op {
     static constexpr std::string_view name = "layer_norm";
     static constexpr double eps = 1e-5;
+    static constexpr bool assigns_adjoints = true;
     template <class X, class Gamma, class Beta>
     static consteval bool check() {
         return X::rank >= 1 && Gamma::rank == 1 && Beta::rank == 1 && Gamma::dims[0] == X::dims[X::rank - 1] &&
@@ -80,10 +81,10 @@ struct layer_norm_op {
                 sum_gx += g * (xr[i] - mu) * rs;
             }
             const T mean_g = sum_g * inv_n, mean_gx = sum_gx * inv_n;
-            kernels::map(n, gx + r * n, [&](auto acc, auto xv, auto g, auto gm) {
+            kernels::map_into(c.fresh(0), n, gx + r * n, [&](auto xv, auto g, auto gm) {
                 using V = decltype(xv);
-                return acc + V(rs) * (g * gm - V(mean_g) - xhat(xv) * V(mean_gx));
-            }, static_cast<const T*>(gx + r * n), xr, gyr, gamma);
+                return V(rs) * (g * gm - V(mean_g) - xhat(xv) * V(mean_gx));
+            }, xr, gyr, gamma);
         }
     }
 };

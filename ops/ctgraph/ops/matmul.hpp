@@ -3,7 +3,8 @@
 //   (..., k) x (k, n) -> (..., n)       a weight shared by every row: one GEMM over all rows
 //   (..., k) x (k)    -> (...)          a vector: the same with n = 1 (additive attention's w)
 //   (..., m, k) x (..., k, n) -> (..., m, n)   both batched, equal leading dimensions: a GEMM per batch
-// VJP: dA += dY B^T, dB += A^T dY (per batch), accumulated by the GEMM itself (beta = 1).
+// VJP: dA += dY B^T, dB += A^T dY (per batch), accumulated by the GEMM itself (beta = 1; beta = 0
+// where the adjoint is fresh).
 #pragma once
 #include <string_view>
 
@@ -15,6 +16,7 @@ namespace ctg {
 namespace ops {
 struct matmul_op {
     static constexpr std::string_view name = "matmul";
+    static constexpr bool assigns_adjoints = true;
 
     template <class A, class B>
     static consteval bool check() {
@@ -68,11 +70,14 @@ struct matmul_op {
         const sizes s = sizes_of(c.x[0].shape, c.x[1].shape);
         const T *a = c.x_data(0), *b = c.x_data(1), *gy = c.gy_data();
         T *ga = c.gx_data(0), *gb = c.gx_data(1);
+        // beta = 0 writes a fresh adjoint; a shared weight's (sb == 0) sums over the batches.
         for (std::size_t i = 0; i < s.batches; ++i) {
+            const T beta_a = c.fresh(0) && (i == 0 || s.sa) ? T(0) : T(1);
+            const T beta_b = c.fresh(1) && (i == 0 || s.sb) ? T(0) : T(1);
             if (ga)  // (M x K) += (M x N)(N x K)
-                kernels::gemm(false, true, s.M, s.K, s.N, T(1), gy + i * s.sy, s.N, b + i * s.sb, s.N, T(1), ga + i * s.sa, s.K);
+                kernels::gemm(false, true, s.M, s.K, s.N, T(1), gy + i * s.sy, s.N, b + i * s.sb, s.N, beta_a, ga + i * s.sa, s.K);
             if (gb)  // (K x N) += (K x M)(M x N)
-                kernels::gemm(true, false, s.K, s.N, s.M, T(1), a + i * s.sa, s.K, gy + i * s.sy, s.N, T(1), gb + i * s.sb, s.N);
+                kernels::gemm(true, false, s.K, s.N, s.M, T(1), a + i * s.sa, s.K, gy + i * s.sy, s.N, beta_b, gb + i * s.sb, s.N);
         }
     }
 };

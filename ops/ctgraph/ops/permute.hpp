@@ -18,6 +18,7 @@ namespace ops {
 template <int... P>
 struct permute_op {
     static constexpr std::string_view name = "permute";
+    static constexpr bool assigns_adjoints = true;
     static constexpr std::size_t R = sizeof...(P);
     static constexpr std::array<int, R> perm{P...};
 
@@ -80,7 +81,8 @@ struct permute_op {
         T* g = c.gx_data(0);
         if (!g) return;
         const T* gy = c.gy_data();
-        walk(c.x[0].shape, [&](std::size_t dst, std::size_t src, std::size_t run) { kernels::add_to(run, gy + dst, g + src); });
+        const bool fresh = c.fresh(0);  // every element of the operand is visited once
+        walk(c.x[0].shape, [&](std::size_t dst, std::size_t src, std::size_t run) { kernels::put(fresh, run, gy + dst, g + src); });
     }
     static std::string describe() {
         std::string s;

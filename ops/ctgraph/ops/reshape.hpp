@@ -18,6 +18,7 @@ namespace ops {
 template <dim... D>
 struct reshape_op {
     static constexpr std::string_view name = "reshape";
+    static constexpr bool assigns_adjoints = true;
     static constexpr std::array<dim, sizeof...(D)> target{D...};
 
     template <class A>
@@ -47,7 +48,7 @@ struct reshape_op {
     static void forward(op_io<T, 1>& c) { std::copy(c.x_data(0), c.x_data(0) + c.y.size(), c.y_data()); }
     template <class T>
     static void backward(op_io<T, 1>& c) {
-        if (T* g = c.gx_data(0)) kernels::add_to(c.y.size(), static_cast<const T*>(c.gy_data()), g);
+        if (T* g = c.gx_data(0)) kernels::put(c.fresh(0), c.y.size(), static_cast<const T*>(c.gy_data()), g);
     }
     static std::string describe() { return to_string(target); }
 };

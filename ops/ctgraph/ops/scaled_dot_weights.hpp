@@ -22,6 +22,7 @@ template <cval Scale, class Mask>
 struct scaled_dot_weights_op {
     static constexpr std::string_view name = "scaled_dot_weights";
     static constexpr double c = Scale.value();
+    static constexpr bool assigns_adjoints = true;
 
     template <class Q, class K, class... Ops>
     static consteval bool check() {
@@ -73,10 +74,10 @@ struct scaled_dot_weights_op {
             for (std::size_t i = 0; i < s.n; ++i)
                 rows.backward_row(f * s.n + i, p + off + i * s.m, gp + off + i * s.m, gs + i * s.m);
             if (gq)  // (n x d) += c (n x m)(m x d)
-                kernels::gemm(false, false, s.n, s.d, s.m, T(c), gs, s.m, k + f * s.m * s.d, s.d, T(1),
+                kernels::gemm(false, false, s.n, s.d, s.m, T(c), gs, s.m, k + f * s.m * s.d, s.d, io.fresh(0) ? T(0) : T(1),
                               gq + f * s.n * s.d, s.d);
             if (gk)  // (m x d) += c (m x n)(n x d)
-                kernels::gemm(true, false, s.m, s.d, s.n, T(c), gs, s.m, q + f * s.n * s.d, s.d, T(1),
+                kernels::gemm(true, false, s.m, s.d, s.n, T(c), gs, s.m, q + f * s.n * s.d, s.d, io.fresh(1) ? T(0) : T(1),
                               gk + f * s.m * s.d, s.d);
         }
     }

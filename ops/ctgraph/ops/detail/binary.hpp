@@ -50,6 +50,8 @@ struct binary_op {
         return {m, m ? n / m : 0, na == n ? m : 0, nb == n ? m : 0};
     }
 
+    static constexpr bool assigns_adjoints = true;
+
     template <class T>
     static void forward(op_io<T, 2>& c) {
         const auto L = layout_of(c);
@@ -63,18 +65,17 @@ struct binary_op {
     static void backward(op_io<T, 2>& c) {
         const auto L = layout_of(c);
         const T *a = c.x_data(0), *b = c.x_data(1), *y = c.y_data(), *gy = c.gy_data();
+        // A repeated (broadcast) operand's adjoint sums over the repetitions: only the first may assign.
         if (T* ga = c.gx_data(0))
-            for (std::size_t r = 0; r < L.reps; ++r) {
-                T* g = ga + r * L.a_step;
-                kernels::map(L.m, g, [](auto acc, auto gyv, auto u, auto v, auto yv) { return acc + gyv * Fn::da(u, v, yv); },
-                             static_cast<const T*>(g), gy + r * L.m, a + r * L.a_step, b + r * L.b_step, y + r * L.m);
-            }
+            for (std::size_t r = 0; r < L.reps; ++r)
+                kernels::map_into(c.fresh(0) && (r == 0 || L.a_step), L.m, ga + r * L.a_step,
+                                  [](auto gyv, auto u, auto v, auto yv) { return gyv * Fn::da(u, v, yv); }, gy + r * L.m,
+                                  a + r * L.a_step, b + r * L.b_step, y + r * L.m);
         if (T* gb = c.gx_data(1))
-            for (std::size_t r = 0; r < L.reps; ++r) {
-                T* g = gb + r * L.b_step;
-                kernels::map(L.m, g, [](auto acc, auto gyv, auto u, auto v, auto yv) { return acc + gyv * Fn::db(u, v, yv); },
-                             static_cast<const T*>(g), gy + r * L.m, a + r * L.a_step, b + r * L.b_step, y + r * L.m);
-            }
+            for (std::size_t r = 0; r < L.reps; ++r)
+                kernels::map_into(c.fresh(1) && (r == 0 || L.b_step), L.m, gb + r * L.b_step,
+                                  [](auto gyv, auto u, auto v, auto yv) { return gyv * Fn::db(u, v, yv); }, gy + r * L.m,
+                                  a + r * L.a_step, b + r * L.b_step, y + r * L.m);
     }
 };
 

@@ -5,7 +5,7 @@
 //   template <class V> static V f(V x);              // value, for V = T and V = xsimd::batch<T>
 //   template <class V> static V df(V x, V y);        // dy/dx, given x and y = f(x)
 // and the generic unary_op<Fn> supplies the shape rule (same shape), forward and the VJP
-// gx += gy * df(x, y). Use the output y where it is cheaper (tanh: 1 - y^2, exp: y).
+// gx += gy * df(x, y) (or = when the adjoint is fresh). Use the output y where it is cheaper (tanh: 1 - y^2, exp: y).
 #pragma once
 #include <string>
 #include <string_view>
@@ -24,6 +24,8 @@ struct unary_op {
     template <class S>
     static consteval auto dims() { return S::dims; }
 
+    static constexpr bool assigns_adjoints = true;
+
     template <class T>
     static void forward(op_io<T, 1>& c) {
         kernels::map(c.y.size(), c.y_data(), [](auto x) { return Fn::f(x); }, c.x_data(0));
@@ -31,10 +33,8 @@ struct unary_op {
     template <class T>
     static void backward(op_io<T, 1>& c) {
         if (!c.gx[0]) return;
-        T* gx = c.gx_data(0);
-        kernels::map(c.y.size(), gx, [](auto g, auto gy, auto x, auto y) { return g + gy * Fn::df(x, y); },
-                     static_cast<const T*>(gx), static_cast<const T*>(c.gy_data()), c.x_data(0),
-                     static_cast<const T*>(c.y_data()));
+        kernels::map_into(c.fresh(0), c.y.size(), c.gx_data(0), [](auto gy, auto x, auto y) { return gy * Fn::df(x, y); },
+                          static_cast<const T*>(c.gy_data()), c.x_data(0), static_cast<const T*>(c.y_data()));
     }
     static std::string describe()
         requires requires { Fn::describe(); }
