@@ -89,14 +89,15 @@ def main():
                                           statistics.median(r["tokens_per_s"] for r in c_runs))
             rows.append((w, k, t_ms, c_ms, t_ms / c_ms, flops / t_ms / 1e6, flops / c_ms / 1e6,
                          "-" if bound is None else "%.3f" % bound, "-" if bound is None else "%.0f" % (100 * bound / c_ms),
-                         max(r["peak_rss_mib"] for r in t_runs), max(r["peak_rss_mib"] for r in c_runs), tokens))
+                         max(r["peak_rss_mib"] for r in t_runs), max(r["peak_rss_mib"] for r in c_runs), tokens,
+                         "%d / %d" % (max(r["allocations_n"] for r in c_runs), max(r["allocations_2n"] for r in c_runs))))
             print("done: %s at %d thread(s)" % (w, k), file=sys.stderr, flush=True)
     head = ("workload", "threads", "torch ms", "ctgraph ms", "ratio", "torch GF/s", "ctg GF/s", "GEMM bound ms",
-            "% bound", "torch RSS MiB", "ctg RSS MiB", "tokens/s torch / ctg")
+            "% bound", "torch RSS MiB", "ctg RSS MiB", "tokens/s torch / ctg", "ctg allocations N / 2N steps")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:
-        print("| %s | %d | %.3f | %.3f | %.2f | %.1f | %.1f | %s | %s | %.0f | %.0f | %s |" % r)
+        print("| %s | %d | %.3f | %.3f | %.2f | %.1f | %.1f | %s | %s | %.0f | %.0f | %s | %s |" % r)
 
 
 if __name__ == "__main__":

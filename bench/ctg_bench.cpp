@@ -4,7 +4,8 @@
 //   ctg-bench --workload NAME --check DIR [--dtype float32|float64]
 //
 // Timing: W warm-up steps (default 3), then N measured steps (default 20), each a whole training
-// step (forward, loss, backward, optimizer update) timed with steady_clock; the median is reported.
+// step (forward, loss, backward, optimizer update) timed with steady_clock; the median is reported,
+// with the heap allocations over those N steps and over N more (zero in steady state).
 // --step fused times ctg::train_step instead (each parameter's update inside backward).
 // Check: loads DIR/<workload>[-f64]/{weights,batch}.npz written by
 // `shared/bench/torch_ref.py --dump-npz DIR`, runs one step, and compares the loss, every gradient
@@ -22,9 +23,29 @@
 #include <string>
 #include <vector>
 
+#include <atomic>
+#include <new>
+
 #include <boost/hana/for_each.hpp>
 
 #include "workloads.hpp"
+
+// Heap allocations, counted for the report (a steady-state step must make none): every operator new
+// of this program, plus every buffer ctgraph allocates (ctg::allocation_count).
+namespace {
+std::atomic<long> operator_news{0};
+long heap_allocations() { return operator_news.load() + ctg::allocation_count().load(); }
+}  // namespace
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // the pair below is malloc/free by design
+#endif
+void* operator new(std::size_t n) {
+    operator_news.fetch_add(1, std::memory_order_relaxed);
+    if (void* p = std::malloc(n ? n : 1)) return p;
+    throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 using namespace ctg;
 
@@ -118,11 +139,17 @@ int run_timing(const args& a) {
     last = w.step();
     const double gemm_flops = double(kernels::gemm_flop_counter());
     std::vector<double> ms;
+    ms.reserve(std::size_t(a.steps));
+    // Allocations over the N timed steps, then over N more (2N in all): both zero in steady state.
+    const long allocs_before = heap_allocations();
     for (int i = 0; i < a.steps; ++i) {
         const auto t0 = std::chrono::steady_clock::now();
         last = w.step();
         ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
+    const long allocs_n = heap_allocations() - allocs_before;
+    for (int i = 0; i < a.steps; ++i) last = w.step();
+    const long allocs_2n = heap_allocations() - allocs_before;
     std::vector<double> sorted = ms;
     std::sort(sorted.begin(), sorted.end());
     const std::size_t n = sorted.size();
@@ -136,15 +163,16 @@ int run_timing(const args& a) {
         std::printf("{\"workload\": \"%s\", \"step\": \"%s\", \"threads\": %d, \"steps\": %d, \"warmup\": %d, \"median_ms\": %.6f, "
                     "\"min_ms\": %.6f, \"max_ms\": %.6f, \"gflops\": %.4f, \"flops_per_step\": %.0f, "
                     "\"gemm_flops_per_step\": %.0f, \"peak_rss_mib\": %.2f, \"rss_before_loop_mib\": %.2f, "
-                    "\"loss_first\": %.6f, \"loss_last\": %.6f%s}\n",
+                    "\"loss_first\": %.6f, \"loss_last\": %.6f, \"allocations_n\": %ld, \"allocations_2n\": %ld%s}\n",
                     W::name, a.step.c_str(), a.threads, a.steps, a.warmup, median, sorted.front(), sorted.back(), gflops, W::flops(),
-                    gemm_flops, peak_rss_mib(), rss_before, first, last, tokens.c_str());
+                    gemm_flops, peak_rss_mib(), rss_before, first, last, allocs_n, allocs_2n, tokens.c_str());
     } else {
         if constexpr (requires { W::new_tokens; })
             std::printf("%-16s %.1f tokens/s\n", W::name, double(W::new_tokens) / (median * 1e-3));
         std::printf("%-16s threads %d  median %.3f ms  (min %.3f, max %.3f)  %.2f GFLOP/s\n", W::name, a.threads,
                     median, sorted.front(), sorted.back(), gflops);
         std::printf("%-16s peak RSS %.1f MiB  loss %.6f -> %.6f\n", "", peak_rss_mib(), first, last);
+        std::printf("%-16s heap allocations: %ld in %d steps, %ld in %d\n", "", allocs_n, a.steps, allocs_2n, 2 * a.steps);
     }
     return 0;
 }

@@ -345,6 +345,7 @@ struct decode_workload {
     nn::gpt_generator<model, T> gen{store, 1, new_tokens + 1};
     decltype(compile<T, options{.inference = true}>(model::logits(Tokens{}))) full{store};
     std::vector<int> tokens;               // the last generation
+    std::vector<index_t> seq;              // prompt + tokens so far (full recompute)
     std::vector<std::vector<T>> logits;    // its logits per new token (kept by check())
     bool keep_logits = false;
 
@@ -367,9 +368,10 @@ struct decode_workload {
         if constexpr (Cache) {
             tokens = gen.generate({{0}}, new_tokens, {}, rng, keep_logits ? &logits : nullptr)[0];
         } else {
-            std::vector<index_t> seq = {0};
+            seq.assign(1, 0);  // members: a generation allocates nothing once they have grown
             seq.reserve(new_tokens + 1);
             tokens.clear();
+            tokens.reserve(new_tokens);
             if (keep_logits) logits.assign(1, {});
             for (std::size_t t = 0; t < new_tokens; ++t) {
                 full.feed("x", seq.data(), rshape{2, {1, seq.size()}});

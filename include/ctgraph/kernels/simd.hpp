@@ -129,10 +129,20 @@ inline void combine_rows(std::size_t count, std::size_t width, const T* w, const
             a2.store_unaligned(out + c + 2 * W);
             a3.store_unaligned(out + c + 3 * W);
         }
+        // Narrow blocks (a head's 32 features): four accumulators over interleaved rows, so the sum
+        // is not one chain of dependent FMAs (4 cycles each) but four.
         for (; c + W <= width; c += W) {
-            V a(T(0));
-            for (std::size_t r = 0; r < count; ++r) a = xsimd::fma(V(w[r]), V::load_unaligned(rows + r * stride + c), a);
-            a.store_unaligned(out + c);
+            V a0(T(0)), a1(T(0)), a2(T(0)), a3(T(0));
+            std::size_t r = 0;
+            for (; r + 4 <= count; r += 4) {
+                const T* p = rows + r * stride + c;
+                a0 = xsimd::fma(V(w[r]), V::load_unaligned(p), a0);
+                a1 = xsimd::fma(V(w[r + 1]), V::load_unaligned(p + stride), a1);
+                a2 = xsimd::fma(V(w[r + 2]), V::load_unaligned(p + 2 * stride), a2);
+                a3 = xsimd::fma(V(w[r + 3]), V::load_unaligned(p + 3 * stride), a3);
+            }
+            for (; r < count; ++r) a0 = xsimd::fma(V(w[r]), V::load_unaligned(rows + r * stride + c), a0);
+            ((a0 + a1) + (a2 + a3)).store_unaligned(out + c);
         }
     }
     for (; c < width; ++c) {
