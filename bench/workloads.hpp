@@ -48,8 +48,8 @@ struct mlp : workload_base<mlp<T>> {
     using X = input<"x", B, 784>;
     using Y = index_input<"y", B>;
     static constexpr auto loss() {
-        auto h = relu(X{} * param<"fc1_weight", 784, 256>{} + param<"fc1_bias", 256>{});
-        return softmax_cross_entropy(h * param<"fc2_weight", 256, 10>{} + param<"fc2_bias", 10>{}, Y{});
+        auto h = relu(affine(X{}, param<"fc1_weight", 784, 256>{}, param<"fc1_bias", 256>{}));
+        return softmax_cross_entropy(affine(h, param<"fc2_weight", 256, 10>{}, param<"fc2_bias", 10>{}), Y{});
     }
     decltype(compile<T>(loss())) prog = compile<T>(loss());
     optim::sgd<T> opt{{.lr = 0.1}};
@@ -92,9 +92,9 @@ struct rnn : workload_base<rnn<T>> {
     using Y = index_input<"y", Tm, B>;
     static constexpr auto loss() {
         // x_t W_x + b for every t at once (one GEMM), then h_t = tanh(h_{t-1} W_h + that).
-        auto xw = embedding(param<"embed", V, E>{}, X{}) * param<"W_x", E, H>{} + param<"b", H>{};
+        auto xw = affine(embedding(param<"embed", V, E>{}, X{}), param<"W_x", E, H>{}, param<"b", H>{});
         auto hs = scan<H>([](auto h, auto p) { return tanh(h * param<"W_h", H, H>{} + p); }, xw);
-        return softmax_cross_entropy(hs * param<"W_y", H, V>{} + param<"c", V>{}, Y{});
+        return softmax_cross_entropy(affine(hs, param<"W_y", H, V>{}, param<"c", V>{}), Y{});
     }
     decltype(compile<T>(loss())) prog = compile<T>(loss());
     optim::adam<T> opt{{.lr = 1e-3}};
@@ -151,7 +151,7 @@ struct s2s : workload_base<s2s<T>> {
     static constexpr auto loss() {
         auto hs = encoder::run(embedding(param<"src_embed", Vs, E>{}, Src{}));   // (S, B, H)
         auto outs = decoder::run(embedding(param<"tgt_embed", Vt, E>{}, TgtIn{}), permute<1, 0, 2>(hs), at_time<-1>(hs));
-        auto logits = outs * param<"out_W_o", 2 * H, Vt>{} + param<"out_b_o", Vt>{};   // (T, B, Vt)
+        auto logits = affine(outs, param<"out_W_o", 2 * H, Vt>{}, param<"out_b_o", Vt>{});   // (T, B, Vt)
         return softmax_cross_entropy(logits, TgtOut{});
     }
     decltype(compile<T>(loss())) prog = compile<T>(loss());

@@ -122,3 +122,53 @@ TEST_CASE("the fused losses equal their composed forms, value and gradient", "[g
     CHECK(mse.first == Approx(mse_composed.first).epsilon(1e-12));
     for (std::size_t i = 0; i < 20; ++i) CHECK(mse.second[i] == Approx(mse_composed.second[i]).margin(1e-12));
 }
+
+TEST_CASE("gradcheck: affine (x W + b in one node), batched rows and a single row", "[gradcheck]") {
+    CHECK(check_gradients(affine(X{}, param<"W", 4, 3>{}, param<"b", 3>{})) > 0);
+    CHECK(check_gradients(affine(input<"x3", B, T, 4>{}, param<"W", 4, 3>{}, param<"b", 3>{})) > 0);
+    CHECK(check_gradients(affine(X{}, param<"W", 4, 3>{}, param<"b", 3>{}), {.dims = {{'B', 1}}}) > 0);  // M = 1
+    // x used twice: the first writer of x's adjoint is affine, the second adds.
+    CHECK(check_gradients(affine(X{}, param<"W", 4, 4>{}, param<"b", 4>{}) + tanh(X{})) > 0);
+}
+
+TEST_CASE("affine equals the composed matmul + add, value and every gradient", "[gradcheck][fused]") {
+    using W = param<"W", 4, 5>;
+    using Bias = param<"b", 5>;
+    using Gw = input<"g", B, T, 5>;
+    using X3 = input<"x3", B, T, 4>;
+    for (std::size_t rows : {1, 6}) {
+        constexpr options opt{.input_grads = true};
+        auto fused = compile<double, opt>(sum(mul(affine(X3{}, W{}, Bias{}), Gw{})));
+        program_for<double, opt, decltype(sum(mul(X3{} * W{} + Bias{}, Gw{})))> composed(fused.shared_params());
+        fused.params().init(3);
+        fused.poison_arena(true);
+        composed.poison_arena(true);
+        xt::xtensor<double, 3> x = xt::zeros<double>({rows, std::size_t(1), std::size_t(4)});
+        xt::xtensor<double, 3> g = xt::zeros<double>({rows, std::size_t(1), std::size_t(5)});
+        for (std::size_t i = 0; i < x.size(); ++i) x.flat(i) = std::sin(double(i) + 0.5);
+        for (std::size_t i = 0; i < g.size(); ++i) g.flat(i) = std::cos(double(i));
+        std::vector<double> grads[2], xgrads[2];
+        double losses[2];
+        int k = 0;
+        auto run = [&](auto& prog) {
+            prog.template feed<"x3">(x);
+            prog.template feed<"g">(g);
+            prog.zero_grad();
+            losses[k] = prog.forward();
+            prog.backward();
+            auto gx = prog.template input_grad<"x3">();
+            xgrads[k].assign(gx.begin(), gx.end());
+            for (std::size_t s = 0; s < prog.params().size(); ++s) {
+                const double* p = prog.params().grad(s);
+                grads[k].insert(grads[k].end(), p, p + prog.params().at(s).shape.size());
+            }
+            ++k;
+        };
+        run(fused);
+        run(composed);
+        CHECK(losses[0] == Approx(losses[1]).epsilon(1e-14));
+        REQUIRE(grads[0].size() == 25);
+        for (std::size_t i = 0; i < grads[0].size(); ++i) CHECK(grads[0][i] == Approx(grads[1][i]).margin(1e-14));
+        for (std::size_t i = 0; i < xgrads[0].size(); ++i) CHECK(xgrads[0][i] == Approx(xgrads[1][i]).margin(1e-14));
+    }
+}

@@ -16,6 +16,7 @@
 #pragma once
 #include "ctgraph/graph/scan.hpp"
 #include "ctgraph/ops/add.hpp"
+#include "ctgraph/ops/affine.hpp"
 #include "ctgraph/ops/concat.hpp"
 #include "ctgraph/ops/matmul.hpp"
 #include "ctgraph/ops/mul.hpp"
@@ -56,9 +57,9 @@ struct gate_weights {
     using b_i = param<P + fixed_string("_b_i"), G * H>;
     using b_h = param<P + fixed_string("_b_h"), G * H>;
     /// The input's part of every gate: x W_i + b_i.
-    static constexpr auto project(auto xs) { return xs * W_i{} + b_i{}; }
+    static constexpr auto project(auto xs) { return affine(xs, W_i{}, b_i{}); }
     /// The state's part of every gate: h W_h + b_h.
-    static constexpr auto recurrent_part(auto h) { return h * W_h{} + b_h{}; }
+    static constexpr auto recurrent_part(auto h) { return affine(h, W_h{}, b_h{}); }
 };
 
 /// Elman: h_t = phi(h_{t-1} W_h + x_t W_x + b), phi = tanh or relu.
@@ -71,7 +72,7 @@ struct elman : recurrent<elman<P, X, H, Phi>, H> {
         static_assert(Phi != activation::gelu, "ctg::nn::elman: the activation is tanh or relu");
         if constexpr (Phi == activation::tanh) return ctg::tanh(a); else return ctg::relu(a);
     }
-    static constexpr auto project(auto xs) { return xs * W_x{} + b{}; }
+    static constexpr auto project(auto xs) { return affine(xs, W_x{}, b{}); }
     static constexpr auto step(auto h, auto p) { return phi(h * W_h{} + p); }
 };
 

@@ -12,7 +12,7 @@
 // stored (in, out), the transpose of PyTorch's (out, in). The score is a template argument (any ctg::score_for type, per head).
 #pragma once
 #include "ctgraph/attention.hpp"
-#include "ctgraph/ops/add.hpp"
+#include "ctgraph/ops/affine.hpp"
 #include "ctgraph/ops/kv_cache.hpp"
 #include "ctgraph/ops/matmul.hpp"
 #include "ctgraph/ops/permute.hpp"
@@ -58,16 +58,16 @@ struct multi_head_attention {
 
     /// The per-head queries, keys and values (B, h, n, D/h).
     template <expr X>
-    static constexpr auto queries(X x) { return split_heads<Heads>(x * W_q{} + b_q{}); }
+    static constexpr auto queries(X x) { return split_heads<Heads>(affine(x, W_q{}, b_q{})); }
     template <expr X>
-    static constexpr auto keys(X x) { return split_heads<Heads>(x * W_k{} + b_k{}); }
+    static constexpr auto keys(X x) { return split_heads<Heads>(affine(x, W_k{}, b_k{})); }
     template <expr X>
-    static constexpr auto values(X x) { return split_heads<Heads>(x * W_v{} + b_v{}); }
+    static constexpr auto values(X x) { return split_heads<Heads>(affine(x, W_v{}, b_v{})); }
 
     /// Queries from xq (B, n, D), keys and values from xkv (B, m, D) -> (B, n, D).
     template <expr Xq, expr Xkv, attention_mask Mask = no_mask>
     static constexpr auto cross(Xq xq, Xkv xkv, Mask mask = {}) {
-        return merge_heads(attention(queries(xq), keys(xkv), values(xkv), Score{}, mask)) * W_o{} + b_o{};
+        return affine(merge_heads(attention(queries(xq), keys(xkv), values(xkv), Score{}, mask)), W_o{}, b_o{});
     }
     /// Self-attention: queries, keys and values from x (B, n, D) -> (B, n, D).
     template <expr X, attention_mask Mask = no_mask>
@@ -76,10 +76,10 @@ struct multi_head_attention {
     /// side) into the caches, keys (B, D, C) and values (B, C, D): the prefill of decoding with a KV cache.
     template <expr X, expr Kc, expr Vc, attention_mask Mask = no_mask>
     static constexpr auto self_prefill(X x, Kc kc, Vc vc, Mask mask = {}) {
-        auto k = cache_store<true>(x * W_k{} + b_k{}, kc);
-        auto v = cache_store(x * W_v{} + b_v{}, vc);
-        return merge_heads(attention(queries(x), split_heads<Heads>(k), split_heads<Heads>(v), Score{}, mask)) * W_o{} +
-               b_o{};
+        auto k = cache_store<true>(affine(x, W_k{}, b_k{}), kc);
+        auto v = cache_store(affine(x, W_v{}, b_v{}), vc);
+        return affine(merge_heads(attention(queries(x), split_heads<Heads>(k), split_heads<Heads>(v), Score{}, mask)),
+                      W_o{}, b_o{});
     }
     /// One decoding step: x (B, 1, D) at positions pos (B) appends its key and value to the caches
     /// and attends over them (causal by construction: the cache holds positions 0 .. pos).
@@ -87,8 +87,9 @@ struct multi_head_attention {
     static constexpr auto self_step(X x, Kc kc, Vc vc, Pos pos) {
         static_assert(std::is_same_v<Score, scaled_dot_score>,
                       "ctg::nn::multi_head_attention: KV-cache decoding is implemented for the scaled-dot score");
-        return cached_attention<Heads>(x * W_q{} + b_q{}, x * W_k{} + b_k{}, x * W_v{} + b_v{}, kc, vc, pos) * W_o{} +
-               b_o{};
+        return affine(cached_attention<Heads>(affine(x, W_q{}, b_q{}), affine(x, W_k{}, b_k{}), affine(x, W_v{}, b_v{}),
+                                              kc, vc, pos),
+                      W_o{}, b_o{});
     }
     /// The weights (B, h, n, m) of cross(xq, xkv, mask): read them with prog.value_of(...).
     template <expr Xq, expr Xkv, attention_mask Mask = no_mask>

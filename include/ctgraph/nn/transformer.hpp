@@ -18,6 +18,7 @@
 #include "ctgraph/nn/cells.hpp"  // nn::activation
 #include "ctgraph/nn/multi_head_attention.hpp"
 #include "ctgraph/ops/add.hpp"
+#include "ctgraph/ops/affine.hpp"
 #include "ctgraph/ops/dropout.hpp"
 #include "ctgraph/ops/embedding.hpp"
 #include "ctgraph/ops/gelu.hpp"
@@ -36,7 +37,7 @@ struct linear {
     using bias = param<P + fixed_string("bias"), Out>;
     template <expr X>
     constexpr auto operator()(X x) const {
-        if constexpr (Bias) return x * weight{} + bias{};
+        if constexpr (Bias) return affine(x, weight{}, bias{});  // one node: ops/affine.hpp
         else return x * weight{};
     }
 };
