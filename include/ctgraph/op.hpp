@@ -26,6 +26,9 @@
 //     // Without it the engine zeroes such an adjoint before calling backward. Each adjoint is then
 //     // written once instead of zeroed and added to (gpt-s: memset was 7 % of a training step).
 //     static constexpr bool assigns_adjoints = true;
+//     // optional: the value is operand 0's elements in the same order (reshape): the engine points
+//     // c.y at c.x[0]'s memory and forward must only copy when the two differ (a cell's result).
+//     static constexpr bool aliases_operand = true;
 //
 //     // optional: elements of op-private memory kept from forward to backward (saved statistics).
 //     static std::size_t scratch_size(const ctg::rshape& y, const std::array<ctg::rshape, K>& x);

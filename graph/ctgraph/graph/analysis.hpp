@@ -123,6 +123,14 @@ struct op_of<N> {
 template <class N>
 using op_of_t = typename op_of<N>::type;
 
+/// Whether a node's value is its first operand's memory under another shape (an op declaring
+/// `aliases_operand`, see op.hpp): the planners give it no memory of its own.
+template <class N>
+consteval bool aliases_operand() {
+    using Op = op_of_t<N>;
+    if constexpr (requires { Op::aliases_operand; }) return bool(Op::aliases_operand); else return false;
+}
+
 template <class N>
 consteval double constant_value() {
     if constexpr (N::kind == leaf_kind::constant) return N::value; else return 0.0;
@@ -213,6 +221,7 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
     static constexpr std::array<std::size_t, size> arity{Ns::args::size...};
     static constexpr std::array<leaf_kind, size> kind{Ns::kind...};
     static constexpr std::array<bool, size> is_index{Ns::is_index...};
+    static constexpr std::array<bool, size> aliases{detail::aliases_operand<Ns>()...};  // value = operand 0's memory
     static constexpr std::array<std::string_view, size> label{detail::node_label<Ns>()...};
     static constexpr std::array<double, size> constant_value{detail::constant_value<Ns>()...};
     static constexpr std::array<std::size_t, size> layer_axes{detail::layer_axes_of<Ns>()...};  // stacked params

@@ -519,7 +519,7 @@ private:
         std::array<std::size_t, N> val_off{}, adj_off{}, scr_off{};
         std::size_t off = 0;
         for (std::size_t i = 0; i < N; ++i)
-            if (G::kind[i] == leaf_kind::none || G::kind[i] == leaf_kind::constant) {
+            if ((G::kind[i] == leaf_kind::none && !G::aliases[i]) || G::kind[i] == leaf_kind::constant) {
                 val_off[i] = off;
                 off += round_up_elems<T>(shapes_[i].size());
             }
@@ -560,6 +560,9 @@ private:
                           : inputs_[k].external                ? static_cast<void*>(inputs_[k].external)
                                                                : static_cast<void*>(inputs_[k].values.data());
         }
+        // Aliasing nodes (reshape) read their operand's memory, wherever it is this time.
+        for (std::size_t i = 0; i < N; ++i)
+            if (G::aliases[i]) val_[i].ptr = val_[std::size_t(G::operands[i][0])].ptr;
     }
 
     // ---------------------------------------------------------------- execution

@@ -190,6 +190,7 @@ struct repeat_op {
                 v.val[std::size_t(extra_nodes[e])].ptr =
                     slice(c.x[1 + e], e, l, G::is_index[std::size_t(extra_nodes[e])] ? sizeof(index_t) : sizeof(T));
         for (std::size_t j = 0; j < info::num_hoisted; ++j) v.val[info::hoisted[j]].ptr = c.x[first_hoisted + j].ptr;
+        Ly.resolve_aliases(v.val);
     }
     static detail::exec_state exec_of(const layer_views& v, const layout& Ly, const run_info& run, std::size_t l) {
         return {v.val.data(), v.adj.data(), v.scr.data(), Ly.shapes.data(), info::has_adjoint.data(), G::is_index.data(), v.label.data(),

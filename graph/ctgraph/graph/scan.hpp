@@ -129,6 +129,16 @@ struct cell_info {
         }
         return adj_write_modes(G::arity, G::operands, owned, runs);
     }();
+    /// The VJP that writes each owned adjoint first (its consumer of highest index), or N for one
+    /// no VJP writes (zeroed at the start of the step): where that adjoint's life begins.
+    static constexpr std::array<std::size_t, N> first_writer = [] {
+        std::array<std::size_t, N> f{};
+        for (std::size_t j = 0; j < N; ++j) f[j] = adj_writes.orphan[j] ? N : j;
+        for (std::size_t i = 0; i < N; ++i)
+            for (std::size_t k = 0; k < G::arity[i]; ++k)
+                if (adj_writes.mode[i][k] != adj_write::add) f[std::size_t(G::operands[i][k])] = i;
+        return f;
+    }();
     static constexpr std::size_t num_orphans = [] {
         std::size_t n = 0;
         for (bool b : adj_writes.orphan) n += b;
@@ -193,7 +203,7 @@ struct cell_frame {
         std::size_t off = 0;
         for (std::size_t i = 0; i < N; ++i) {
             if (!Info::computed[i]) continue;
-            if (i != Info::out) {
+            if (i != Info::out && !G::aliases[i]) {  // an aliasing node reads its operand's memory
                 val_off[i] = off;
                 off += round_up_elems<double>(shapes[i].size());
             }
@@ -201,13 +211,46 @@ struct cell_frame {
             off += round_up_elems<double>(scr_size[i]);
         }
         per_step = off;
-        std::size_t a = 0;
+        place_adjoints();
+    }
+
+    /// Adjoints share memory by lifetime. Node j's adjoint is live from its first writer's VJP
+    /// (Info::first_writer[j], the consumer of highest index) until j's own VJP has read it; the VJPs
+    /// run from the last node down, so two adjoints may share memory when one's node runs before the
+    /// other's first writer (j1 > fw2). First fit, in the order they become live: a Transformer
+    /// block's adjoints take about a third of their sum.
+    void place_adjoints() {
+        std::array<std::size_t, N> order{}, size{};
+        std::size_t n = 0;
         for (std::size_t i = 0; i < N; ++i)
             if (Info::computed[i] && i != Info::out) {
-                adj_off[i] = a;
-                a += round_up_elems<double>(shapes[i].size());
+                order[n++] = i;
+                size[i] = round_up_elems<double>(shapes[i].size());
             }
-        adj_block = a;
+        std::sort(order.begin(), order.begin() + n,
+                  [](std::size_t x, std::size_t y) { return Info::first_writer[x] > Info::first_writer[y]; });
+        std::array<std::pair<std::size_t, std::size_t>, N> taken{};  // [offset, end) of conflicting ones
+        adj_block = 0;
+        for (std::size_t a = 0; a < n; ++a) {
+            const std::size_t j = order[a];
+            std::size_t m = 0;
+            for (std::size_t b = 0; b < a; ++b) {
+                const std::size_t k = order[b];  // placed earlier: live at j's start unless k already ran
+                if (k <= Info::first_writer[j]) taken[m++] = {adj_off[k], adj_off[k] + size[k]};
+            }
+            std::sort(taken.begin(), taken.begin() + m);
+            std::size_t off = 0;
+            for (std::size_t t = 0; t < m && taken[t].first < off + size[j]; ++t) off = std::max(off, taken[t].second);
+            adj_off[j] = off;
+            adj_block = std::max(adj_block, off + size[j]);
+        }
+    }
+
+    /// Points the aliasing nodes of one step (reshape) at their operand's memory, once every other
+    /// value of the step has its place. The cell's result keeps its own (the op then copies).
+    static void resolve_aliases(std::array<view, N>& val) {
+        for (std::size_t i = 0; i < N; ++i)
+            if (Info::computed[i] && G::aliases[i] && i != Info::out) val[i].ptr = val[std::size_t(G::operands[i][0])].ptr;
     }
 
     /// Zeroes the adjoints of one step that no VJP writes (see cell_info::orphans).
@@ -361,6 +404,7 @@ struct scan_op {
             else
                 v.val[input_node].ptr = c.x[0].template as<T>() + t * L.x_stride;
         }
+        L.resolve_aliases(v.val);
     }
 
     template <class T, std::size_t K>

@@ -19,6 +19,7 @@ template <dim... D>
 struct reshape_op {
     static constexpr std::string_view name = "reshape";
     static constexpr bool assigns_adjoints = true;
+    static constexpr bool aliases_operand = true;  // the engine points y at x: no copy, no memory
     static constexpr std::array<dim, sizeof...(D)> target{D...};
 
     template <class A>
@@ -45,7 +46,9 @@ struct reshape_op {
     static consteval auto dims() { return target; }
 
     template <class T>
-    static void forward(op_io<T, 1>& c) { std::copy(c.x_data(0), c.x_data(0) + c.y.size(), c.y_data()); }
+    static void forward(op_io<T, 1>& c) {
+        if (c.y.ptr != c.x[0].ptr) std::copy(c.x_data(0), c.x_data(0) + c.y.size(), c.y_data());  // a cell's result
+    }
     template <class T>
     static void backward(op_io<T, 1>& c) {
         if (T* g = c.gx_data(0)) kernels::put(c.fresh(0), c.y.size(), static_cast<const T*>(c.gy_data()), g);
