@@ -346,6 +346,7 @@ struct decode_workload {
     decltype(compile<T, options{.inference = true}>(model::logits(Tokens{}))) full{store};
     std::vector<int> tokens;               // the last generation
     std::vector<index_t> seq;              // prompt + tokens so far (full recompute)
+    std::vector<std::vector<int>> prompts{{0}}, outs;  // (with the cache) kept: no allocation per generation
     std::vector<std::vector<T>> logits;    // its logits per new token (kept by check())
     bool keep_logits = false;
 
@@ -366,7 +367,8 @@ struct decode_workload {
     double step(bool = true) {
         std::mt19937_64 rng(0);
         if constexpr (Cache) {
-            tokens = gen.generate({{0}}, new_tokens, {}, rng, keep_logits ? &logits : nullptr)[0];
+            gen.generate_into(outs, prompts, new_tokens, {}, rng, keep_logits ? &logits : nullptr);
+            tokens.assign(outs[0].begin(), outs[0].end());
         } else {
             seq.assign(1, 0);  // members: a generation allocates nothing once they have grown
             seq.reserve(new_tokens + 1);

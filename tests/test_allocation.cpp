@@ -130,3 +130,22 @@ TEST_CASE("a generation step with a KV cache allocates nothing per token", "[all
     INFO("allocations for 10 tokens: " << n << ", for 20: " << twice);
     CHECK(twice == n);  // the per-call ones (the result vectors) only
 }
+
+TEST_CASE("generate_into a kept result allocates nothing per request", "[allocation][generate]") {
+    using model = nn::gpt<13, 64, 16, 2, 2>;
+    auto store = std::make_shared<parameter_store<float>>();
+    nn::gpt_generator<model> gen(store, 2, 48);
+    store->init(3);
+    std::mt19937_64 rng(1), rng2(1);
+    const std::vector<std::vector<int>> prompts = {{1, 2, 3}, {4}};
+    const nn::sampling how{.top_k = 5, .temperature = 0.9};
+    std::vector<std::vector<int>> out;
+    gen.generate_into(out, prompts, 20, how, rng);  // plans both programs, grows `out`
+    const auto first = out;
+    CHECK(first == gen.generate(prompts, 20, how, rng2));  // the same tokens as generate()
+    const long before = allocations();
+    for (int r = 0; r < 3; ++r) gen.generate_into(out, prompts, 20, how, rng);
+    CHECK(allocations() - before == 0);
+    CHECK(out[0].size() == 20);
+    CHECK(out[1].size() == 20);
+}

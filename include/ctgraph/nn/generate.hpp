@@ -57,12 +57,26 @@ public:
     std::vector<std::vector<int>> generate(const std::vector<std::vector<int>>& prompts, std::size_t new_tokens,
                                            const sampling& how, std::mt19937_64& rng,
                                            std::vector<std::vector<T>>* logits = nullptr) {
+        std::vector<std::vector<int>> out;
+        generate_into(out, prompts, new_tokens, how, rng, logits);
+        return out;
+    }
+
+    /// generate() into the caller's vectors, reusing their memory: a server that keeps `out` across
+    /// requests allocates nothing per request once it has grown (nothing per token in any case).
+    void generate_into(std::vector<std::vector<int>>& out, const std::vector<std::vector<int>>& prompts,
+                       std::size_t new_tokens, const sampling& how, std::mt19937_64& rng,
+                       std::vector<std::vector<T>>* logits = nullptr) {
         const std::size_t n = prompts.size();
         std::size_t longest = 0;
         check(prompts, new_tokens, longest);
-        std::vector<std::vector<int>> out(n);
-        if (logits) logits->assign(n, {});
-        if (new_tokens == 0) return out;
+        out.resize(n);
+        for (auto& o : out) o.clear();
+        if (logits) {
+            logits->resize(n);
+            for (auto& l : *logits) l.clear();
+        }
+        if (new_tokens == 0) return;
         for (auto& o : out) o.reserve(new_tokens);
 
         // Prefill: every prompt in one pass, right-padded to the longest.
@@ -90,7 +104,6 @@ public:
             const T* zs = output(step_);
             for (std::size_t b = 0; b < n; ++b) pick(b, zs + b * V, how, rng, out, logits);
         }
-        return out;
     }
 
 private:
