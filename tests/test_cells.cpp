@@ -109,3 +109,52 @@ TEST_CASE("decode: greedy generation with a one-step program matches a hand-run 
     }
     CHECK(got[0].size() <= 6);
 }
+
+TEST_CASE("the fused GRU gates equal the composed step, value and every gradient, and pass finite differences",
+          "[cells][fused]") {
+    constexpr int Hw = 5;  // a width with a SIMD tail in float64 (8 lanes of AVX-512 or 4 of AVX2, then 1)
+    using P = input<"p", B, 3 * Hw>;
+    using Q = input<"q", B, 3 * Hw>;
+    using Hs = input<"h", B, Hw>;
+    CHECK(check_gradients(gru_gates(P{}, Q{}, Hs{}), {.dims = {{'B', 3}}}) > 0);
+    // A whole GRU scan through the fused step against the same scan through the composed one.
+    constexpr options opt{.input_grads = true};
+    using cell = nn::gru<"gru", X, H>;
+    auto fused = compile<double, opt>(sum(mul(cell::run(Xs{}), input<"w", T, B, H>{})));
+    auto loss_composed = sum(mul(scan<H>([](auto h, auto p) { return cell::composed_step(h, p); }, cell::project(Xs{})),
+                                 input<"w", T, B, H>{}));
+    program_for<double, opt, decltype(loss_composed)> composed(fused.shared_params());
+    fused.params().init(5);
+    fused.poison_arena(true);
+    composed.poison_arena(true);
+    xt::xtensor<double, 3> xs = xt::zeros<double>({std::size_t(4), std::size_t(3), std::size_t(X)});
+    xt::xtensor<double, 3> w = xt::zeros<double>({std::size_t(4), std::size_t(3), std::size_t(H)});
+    for (std::size_t i = 0; i < xs.size(); ++i) xs.flat(i) = std::sin(0.7 * double(i) + 0.1);
+    for (std::size_t i = 0; i < w.size(); ++i) w.flat(i) = std::cos(1.3 * double(i));
+    std::vector<double> grads[2];
+    double losses[2];
+    int k = 0;
+    auto run = [&](auto& prog) {
+        prog.template feed<"xs">(xs);
+        prog.template feed<"w">(w);
+        prog.zero_grad();
+        losses[k] = prog.forward();
+        prog.backward();
+        auto gx = prog.template input_grad<"xs">();
+        grads[k].assign(gx.begin(), gx.end());
+        for (std::size_t s = 0; s < prog.params().size(); ++s) {
+            const double* g = prog.params().grad(s);
+            grads[k].insert(grads[k].end(), g, g + prog.params().at(s).shape.size());
+        }
+        ++k;
+    };
+    run(fused);
+    run(composed);
+    CHECK(losses[0] == Approx(losses[1]).epsilon(1e-14));
+    REQUIRE(grads[0].size() == grads[1].size());
+    for (std::size_t i = 0; i < grads[0].size(); ++i) CHECK(grads[0][i] == Approx(grads[1][i]).margin(1e-13));
+    // and the same under the scalar (reference) kernels
+    kernels::scalar_only() = true;
+    CHECK(check_gradients(gru_gates(P{}, Q{}, Hs{}), {.dims = {{'B', 2}}}) > 0);
+    kernels::scalar_only() = false;
+}

@@ -19,6 +19,7 @@
 #include "ctgraph/ops/exp.hpp"
 #include "ctgraph/ops/full.hpp"
 #include "ctgraph/ops/gelu.hpp"
+#include "ctgraph/ops/gru_gates.hpp"
 #include "ctgraph/ops/kv_cache.hpp"
 #include "ctgraph/ops/l2_normalize.hpp"
 #include "ctgraph/ops/layer_norm.hpp"

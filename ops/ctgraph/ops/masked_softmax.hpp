@@ -77,20 +77,26 @@ struct masked_rows {
             for (std::size_t j = lo; j < hi; ++j) y[j] *= inv;
         }
     }
-    /// gx += y * (gy - <gy, y>) over row r's visible range (y is 0 elsewhere).
-    void backward_row(std::size_t r, const T* y, const T* gy, T* gx) const {
+    /// gx += y * (gy - <gy, y>) over row r's visible range (y is 0 elsewhere); with `fresh`, gx is
+    /// written (=) over the whole row instead, zero outside the range.
+    void backward_row(std::size_t r, const T* y, const T* gy, T* gx, bool fresh = false) const {
         const auto [lo, hi] = range(r);
+        if (fresh) {
+            std::fill(gx, gx + lo, T(0));
+            std::fill(gx + hi, gx + args.m, T(0));
+        }
         if (hi == lo) return;
         const std::size_t n = hi - lo;
         const T dot = kernels::reduce_sum(n, gy + lo, y + lo, [](auto a, auto b) { return a * b; });
-        kernels::map(n, gx + lo, [dot](auto acc, auto yv, auto gyv) { return acc + yv * (gyv - decltype(yv)(dot)); },
-                     static_cast<const T*>(gx + lo), y + lo, gy + lo);
+        kernels::map_into(fresh, n, gx + lo, [dot](auto yv, auto gyv) { return yv * (gyv - decltype(yv)(dot)); }, y + lo,
+                          gy + lo);
     }
 };
 
 template <class Mask>
 struct masked_softmax_op {
     static constexpr std::string_view name = "masked_softmax";
+    static constexpr bool assigns_adjoints = true;
     template <class S, class... Ops>
     static consteval bool check() {
         return S::rank >= 2 && sizeof...(Ops) == Mask::operands::size && Mask::template check<S, Ops...>();
@@ -113,7 +119,7 @@ struct masked_softmax_op {
         const std::size_t m = rows.args.m;
         for (std::size_t r = 0; r < rows.rows; ++r)
             rows.backward_row(r, static_cast<const T*>(c.y_data() + r * m), static_cast<const T*>(c.gy_data() + r * m),
-                              gx + r * m);
+                              gx + r * m, c.fresh(0));
     }
     static std::string describe() { return Mask::describe(); }
 };

@@ -70,9 +70,8 @@ struct scaled_dot_weights_op {
         T* gs = io.scratch.template as<T>();
         for (std::size_t f = 0; f < s.matrices; ++f) {
             const std::size_t off = f * s.n * s.m;
-            std::fill(gs, gs + s.n * s.m, T(0));
-            for (std::size_t i = 0; i < s.n; ++i)
-                rows.backward_row(f * s.n + i, p + off + i * s.m, gp + off + i * s.m, gs + i * s.m);
+            for (std::size_t i = 0; i < s.n; ++i)  // gS written whole (fresh): no clearing pass
+                rows.backward_row(f * s.n + i, p + off + i * s.m, gp + off + i * s.m, gs + i * s.m, true);
             if (gq)  // (n x d) += c (n x m)(m x d)
                 kernels::gemm(false, false, s.n, s.d, s.m, T(c), gs, s.m, k + f * s.m * s.d, s.d, io.fresh(0) ? T(0) : T(1),
                               gq + f * s.n * s.d, s.d);
