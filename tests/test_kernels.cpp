@@ -1,6 +1,7 @@
 // Every SIMD kernel against its scalar reference on the same inputs.
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -61,20 +62,28 @@ TEST_CASE("SIMD element-wise kernels match the scalar path", "[kernels]") {
     simd_matches_scalar<float>(mul(X{}, param<"p", 37>{}), -4, 4, 1e-6);
 }
 
-TEST_CASE("GEMM (OpenBLAS, and one row through combine_rows) matches the reference loop", "[kernels]") {
-    for (std::size_t M : {1, 2, 7})
-        for (float alpha : {1.0f, 0.5f})
-        for (float beta : {0.0f, 1.0f, 0.5f})
-            for (bool ta : {false, true})
-                for (bool tb : {false, true}) {
-                    const std::size_t N = 33, K = 19;
-                    auto A = random_vector<float>(M * K, 1), Bm = random_vector<float>(K * N, 2);
-                    auto C1 = random_vector<float>(M * N, 3), C2 = C1;
-                    const std::size_t lda = ta ? M : K, ldb = tb ? K : N;
-                    kernels::gemm(ta, tb, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, C1.data(), N);
-                    kernels::gemm_reference(ta, tb, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, C2.data(), N);
-                    for (std::size_t i = 0; i < M * N; ++i) CHECK(C1[i] == Approx(C2[i]).epsilon(1e-5).margin(1e-5));
-                }
+TEMPLATE_TEST_CASE("GEMM (OpenBLAS and the small-shape paths) matches the reference loop", "[kernels]", float, double) {
+    // Shapes reach every path: one row (combine_rows, dot products), few rows of A B^T with K >= 64 (through
+    // C^T = B A^T), an outer product (K = 1), and OpenBLAS. At beta = 0, C starts as NaN: it must
+    // not be read.
+    for (std::size_t M : {1, 2, 7, 16, 64})
+        for (std::size_t K : {1, 19, 70})
+            for (TestType alpha : {TestType(1), TestType(0.5)})
+                for (TestType beta : {TestType(0), TestType(1), TestType(0.5)})
+                    for (bool ta : {false, true})
+                        for (bool tb : {false, true}) {
+                            const std::size_t N = 33;
+                            auto A = random_vector<TestType>(M * K, 1), Bm = random_vector<TestType>(K * N, 2);
+                            auto C1 = random_vector<TestType>(M * N, 3), C2 = C1;
+                            if (beta == TestType(0)) std::fill(C1.begin(), C1.end(), std::numeric_limits<TestType>::quiet_NaN());
+                            const std::size_t lda = ta ? M : K, ldb = tb ? K : N;
+                            kernels::gemm(ta, tb, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, C1.data(), N);
+                            kernels::gemm_reference(ta, tb, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, C2.data(), N);
+                            INFO("M " << M << " K " << K << " ta " << ta << " tb " << tb << " alpha " << alpha << " beta " << beta);
+                            // float: K products of values up to 3 in magnitude, summed in another order
+                            const double margin = (std::is_same_v<TestType, float> ? 1e-5 : 1e-13) * double(K);
+                            for (std::size_t i = 0; i < M * N; ++i) CHECK(C1[i] == Approx(C2[i]).epsilon(1e-5).margin(margin));
+                        }
 }
 
 TEST_CASE("softmax rows are stable for large logits", "[kernels]") {
