@@ -9,6 +9,43 @@ using ctg::testing::check_gradients;
 
 namespace {
 using X4 = input<"x", B, 4>;
+
+/// A fused program and the composed one over the same parameters (NaN-poisoned arenas): one step
+/// each on input In = `in` and loss weights Wt = `w`; the losses must agree to `eps` (relative) and
+/// dL/dIn and every parameter's gradient to `margin`.
+template <fixed_string In, fixed_string Wt, class Fused, class Composed, class A, class Wv>
+void check_fused_equals_composed(Fused& fused, Composed& composed, const A& in, const Wv& w, double eps, double margin) {
+    fused.poison_arena(true);
+    composed.poison_arena(true);
+    auto step = [&](auto& prog) {
+        prog.template feed<In>(in);
+        prog.template feed<Wt>(w);
+        prog.zero_grad();
+        const double loss = prog.forward();
+        prog.backward();
+        auto gx = prog.template input_grad<In>();
+        std::vector<double> g(gx.begin(), gx.end());
+        for (std::size_t s = 0; s < prog.params().size(); ++s) {
+            const double* p = prog.params().grad(s);
+            g.insert(g.end(), p, p + prog.params().at(s).shape.size());
+        }
+        return std::pair{loss, g};
+    };
+    const auto [loss_f, grad_f] = step(fused);
+    const auto [loss_c, grad_c] = step(composed);
+    CHECK(loss_f == Approx(loss_c).epsilon(eps));
+    REQUIRE(grad_f.size() == grad_c.size());
+    REQUIRE(grad_f.size() > in.size());  // the input's gradient and some parameters'
+    for (std::size_t i = 0; i < grad_f.size(); ++i) CHECK(grad_f[i] == Approx(grad_c[i]).margin(margin));
+}
+
+/// xt tensor of `shape` filled with f(i) over its flat index.
+template <class F>
+xt::xtensor<double, 3> filled(std::array<std::size_t, 3> shape, F f) {
+    xt::xtensor<double, 3> t = xt::zeros<double>(shape);
+    for (std::size_t i = 0; i < t.size(); ++i) t.flat(i) = f(double(i));
+    return t;
+}
 }  // namespace
 
 TEST_CASE("gradcheck: affine (x W + b in one node), batched rows and a single row", "[gradcheck]") {
@@ -29,35 +66,9 @@ TEST_CASE("affine equals the composed matmul + add, value and every gradient", "
         auto fused = compile<double, opt>(sum(mul(affine(X3{}, W{}, Bias{}), Gw{})));
         program_for<double, opt, decltype(sum(mul(X3{} * W{} + Bias{}, Gw{})))> composed(fused.shared_params());
         fused.params().init(3);
-        fused.poison_arena(true);
-        composed.poison_arena(true);
-        xt::xtensor<double, 3> x = xt::zeros<double>({rows, std::size_t(1), std::size_t(4)});
-        xt::xtensor<double, 3> g = xt::zeros<double>({rows, std::size_t(1), std::size_t(5)});
-        for (std::size_t i = 0; i < x.size(); ++i) x.flat(i) = std::sin(double(i) + 0.5);
-        for (std::size_t i = 0; i < g.size(); ++i) g.flat(i) = std::cos(double(i));
-        std::vector<double> grads[2], xgrads[2];
-        double losses[2];
-        int k = 0;
-        auto run = [&](auto& prog) {
-            prog.template feed<"x3">(x);
-            prog.template feed<"g">(g);
-            prog.zero_grad();
-            losses[k] = prog.forward();
-            prog.backward();
-            auto gx = prog.template input_grad<"x3">();
-            xgrads[k].assign(gx.begin(), gx.end());
-            for (std::size_t s = 0; s < prog.params().size(); ++s) {
-                const double* p = prog.params().grad(s);
-                grads[k].insert(grads[k].end(), p, p + prog.params().at(s).shape.size());
-            }
-            ++k;
-        };
-        run(fused);
-        run(composed);
-        CHECK(losses[0] == Approx(losses[1]).epsilon(1e-14));
-        REQUIRE(grads[0].size() == 25);
-        for (std::size_t i = 0; i < grads[0].size(); ++i) CHECK(grads[0][i] == Approx(grads[1][i]).margin(1e-14));
-        for (std::size_t i = 0; i < xgrads[0].size(); ++i) CHECK(xgrads[0][i] == Approx(xgrads[1][i]).margin(1e-14));
+        const auto x = filled({rows, 1, 4}, [](double i) { return std::sin(i + 0.5); });
+        const auto g = filled({rows, 1, 5}, [](double i) { return std::cos(i); });
+        check_fused_equals_composed<"x3", "g">(fused, composed, x, g, 1e-14, 1e-14);
     }
 }
 
@@ -76,34 +87,9 @@ TEST_CASE("the fused GRU gates equal the composed step, value and every gradient
                                  input<"w", T, B, H>{}));
     program_for<double, opt, decltype(loss_composed)> composed(fused.shared_params());
     fused.params().init(5);
-    fused.poison_arena(true);
-    composed.poison_arena(true);
-    xt::xtensor<double, 3> xs = xt::zeros<double>({std::size_t(4), std::size_t(3), std::size_t(X)});
-    xt::xtensor<double, 3> w = xt::zeros<double>({std::size_t(4), std::size_t(3), std::size_t(H)});
-    for (std::size_t i = 0; i < xs.size(); ++i) xs.flat(i) = std::sin(0.7 * double(i) + 0.1);
-    for (std::size_t i = 0; i < w.size(); ++i) w.flat(i) = std::cos(1.3 * double(i));
-    std::vector<double> grads[2];
-    double losses[2];
-    int k = 0;
-    auto run = [&](auto& prog) {
-        prog.template feed<"xs">(xs);
-        prog.template feed<"w">(w);
-        prog.zero_grad();
-        losses[k] = prog.forward();
-        prog.backward();
-        auto gx = prog.template input_grad<"xs">();
-        grads[k].assign(gx.begin(), gx.end());
-        for (std::size_t s = 0; s < prog.params().size(); ++s) {
-            const double* g = prog.params().grad(s);
-            grads[k].insert(grads[k].end(), g, g + prog.params().at(s).shape.size());
-        }
-        ++k;
-    };
-    run(fused);
-    run(composed);
-    CHECK(losses[0] == Approx(losses[1]).epsilon(1e-14));
-    REQUIRE(grads[0].size() == grads[1].size());
-    for (std::size_t i = 0; i < grads[0].size(); ++i) CHECK(grads[0][i] == Approx(grads[1][i]).margin(1e-13));
+    const auto xs = filled({4, 3, std::size_t(X)}, [](double i) { return std::sin(0.7 * i + 0.1); });
+    const auto w = filled({4, 3, std::size_t(H)}, [](double i) { return std::cos(1.3 * i); });
+    check_fused_equals_composed<"xs", "w">(fused, composed, xs, w, 1e-14, 1e-13);
     // and the same under the scalar (reference) kernels
     kernels::scalar_only() = true;
     CHECK(check_gradients(gru_gates(P{}, Q{}, Hs{}), {.dims = {{'B', 2}}}) > 0);
