@@ -1,5 +1,5 @@
 // The fused ops of the hot paths against their composed graphs (value and every gradient, float64,
-// NaN-poisoned arena) and under finite differences: affine (x W + b) and the GRU gates. In a TU of
+// NaN-poisoned arena) and under finite differences: affine (x W + b), the GRU and LSTM gates. In a TU of
 // their own so the suites they belong to keep their compile time.
 #include "recurrent_fixture.hpp"
 
@@ -93,5 +93,27 @@ TEST_CASE("the fused GRU gates equal the composed step, value and every gradient
     // and the same under the scalar (reference) kernels
     kernels::scalar_only() = true;
     CHECK(check_gradients(gru_gates(P{}, Q{}, Hs{}), {.dims = {{'B', 2}}}) > 0);
+    kernels::scalar_only() = false;
+}
+
+TEST_CASE("the fused LSTM gates equal the composed step, value and every gradient, and pass finite differences",
+          "[cells][fused]") {
+    constexpr int Hw = 5;  // a SIMD tail in float64
+    using P = input<"p", B, 4 * Hw>;
+    using Q = input<"q", B, 4 * Hw>;
+    using S = input<"s", B, 2 * Hw>;
+    CHECK(check_gradients(lstm_gates(P{}, Q{}, S{}), {.dims = {{'B', 3}}}) > 0);
+    constexpr options opt{.input_grads = true};
+    using cell = nn::lstm<"lstm", X, H>;
+    auto fused = compile<double, opt>(sum(mul(cell::run_state(Xs{}), input<"w", T, B, 2 * H>{})));
+    auto loss_composed = sum(mul(scan<2 * H>([](auto s, auto p) { return cell::composed_step(s, p); }, cell::project(Xs{})),
+                                 input<"w", T, B, 2 * H>{}));
+    program_for<double, opt, decltype(loss_composed)> composed(fused.shared_params());
+    fused.params().init(6);
+    const auto xs = filled({4, 3, std::size_t(X)}, [](double i) { return std::sin(0.3 * i + 0.2); });
+    const auto w = filled({4, 3, std::size_t(2 * H)}, [](double i) { return std::cos(0.9 * i); });
+    check_fused_equals_composed<"xs", "w">(fused, composed, xs, w, 1e-14, 1e-13);
+    kernels::scalar_only() = true;
+    CHECK(check_gradients(lstm_gates(P{}, Q{}, S{}), {.dims = {{'B', 2}}}) > 0);
     kernels::scalar_only() = false;
 }

@@ -25,6 +25,7 @@
 #include "ctgraph/ops/layer_norm.hpp"
 #include "ctgraph/ops/log.hpp"
 #include "ctgraph/ops/log_softmax.hpp"
+#include "ctgraph/ops/lstm_gates.hpp"
 #include "ctgraph/ops/masked_softmax.hpp"
 #include "ctgraph/ops/masks.hpp"
 #include "ctgraph/ops/matmul.hpp"

@@ -176,8 +176,9 @@ struct adj_write_table {
     std::array<std::array<adj_write, A>, N> mode{};
     std::array<bool, N> orphan{};
 };
+// constexpr, not consteval: clang 14 rejects a consteval call on a consteval lambda's locals.
 template <std::size_t N, std::size_t A>
-consteval adj_write_table<N, A> adj_write_modes(const std::array<std::size_t, N>& arity,
+constexpr adj_write_table<N, A> adj_write_modes(const std::array<std::size_t, N>& arity,
                                                 const std::array<std::array<int, A>, N>& operands,
                                                 const std::array<bool, N>& owned, const std::array<bool, N>& runs) {
     adj_write_table<N, A> t{};

@@ -333,7 +333,7 @@ private:
     // ---------------------------------------------------------------- adjoint writes
     // The arena's adjoints (not the parameters' gradients, which accumulate in the store) are written
     // by their first writer in backward order; outputs are seeded instead.
-    static constexpr auto adj_writes = []() consteval {
+    static constexpr auto adj_writes = [] {
         std::array<bool, N> owned{}, runs{};
         for (std::size_t i = 0; i < N; ++i) {
             runs[i] = G::needs_grad[i];

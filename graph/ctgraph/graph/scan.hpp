@@ -121,7 +121,7 @@ struct cell_info {
     /// How each step's VJPs write the computed nodes' adjoints (adj_write_modes): the first writer
     /// assigns or zeroes, so the per-step adjoint block is never cleared as a whole. The cell's
     /// result and its leaves (state, step input, invariants, parameters) belong to the enclosing op.
-    static constexpr auto adj_writes = []() consteval {
+    static constexpr auto adj_writes = [] {
         std::array<bool, N> owned{}, runs{};
         for (std::size_t i = 0; i < N; ++i) {
             runs[i] = computed[i] && has_adjoint[i];

@@ -19,6 +19,7 @@
 #include "ctgraph/ops/affine.hpp"
 #include "ctgraph/ops/concat.hpp"
 #include "ctgraph/ops/gru_gates.hpp"
+#include "ctgraph/ops/lstm_gates.hpp"
 #include "ctgraph/ops/matmul.hpp"
 #include "ctgraph/ops/mul.hpp"
 #include "ctgraph/ops/relu.hpp"
@@ -97,7 +98,9 @@ struct gru : recurrent<gru<P, X, H>, H>, gate_weights<P, X, H, 3> {
 /// run() returns the h part (T, B, H), run_state() the whole state.
 template <fixed_string P, int X, int H>
 struct lstm : recurrent<lstm<P, X, H>, 2 * H>, gate_weights<P, X, H, 4> {
-    static constexpr auto step(auto s, auto p) {
+    static constexpr auto step(auto s, auto p) { return lstm_gates(p, lstm::recurrent_part(slice<0, H>(s)), s); }  // fused
+    /// The same step from primitives: what the fused lstm_gates is tested against.
+    static constexpr auto composed_step(auto s, auto p) {
         auto h = slice<0, H>(s);
         auto c = slice<H, 2 * H>(s);
         auto g = p + lstm::recurrent_part(h);

@@ -17,7 +17,7 @@
 #include <string_view>
 
 #include "ctgraph/graph/node.hpp"
-#include "ctgraph/kernels/simd.hpp"
+#include "ctgraph/ops/detail/lanes.hpp"
 #include "ctgraph/op.hpp"
 
 namespace ctg {
@@ -42,12 +42,6 @@ struct gru_gates_op {
     /// r, z and n of every element, for backward.
     static std::size_t scratch_size(const rshape& y, const std::array<rshape, 3>&) { return 3 * y.size(); }
 
-    template <class V>
-    static V sigmoid(V x) {
-        using std::exp;
-        return V(1) / (V(1) + exp(-x));
-    }
-
     template <class T>
     static void forward(op_io<T, 3>& c) {
         const std::size_t H = c.y.shape.cols(), rows = c.y.shape.rows(), n_all = c.y.size();
@@ -56,16 +50,16 @@ struct gru_gates_op {
         for (std::size_t b = 0; b < rows; ++b) {
             const T *pb = p + b * 3 * H, *qb = q + b * 3 * H, *hb = h + b * H;
             T *r = saved + b * H, *z = r + n_all, *n = z + n_all, *yb = y + b * H;
-            each<T>(H, [&](std::size_t j, auto tag) {
+            lanes::each<T>(H, [&](std::size_t j, auto tag) {
                 using V = decltype(tag);
-                const V rv = sigmoid(load<V>(pb + j) + load<V>(qb + j));
-                const V zv = sigmoid(load<V>(pb + H + j) + load<V>(qb + H + j));
+                const V rv = lanes::sigmoid(lanes::load<V>(pb + j) + lanes::load<V>(qb + j));
+                const V zv = lanes::sigmoid(lanes::load<V>(pb + H + j) + lanes::load<V>(qb + H + j));
                 using std::tanh;
-                const V nv = tanh(load<V>(pb + 2 * H + j) + rv * load<V>(qb + 2 * H + j));
-                store(r + j, rv);
-                store(z + j, zv);
-                store(n + j, nv);
-                store(yb + j, (V(1) - zv) * nv + zv * load<V>(hb + j));
+                const V nv = tanh(lanes::load<V>(pb + 2 * H + j) + rv * lanes::load<V>(qb + 2 * H + j));
+                lanes::store(r + j, rv);
+                lanes::store(z + j, zv);
+                lanes::store(n + j, nv);
+                lanes::store(yb + j, (V(1) - zv) * nv + zv * lanes::load<V>(hb + j));
             });
         }
     }
@@ -82,51 +76,27 @@ struct gru_gates_op {
             T* gpb = gp ? gp + b * 3 * H : nullptr;
             T* gqb = gq ? gq + b * 3 * H : nullptr;
             T* ghb = gh ? gh + b * H : nullptr;
-            each<T>(H, [&](std::size_t j, auto tag) {
+            lanes::each<T>(H, [&](std::size_t j, auto tag) {
                 using V = decltype(tag);
-                const V g = load<V>(gb + j), rv = load<V>(r + j), zv = load<V>(z + j), nv = load<V>(n + j);
+                const V g = lanes::load<V>(gb + j), rv = lanes::load<V>(r + j), zv = lanes::load<V>(z + j), nv = lanes::load<V>(n + j);
                 const V a = g * (V(1) - zv) * (V(1) - nv * nv);                 // d(pre-activation of n)
-                const V ar = a * load<V>(qb + 2 * H + j) * rv * (V(1) - rv);  // d(pre-activation of r)
-                const V az = g * (load<V>(hb + j) - nv) * zv * (V(1) - zv);   // d(pre-activation of z)
+                const V ar = a * lanes::load<V>(qb + 2 * H + j) * rv * (V(1) - rv);  // d(pre-activation of r)
+                const V az = g * (lanes::load<V>(hb + j) - nv) * zv * (V(1) - zv);   // d(pre-activation of z)
                 if (gpb) {
-                    write(fp, gpb + j, ar);
-                    write(fp, gpb + H + j, az);
-                    write(fp, gpb + 2 * H + j, a);
+                    lanes::write(fp, gpb + j, ar);
+                    lanes::write(fp, gpb + H + j, az);
+                    lanes::write(fp, gpb + 2 * H + j, a);
                 }
                 if (gqb) {
-                    write(fq, gqb + j, ar);
-                    write(fq, gqb + H + j, az);
-                    write(fq, gqb + 2 * H + j, a * rv);
+                    lanes::write(fq, gqb + j, ar);
+                    lanes::write(fq, gqb + H + j, az);
+                    lanes::write(fq, gqb + 2 * H + j, a * rv);
                 }
-                if (ghb) write(fh, ghb + j, g * zv);
+                if (ghb) lanes::write(fh, ghb + j, g * zv);
             });
         }
     }
 
-private:
-    // f(j, V{}) for every j < n: V = the SIMD batch over whole batches, V = T for the tail (and
-    // for everything when kernels::scalar_only()).
-    template <class T, class F>
-    static void each(std::size_t n, F&& f) {
-        std::size_t j = 0;
-        if (!kernels::scalar_only()) {
-            using V = kernels::batch<T>;
-            for (; j + V::size <= n; j += V::size) f(j, V{});
-        }
-        for (; j < n; ++j) f(j, T{});
-    }
-    template <class V, class T>
-    static V load(const T* p) {
-        if constexpr (std::is_same_v<V, T>) return *p; else return V::load_unaligned(p);
-    }
-    template <class T, class V>
-    static void store(T* p, const V& v) {
-        if constexpr (std::is_same_v<V, T>) *p = v; else v.store_unaligned(p);
-    }
-    template <class T, class V>
-    static void write(bool fresh, T* p, const V& v) {
-        if (fresh) store(p, v); else store(p, load<V>(static_cast<const T*>(p)) + v);
-    }
 };
 }  // namespace ops
 

@@ -1,0 +1,47 @@
+// ctgraph/ops/detail/lanes.hpp: element loops written once for SIMD batches and scalars, for fused
+// ops that read and write several arrays per element (gru_gates, lstm_gates), which kernels::map
+// (one output) does not cover.
+//
+//   lanes::each<T>(n, [&](std::size_t j, auto tag) { using V = decltype(tag); ... });
+//
+// calls the body with V = xsimd batch of T over whole batches and V = T for the tail (for every
+// element under kernels::scalar_only()); load/store/write move a V at a pointer.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <type_traits>
+
+#include "ctgraph/kernels/simd.hpp"
+
+namespace ctg::ops::lanes {
+
+template <class T, class F>
+inline void each(std::size_t n, F&& f) {
+    std::size_t j = 0;
+    if (!kernels::scalar_only()) {
+        using V = kernels::batch<T>;
+        for (; j + V::size <= n; j += V::size) f(j, V{});
+    }
+    for (; j < n; ++j) f(j, T{});
+}
+
+template <class V, class T>
+inline V load(const T* p) {
+    if constexpr (std::is_same_v<V, T>) return *p; else return V::load_unaligned(p);
+}
+template <class T, class V>
+inline void store(T* p, const V& v) {
+    if constexpr (std::is_same_v<V, T>) *p = v; else v.store_unaligned(p);
+}
+/// *p = v when `fresh` (a first write, op_io::fresh), else *p += v.
+template <class T, class V>
+inline void write(bool fresh, T* p, const V& v) {
+    if (fresh) store(p, v); else store(p, load<V>(static_cast<const T*>(p)) + v);
+}
+template <class V>
+inline V sigmoid(V x) {
+    using std::exp;
+    return V(1) / (V(1) + exp(-x));  // as ops::sigmoid_fn, so fused and composed agree
+}
+
+}  // namespace ctg::ops::lanes
