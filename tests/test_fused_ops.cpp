@@ -117,3 +117,19 @@ TEST_CASE("the fused LSTM gates equal the composed step, value and every gradien
     CHECK(check_gradients(lstm_gates(P{}, Q{}, S{}), {.dims = {{'B', 2}}}) > 0);
     kernels::scalar_only() = false;
 }
+
+TEST_CASE("fresh adjoints of a broadcast operand are written even for an empty batch", "[fused]") {
+    // The bias is computed (so its adjoint is the engine's, written fresh by its first writer);
+    // with no rows, affine and add must still write it (zeros) instead of leaving the poison.
+    using Xe = input<"x", B, 4>;
+    auto bias = tanh(param<"b", 3>{});
+    auto prog = compile<double>(sum(affine(Xe{}, param<"W", 4, 3>{}, bias) + (Xe{} * param<"V", 4, 3>{} + bias)));
+    prog.params().init(1);
+    prog.poison_arena(true);
+    prog.feed<"x">(xt::xtensor<double, 2>(xt::zeros<double>({std::size_t(0), std::size_t(4)})));
+    prog.zero_grad();
+    CHECK(prog.forward() == 0.0);
+    prog.backward();
+    auto gb = prog.grad<"b">();
+    for (double v : gb) CHECK(v == 0.0);
+}

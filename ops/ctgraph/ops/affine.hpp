@@ -59,8 +59,8 @@ struct affine_op {
             kernels::gemm(true, false, K, N, M, T(1), x, K, gy, N, c.fresh(1) ? T(0) : T(1), gw, N);
         if (T* gb = c.gx_data(2)) {
             std::size_t r = 0;
-            if (c.fresh(2)) {
-                std::copy(gy, gy + N, gb);
+            if (c.fresh(2)) {  // the first row assigns (or, with no rows at all, zeros)
+                if (M) std::copy(gy, gy + N, gb); else std::fill(gb, gb + N, T(0));
                 r = 1;
             }
             for (; r < M; ++r) kernels::add_to(N, gy + r * N, gb);

@@ -76,6 +76,10 @@ struct binary_op {
                 kernels::map_into(c.fresh(1) && (r == 0 || L.b_step), L.m, gb + r * L.b_step,
                                   [](auto gyv, auto u, auto v, auto yv) { return gyv * Fn::db(u, v, yv); }, gy + r * L.m,
                                   a + r * L.a_step, b + r * L.b_step, y + r * L.m);
+        // No repetitions (an empty batch): a fresh adjoint of the repeated operand is still all zero.
+        if (L.reps == 0)
+            for (std::size_t k = 0; k < 2; ++k)
+                if (T* g = c.gx_data(k); g && c.fresh(k)) std::fill(g, g + c.x[k].size(), T(0));
     }
 };
 
