@@ -36,7 +36,8 @@ inline void store(T* p, const V& v) {
 /// *p = v when `fresh` (a first write, op_io::fresh), else *p += v.
 template <class T, class V>
 inline void write(bool fresh, T* p, const V& v) {
-    if (fresh) store(p, v); else store(p, load<V>(static_cast<const T*>(p)) + v);
+    // Qualified: unqualified, ADL would pick xsimd::store, the ALIGNED store (it crashed at -O0).
+    if (fresh) lanes::store(p, v); else lanes::store(p, lanes::load<V>(static_cast<const T*>(p)) + v);
 }
 template <class V>
 inline V sigmoid(V x) {
