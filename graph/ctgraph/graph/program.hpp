@@ -342,23 +342,22 @@ private:
         for (std::size_t i : output_nodes) owned[i] = false;
         return detail::adj_write_modes(G::arity, G::operands, owned, runs);
     }();
+    /// Adjoints backward zeroes before the first VJP: the outputs' (seeded) and those no VJP writes.
+    static constexpr bool zeroed_at_start(std::size_t i) {
+        bool out = false;
+        for (std::size_t o : output_nodes) out = out || o == i;
+        return adj_writes.orphan[i] || (out && G::needs_grad[i] && G::kind[i] != leaf_kind::param);
+    }
     static constexpr std::size_t num_zeroed_up_front = [] {
         std::size_t n = 0;
-        for (std::size_t i = 0; i < N; ++i) {
-            bool out = false;
-            for (std::size_t o : output_nodes) out = out || o == i;
-            n += adj_writes.orphan[i] || (out && G::needs_grad[i] && G::kind[i] != leaf_kind::param);
-        }
+        for (std::size_t i = 0; i < N; ++i) n += zeroed_at_start(i);
         return n;
     }();
     static constexpr std::array<std::size_t, num_zeroed_up_front> zeroed_up_front = [] {
         std::array<std::size_t, num_zeroed_up_front> r{};
         std::size_t n = 0;
-        for (std::size_t i = 0; i < N; ++i) {
-            bool out = false;
-            for (std::size_t o : output_nodes) out = out || o == i;
-            if (adj_writes.orphan[i] || (out && G::needs_grad[i] && G::kind[i] != leaf_kind::param)) r[n++] = i;
-        }
+        for (std::size_t i = 0; i < N; ++i)
+            if (zeroed_at_start(i)) r[n++] = i;
         return r;
     }();
 

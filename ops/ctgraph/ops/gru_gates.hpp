@@ -27,16 +27,7 @@ struct gru_gates_op {
     static constexpr bool assigns_adjoints = true;
 
     template <class P, class Q, class Hs>
-    static consteval bool check() {
-        if constexpr (P::rank < 1 || !std::is_same_v<P, Q> || Hs::rank != P::rank) {
-            return false;
-        } else {
-            for (std::size_t i = 0; i + 1 < P::rank; ++i)
-                if (!(P::dims[i] == Hs::dims[i])) return false;
-            return P::dims[P::rank - 1].is_static() && Hs::dims[Hs::rank - 1].is_static() &&
-                   P::dims[P::rank - 1].n == 3 * Hs::dims[Hs::rank - 1].n;
-        }
-    }
+    static consteval bool check() { return lanes::gate_shapes<3, 1, P, Q, Hs>(); }
     template <class P, class Q, class Hs>
     static consteval auto dims() { return Hs::dims; }
     /// r, z and n of every element, for backward.

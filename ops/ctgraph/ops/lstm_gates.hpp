@@ -28,16 +28,7 @@ struct lstm_gates_op {
     static constexpr bool assigns_adjoints = true;
 
     template <class P, class Q, class S>
-    static consteval bool check() {
-        if constexpr (P::rank < 1 || !std::is_same_v<P, Q> || S::rank != P::rank) {
-            return false;
-        } else {
-            for (std::size_t i = 0; i + 1 < P::rank; ++i)
-                if (!(P::dims[i] == S::dims[i])) return false;
-            return P::dims[P::rank - 1].is_static() && S::dims[S::rank - 1].is_static() &&
-                   P::dims[P::rank - 1].n == 2 * S::dims[S::rank - 1].n && S::dims[S::rank - 1].n % 2 == 0;
-        }
-    }
+    static consteval bool check() { return lanes::gate_shapes<4, 2, P, Q, S>(); }
     template <class P, class Q, class S>
     static consteval auto dims() { return S::dims; }
     /// i, f, g, o and tanh(c') of every element (5 per state feature), for backward.

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "ctgraph/dim.hpp"
 #include "ctgraph/kernels/simd.hpp"
 
 namespace ctg::ops::lanes {
@@ -43,6 +44,20 @@ template <class V>
 inline V sigmoid(V x) {
     using std::exp;
     return V(1) / (V(1) + exp(-x));  // as ops::sigmoid_fn, so fused and composed agree
+}
+
+/// The shape rule of a fused recurrent step (gru_gates, lstm_gates): p and q one shape (..., Gates H),
+/// the state (..., Parts H) with the same leading dimensions, H static.
+template <std::size_t Gates, std::size_t Parts, class P, class Q, class S>
+consteval bool gate_shapes() {
+    if constexpr (P::rank < 1 || !std::is_same_v<P, Q> || S::rank != P::rank) {
+        return false;
+    } else {
+        for (std::size_t i = 0; i + 1 < P::rank; ++i)
+            if (!(P::dims[i] == S::dims[i])) return false;
+        const dim g = P::dims[P::rank - 1], s = S::dims[S::rank - 1];
+        return g.is_static() && s.is_static() && s.n % long(Parts) == 0 && g.n == long(Gates) * (s.n / long(Parts));
+    }
 }
 
 }  // namespace ctg::ops::lanes
