@@ -1,7 +1,9 @@
 // Every SIMD kernel against its scalar reference on the same inputs.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <limits>
+#include <thread>
 #include <random>
 #include <vector>
 
@@ -122,4 +124,93 @@ TEST_CASE("combine_rows: SIMD register blocks match the scalar loop", "[kernels]
             kernels::scalar_only() = false;
             for (std::size_t c = 0; c < width; ++c) CHECK(fast[c] == Approx(slow[c]).epsilon(1e-5).margin(1e-5));
         }
+}
+
+namespace {
+// Sets the kernel pool's size for one test and restores it.
+struct pool_threads {
+    int before = num_threads();
+    explicit pool_threads(int k) { set_num_threads(k); }
+    ~pool_threads() { set_num_threads(before); }
+};
+}  // namespace
+
+TEST_CASE("thread pool: every task runs once, nested and concurrent jobs run serially", "[kernels][threads]") {
+    for (int threads : {2, 3}) {
+        pool_threads pool(threads);
+        REQUIRE(num_threads() == threads);
+        auto& p = kernels::thread_pool::instance();
+        for (std::size_t n : {1, 2, 3, 7, 64}) {
+            for (int job = 0; job < 200; ++job) {  // many short jobs: a late worker must not run a stale task
+                std::vector<std::atomic<int>> hits(n);
+                p.run(n, [&](std::size_t i) { hits[i].fetch_add(1); });
+                for (std::size_t i = 0; i < n; ++i) REQUIRE(hits[i].load() == 1);
+            }
+        }
+        // A task that itself runs a job: the inner job runs on the task's thread.
+        std::atomic<int> inner{0};
+        p.run(4, [&](std::size_t) { p.run(3, [&](std::size_t) { inner.fetch_add(1); }); });
+        CHECK(inner.load() == 12);
+        // Two user threads submitting at once: one gets the pool, the other runs serially.
+        std::atomic<long> total{0};
+        auto submit = [&] {
+            for (int job = 0; job < 500; ++job) p.run(5, [&](std::size_t i) { total.fetch_add(long(i) + 1); });
+        };
+        std::thread other(submit);
+        submit();
+        other.join();
+        CHECK(total.load() == 2L * 500 * 15);
+    }
+}
+
+TEMPLATE_TEST_CASE("GEMM split over two threads matches the reference loop and the one-thread result", "[kernels][threads]", float, double) {
+    // Shapes above the split threshold: row blocks (M >= N), column blocks (N > M), odd sizes that leave
+    // a short last block, leading dimensions wider than the matrices, NaN C at beta 0.
+    struct shape { std::size_t M, N, K; };
+    for (shape s : {shape{16, 128, 128}, shape{131, 40, 70}, shape{9, 301, 64}, shape{64, 64, 33}, shape{200, 17, 90}})
+        for (TestType beta : {TestType(0), TestType(0.5)})
+            for (bool ta : {false, true})
+                for (bool tb : {false, true}) {
+                    const auto [M, N, K] = s;
+                    const std::size_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+                    auto A = random_vector<TestType>((ta ? K : M) * lda, 1), Bm = random_vector<TestType>((tb ? N : K) * ldb, 2);
+                    auto C0 = random_vector<TestType>(M * ldc, 3);
+                    if (beta == TestType(0)) std::fill(C0.begin(), C0.end(), std::numeric_limits<TestType>::quiet_NaN());
+                    auto C1 = C0, C2 = C0, Cref = C0;
+                    {
+                        pool_threads pool(2);
+                        kernels::gemm(ta, tb, M, N, K, TestType(1.5), A.data(), lda, Bm.data(), ldb, beta, C2.data(), ldc);
+                    }
+                    {
+                        pool_threads pool(1);
+                        kernels::gemm(ta, tb, M, N, K, TestType(1.5), A.data(), lda, Bm.data(), ldb, beta, C1.data(), ldc);
+                    }
+                    kernels::gemm_reference(ta, tb, M, N, K, TestType(1.5), A.data(), lda, Bm.data(), ldb, beta, Cref.data(), ldc);
+                    INFO("M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb << " beta " << beta);
+                    const double margin = (std::is_same_v<TestType, float> ? 1e-5 : 1e-13) * double(K);
+                    for (std::size_t i = 0; i < M; ++i)
+                        for (std::size_t j = 0; j < N; ++j) {
+                            CHECK(C2[i * ldc + j] == Approx(Cref[i * ldc + j]).epsilon(1e-5).margin(margin));
+                            CHECK(C2[i * ldc + j] == Approx(C1[i * ldc + j]).epsilon(1e-5).margin(margin));
+                        }
+                    for (std::size_t i = 0; i < M; ++i)  // the padding between rows is not written
+                        for (std::size_t j = N; j < ldc; ++j)
+                            CHECK((std::isnan(C0[i * ldc + j]) ? std::isnan(C2[i * ldc + j]) : C2[i * ldc + j] == C0[i * ldc + j]));
+                }
+}
+
+TEST_CASE("element-wise maps split over two threads equal the one-thread result", "[kernels][threads]") {
+    const std::size_t n = kernels::parallel_map_min_size * 3 + 13;  // a ragged last piece
+    auto x = random_vector<float>(n, 7), y = random_vector<float>(n, 8);
+    std::vector<float> one(n), two(n);
+    auto f = [](auto a, auto b) { return a * b + a * a * decltype(a)(0.25f); };
+    {
+        pool_threads pool(1);
+        kernels::map(n, one.data(), f, x.data(), y.data());
+    }
+    {
+        pool_threads pool(2);
+        kernels::map(n, two.data(), f, x.data(), y.data());
+    }
+    CHECK(one == two);  // the same kernel on the same elements: bit for bit
 }

@@ -1,9 +1,11 @@
 // ctgraph/memory.hpp: 64-byte aligned storage (one AVX-512 register, one cache line).
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
 #include <new>
+#include <utility>
 #include <vector>
 
 namespace ctg {
@@ -46,5 +48,35 @@ constexpr std::size_t round_up_elems(std::size_t n) {
     constexpr std::size_t per = 64 / sizeof(T);
     return (n + per - 1) / per * per;
 }
+
+namespace detail {
+
+/// A buffer needed from step `first` to step `last` (both included) of a pass, `size` elements.
+struct lifetime {
+    std::size_t first, last, size;
+};
+
+/// Places buffers so that two whose lifetimes intersect never share memory: first fit, in the order
+/// given (callers list them in the order they become live). Writes offset[k] (elements) and returns
+/// the extent. `taken` is caller scratch of n entries: a scan's cell places its buffers at every
+/// call, so this must not allocate.
+inline std::size_t place_by_lifetime(std::size_t n, const lifetime* blocks, std::size_t* offset,
+                                     std::pair<std::size_t, std::size_t>* taken) {
+    std::size_t extent = 0;
+    for (std::size_t a = 0; a < n; ++a) {
+        std::size_t m = 0;  // [offset, end) of the placed buffers live at the same time as this one
+        for (std::size_t b = 0; b < a; ++b)
+            if (blocks[b].size && blocks[b].first <= blocks[a].last && blocks[a].first <= blocks[b].last)
+                taken[m++] = {offset[b], offset[b] + blocks[b].size};
+        std::sort(taken, taken + m);
+        std::size_t off = 0;
+        for (std::size_t t = 0; t < m && taken[t].first < off + blocks[a].size; ++t) off = std::max(off, taken[t].second);
+        offset[a] = off;
+        extent = std::max(extent, off + blocks[a].size);
+    }
+    return extent;
+}
+
+}  // namespace detail
 
 }  // namespace ctg

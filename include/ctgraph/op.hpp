@@ -58,6 +58,10 @@ struct run_info {
     bool training = true;     // false in options{.inference = true} programs and in eval mode
     std::uint64_t seed = 0;   // program::dropout_seed
     std::uint64_t stream = 0;
+    // An inference program's pass (options::inference): no backward will read this pass's values, so
+    // scan and repeat keep one step's or layer's values instead of all of them (their scratch is
+    // sized the same way: the third argument of scratch_size).
+    bool forward_only = false;
 };
 
 /// What the engine hands an op: views of its output, operands, their adjoints and its scratch.

@@ -12,10 +12,15 @@
 #include <string>
 
 #include "ctgraph/error.hpp"
+#include "ctgraph/kernels/parallel.hpp"
 #include "ctgraph/memory.hpp"
 #include "ctgraph/params.hpp"
 
 namespace ctg::optim {
+
+/// Parameters of at least this many elements are updated in pieces on the kernel pool (an update
+/// is a few arithmetic operations per element: 8192 of them take several microseconds).
+inline constexpr std::size_t parallel_update_min_size = 8192;
 
 /// SGD with optional momentum (dampening 0), Nesterov momentum and L2 weight decay:
 ///   g += wd p;  b = mu b + g (b = g on the first step);  g = nesterov ? g + mu b : b;  p -= lr g
@@ -52,16 +57,20 @@ public:
         const std::size_t n = e.shape.size();
         const T lr = T(c_.lr), mu = T(c_.momentum), wd = T(c_.weight_decay);
         if (c_.momentum == 0) {
-            for (std::size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+            kernels::for_ranges<T>(n, parallel_update_min_size, [=](std::size_t lo, std::size_t hi) {
+                for (std::size_t i = lo; i < hi; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+            });
             return;
         }
         T* b = buf_.data() + e.offset;
-        const bool first = t_ == 1;
-        for (std::size_t i = 0; i < n; ++i) {
-            const T gi = g[i] + wd * p[i];
-            b[i] = first ? gi : mu * b[i] + gi;
-            p[i] -= lr * (c_.nesterov ? gi + mu * b[i] : b[i]);
-        }
+        const bool first = t_ == 1, nesterov = c_.nesterov;
+        kernels::for_ranges<T>(n, parallel_update_min_size, [=](std::size_t lo, std::size_t hi) {
+            for (std::size_t i = lo; i < hi; ++i) {
+                const T gi = g[i] + wd * p[i];
+                b[i] = first ? gi : mu * b[i] + gi;
+                p[i] -= lr * (nesterov ? gi + mu * b[i] : b[i]);
+            }
+        });
     }
 
     /// Checkpoints (ctgraph/checkpoint.hpp): the kind, f(name, array) for each state array (one
@@ -117,13 +126,15 @@ public:
         const T step = step_size_, sqrt_bc2 = sqrt_bc2_;
         const T decay = c_.decoupled ? T(1 - c_.lr * c_.weight_decay) : T(1);
         const T l2 = c_.decoupled ? T(0) : wd;
-        for (std::size_t i = 0; i < n; ++i) {
-            p[i] *= decay;
-            const T gi = g[i] + l2 * p[i];
-            m[i] = b1 * m[i] + (1 - b1) * gi;
-            v[i] = b2 * v[i] + (1 - b2) * gi * gi;
-            p[i] -= step * m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps);
-        }
+        kernels::for_ranges<T>(n, parallel_update_min_size, [=](std::size_t lo, std::size_t hi) {
+            for (std::size_t i = lo; i < hi; ++i) {
+                p[i] *= decay;
+                const T gi = g[i] + l2 * p[i];
+                m[i] = b1 * m[i] + (1 - b1) * gi;
+                v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+                p[i] -= step * m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps);
+            }
+        });
     }
 
     /// Checkpoints: as sgd's (the moment estimates m and v).

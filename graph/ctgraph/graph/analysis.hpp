@@ -27,6 +27,11 @@ namespace ctg {
 struct options {
     bool input_grads = false;  // also compute adjoints of floating-point inputs (dL/dx)
     bool inference = false;    // forward only: no adjoints at all (predictors, decoders)
+    // Inference programs place values and op scratch by lifetime: memory is reused as soon as a
+    // value's last reader has run, and only the outputs' values stay readable after forward().
+    // true keeps every node's value (prog.value_of(node) on any node, at the memory of a training
+    // program's values).
+    bool keep_values = false;
     // Anomaly detection (as torch.autograd.detect_anomaly): every node's value after its forward and
     // every adjoint its backward wrote are checked; the first non-finite element throws
     // numeric_error naming the node, its op, shape, the element and which operands were finite.

@@ -54,6 +54,13 @@ constexpr std::uint64_t sub_stream(std::uint64_t parent, std::uint64_t index) {
     return z ^ (z >> 31);
 }
 
+/// The same pass with the stream of child `index` (a node, a step, a layer).
+constexpr run_info sub_run(const run_info& run, std::uint64_t index) {
+    run_info r = run;
+    r.stream = sub_stream(run.stream, index);
+    return r;
+}
+
 template <class T, std::size_t K>
 inline op_io<T, K> build_io(const exec_state& s, std::size_t i) {
     op_io<T, K> c;
@@ -67,7 +74,7 @@ inline op_io<T, K> build_io(const exec_state& s, std::size_t i) {
     }
     c.scratch = s.scratch[i];
     c.node_name = s.label[i];
-    c.run = {s.run.training, s.run.seed, sub_stream(s.run.stream, i)};
+    c.run = sub_run(s.run, i);
     return c;
 }
 
@@ -143,14 +150,16 @@ template <class Op, std::size_t K, bool NeedsGrad, class T, bool Anomaly = false
 }
 
 template <class Op, std::size_t K>
-inline std::size_t scratch_size_of(const rshape* shapes, const int* operands, std::size_t stride, std::size_t i) {
-    if constexpr (requires(const rshape& y, const std::array<rshape, K>& x) { Op::scratch_size(y, x); }) {
-        std::array<rshape, K> xs{};
-        for (std::size_t k = 0; k < K; ++k) xs[k] = shapes[std::size_t(operands[i * stride + k])];
+inline std::size_t scratch_size_of(const rshape* shapes, const int* operands, std::size_t stride, std::size_t i,
+                                   bool forward_only) {
+    std::array<rshape, K> xs{};
+    for (std::size_t k = 0; k < K; ++k) xs[k] = shapes[std::size_t(operands[i * stride + k])];
+    if constexpr (requires(const rshape& y, const std::array<rshape, K>& x) { Op::scratch_size(y, x, forward_only); })
+        return Op::scratch_size(shapes[i], xs, forward_only);  // scan, repeat: less in a forward-only pass
+    else if constexpr (requires(const rshape& y, const std::array<rshape, K>& x) { Op::scratch_size(y, x); })
         return Op::scratch_size(shapes[i], xs);
-    } else {
+    else
         return 0;
-    }
 }
 
 /// The op's printed name with its attributes ("scale[0.5]"); empty for leaves.

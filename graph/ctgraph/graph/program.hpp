@@ -56,6 +56,21 @@ public:
         std::size_t(G::template index_of<Outs>)...};
 
 private:
+    // Inference programs place values and scratch by lifetime (options::keep_values).
+    static constexpr bool values_by_lifetime = Opt.inference && !Opt.keep_values;
+    // The last forward step that reads node i's memory: its last reader's, extended through the
+    // nodes that alias it (reshape) and past the end (N) for outputs; an aliasing node gets the
+    // lifetime of the memory it reads.
+    static constexpr std::array<std::size_t, N> value_until = [] {
+        std::array<std::size_t, N> u = G::last_use;
+        for (std::size_t o : output_nodes) u[o] = N;
+        for (std::size_t i = N; i-- > 0;)
+            if (G::aliases[i]) u[std::size_t(G::operands[i][0])] = std::max(u[std::size_t(G::operands[i][0])], u[i]);
+        for (std::size_t i = 0; i < N; ++i)
+            if (G::aliases[i]) u[i] = u[std::size_t(G::operands[i][0])];
+        return u;
+    }();
+
     static constexpr auto clash = G::name_clash;
     template <int I>
     using pretty_of = std::conditional_t<(I >= 0), typename G::template node_t<(I >= 0 ? I : 0)>::shape::pretty,
@@ -273,6 +288,12 @@ public:
         constexpr int i = G::template index_of<E>;
         static_assert(i >= 0, "ctg::program::value_of: this expression is not a node of the program");
         static_assert(!E::is_index, "ctg::program::value_of: index tensors are read where they were fed");
+        if constexpr (values_by_lifetime)
+            if (G::kind[i] == leaf_kind::none && value_until[i] < N)
+                throw error("ctg::program::value_of: node '" + std::string(G::label[i]) + "' (node %" + std::to_string(i) +
+                            ") of an inference program is not an output, and its memory is reused by later nodes; "
+                            "make it an output of compile(), or compile with options{.inference = true, "
+                            ".keep_values = true}");
         return adapt(val_[i].template as<T>(), shapes_[i]);
     }
     /// The adjoint dL/dE of any node after backward() (for gradient-flow inspection): prog.adjoint_of(hs).
@@ -507,7 +528,7 @@ private:
     template <std::size_t... I>
     void scratch_sizes(std::array<std::size_t, N>& out, std::index_sequence<I...>) const {
         ((out[I] = detail::scratch_size_of<detail::op_of_t<node_t<I>>, G::arity[I]>(
-              shapes_.data(), &G::operands[0][0], G::max_arity, I)),
+              shapes_.data(), &G::operands[0][0], G::max_arity, I, Opt.inference)),
          ...);
     }
 
@@ -518,18 +539,22 @@ private:
         std::array<std::size_t, N> val_off{}, adj_off{}, scr_off{};
         std::size_t off = 0;
         for (std::size_t i = 0; i < N; ++i)
-            if ((G::kind[i] == leaf_kind::none && !G::aliases[i]) || G::kind[i] == leaf_kind::constant) {
+            if ((G::kind[i] == leaf_kind::none && !G::aliases[i] && !values_by_lifetime) || G::kind[i] == leaf_kind::constant) {
                 val_off[i] = off;
                 off += round_up_elems<T>(shapes_[i].size());
             }
-        for (std::size_t i = 0; i < N; ++i)
-            if (G::needs_grad[i] && G::kind[i] != leaf_kind::param) {
-                adj_off[i] = off;
-                off += round_up_elems<T>(shapes_[i].size());
+        if constexpr (values_by_lifetime) {
+            off += place_values_by_lifetime(scratch, val_off, scr_off, off);
+        } else {
+            for (std::size_t i = 0; i < N; ++i)
+                if (G::needs_grad[i] && G::kind[i] != leaf_kind::param) {
+                    adj_off[i] = off;
+                    off += round_up_elems<T>(shapes_[i].size());
+                }
+            for (std::size_t i = 0; i < N; ++i) {
+                scr_off[i] = off;
+                off += round_up_elems<T>(scratch[i]);
             }
-        for (std::size_t i = 0; i < N; ++i) {
-            scr_off[i] = off;
-            off += round_up_elems<T>(scratch[i]);
         }
         if (arena_.size() < off) arena_.resize(off);
         if (poison_) std::fill(arena_.begin(), arena_.end(), std::numeric_limits<T>::quiet_NaN());
@@ -546,6 +571,31 @@ private:
         for (std::size_t o = 0; o < num_outputs; ++o) seeds_[o].assign(shapes_[output_nodes[o]].size(), T(0));
         planned_ = true;
     }
+    // An inference program's computed values and op scratch, first fit by lifetime from `base`:
+    // node i's value is live from its forward to value_until[i], its scratch during its forward.
+    // Returns the extent. (No adjoints: inference programs have none.)
+    std::size_t place_values_by_lifetime(const std::array<std::size_t, N>& scratch, std::array<std::size_t, N>& val_off,
+                                         std::array<std::size_t, N>& scr_off, std::size_t base) const {
+        static_assert(std::none_of(G::needs_grad.begin(), G::needs_grad.end(), [](bool b) { return b; }));
+        std::array<detail::lifetime, 2 * N> blocks{};
+        std::array<std::size_t, 2 * N> owner{}, offset{};  // owner: i for node i's value, N + i for its scratch
+        std::array<std::pair<std::size_t, std::size_t>, 2 * N> taken{};
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < N; ++i) {
+            if (G::kind[i] == leaf_kind::none && !G::aliases[i]) {
+                blocks[n] = {i, value_until[i], round_up_elems<T>(shapes_[i].size())};
+                owner[n++] = i;
+            }
+            if (scratch[i]) {
+                blocks[n] = {i, i, round_up_elems<T>(scratch[i])};
+                owner[n++] = N + i;
+            }
+        }
+        const std::size_t extent = detail::place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
+        for (std::size_t a = 0; a < n; ++a) (owner[a] < N ? val_off[owner[a]] : scr_off[owner[a] - N]) = base + offset[a];
+        return extent;
+    }
+
     // Leaves point into the parameter store and the input buffers (which may have moved since).
     void bind_leaves() {
         for (std::size_t p = 0; p < G::num_params; ++p) {
@@ -567,7 +617,7 @@ private:
     // ---------------------------------------------------------------- execution
     detail::exec_state state() const {
         return {val_.data(), adj_.data(), scratch_.data(), shapes_.data(), G::needs_grad.data(), G::is_index.data(), G::label.data(),
-                &G::operands[0][0], G::max_arity, {training_, dropout_seed_, passes_}, &adj_writes.mode[0][0]};
+                &G::operands[0][0], G::max_arity, {training_, dropout_seed_, passes_, Opt.inference}, &adj_writes.mode[0][0]};
     }
     template <std::size_t... I>
     void run_forward(std::index_sequence<I...>) {

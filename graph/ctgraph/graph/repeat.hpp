@@ -126,13 +126,17 @@ struct repeat_op {
     struct layout : detail::cell_frame<info> {
         std::size_t state = 0, total = 0;  // elements of the carried value (rounded up), of scratch
         std::array<std::size_t, P + 1> param_size{};
-        // scratch = [L x per_step][L-1 layer outputs][adjoint block][2 state adjoints]
-        std::size_t outputs_off() const { return L * this->per_step; }
-        std::size_t adjoints_off() const { return outputs_off() + (L - 1) * state; }
+        // scratch = [L x per_step][L-1 layer outputs][adjoint block][2 state adjoints]; a forward-only
+        // pass: [one frame][two layer outputs, alternating] (no adjoints: adj_block is 0)
+        std::size_t outputs_off() const { return this->frames_size(L); }
+        std::size_t kept_outputs() const { return this->forward_only ? std::min(L - 1, 2) : L - 1; }
+        /// Where layer l's output goes (l < L - 1; the last layer's is the node's value).
+        std::size_t output_off(std::size_t l) const { return outputs_off() + (this->forward_only ? l & 1 : l) * state; }
+        std::size_t adjoints_off() const { return outputs_off() + std::size_t(kept_outputs()) * state; }
         std::size_t state_adj_off(std::size_t k) const { return adjoints_off() + this->adj_block + k * state; }
     };
     template <std::size_t K>
-    static layout plan(const std::array<rshape, K>& x) {
+    static layout plan(const std::array<rshape, K>& x, bool forward_only) {
         layout Ly;
         using binding = typename detail::cell_frame<info>::binding;
         std::array<binding, info::num_hoisted + Extra + 1> known{};
@@ -141,18 +145,18 @@ struct repeat_op {
         for (std::size_t e = 0; e < Extra; ++e)
             if (extra_nodes[e] >= 0) known[nk++] = {std::size_t(extra_nodes[e]), x[1 + e], sliced(e) ? 1u : 0u};
         for (std::size_t j = 0; j < info::num_hoisted; ++j) known[nk++] = {info::hoisted[j], x[first_hoisted + j], 0};
-        Ly.plan(known.data(), nk);
+        Ly.plan(known.data(), nk, forward_only);
         Ly.state = round_up_elems<double>(x[0].size());
         for (std::size_t p = 0; p < P; ++p) Ly.param_size[p] = Ly.shapes[info::step_params[p]].size();
-        Ly.total = Ly.state_adj_off(2);
+        Ly.total = forward_only ? Ly.adjoints_off() : Ly.state_adj_off(2);
         return Ly;
     }
-    static std::size_t scratch_size(const rshape&, const auto& x) { return plan(x).total; }
+    static std::size_t scratch_size(const rshape&, const auto& x, bool forward_only) { return plan(x, forward_only).total; }
     template <class T, std::size_t K>
     static layout plan_of(const op_io<T, K>& c) {
         std::array<rshape, K> xs{};
         for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
-        return plan(xs);
+        return plan(xs, c.run.forward_only);
     }
 
     static constexpr bool sliced(std::size_t e) { return (SlicedMask >> e) & 1; }
@@ -174,15 +178,15 @@ struct repeat_op {
         T* base = c.scratch.template as<T>();
         for (std::size_t i = 0; i < N; ++i) {
             v.val[i].shape = v.adj[i].shape = Ly.shapes[i];
-            v.scr[i] = {base + l * Ly.per_step + Ly.scr_off[i], rshape{1, {Ly.scr_size[i]}}};
-            if (info::computed[i]) v.val[i].ptr = base + l * Ly.per_step + Ly.val_off[i];
+            v.scr[i] = {base + Ly.frame_off(l) + Ly.scr_off[i], rshape{1, {Ly.scr_size[i]}}};
+            if (info::computed[i]) v.val[i].ptr = base + Ly.frame_off(l) + Ly.val_off[i];
         }
-        v.val[info::out].ptr = l + 1 == L ? c.y_data() : base + Ly.outputs_off() + l * Ly.state;
+        v.val[info::out].ptr = l + 1 == L ? c.y_data() : base + Ly.output_off(l);
         if constexpr (state_node >= 0) v.label[std::size_t(state_node)] = c.x_name[0];
         for (std::size_t e = 0; e < Extra; ++e)
             if (extra_nodes[e] >= 0) v.label[std::size_t(extra_nodes[e])] = c.x_name[1 + e];
         if constexpr (state_node >= 0)
-            v.val[state_node].ptr = l == 0 ? c.x[0].ptr : static_cast<void*>(base + Ly.outputs_off() + (l - 1) * Ly.state);
+            v.val[state_node].ptr = l == 0 ? c.x[0].ptr : static_cast<void*>(base + Ly.output_off(l - 1));
         for (std::size_t p = 0; p < P; ++p)
             v.val[info::step_params[p]].ptr = const_cast<T*>(c.x_data(first_param + p)) + l * Ly.param_size[p];
         for (std::size_t e = 0; e < Extra; ++e)
@@ -194,7 +198,7 @@ struct repeat_op {
     }
     static detail::exec_state exec_of(const layer_views& v, const layout& Ly, const run_info& run, std::size_t l) {
         return {v.val.data(), v.adj.data(), v.scr.data(), Ly.shapes.data(), info::has_adjoint.data(), G::is_index.data(), v.label.data(),
-                &G::operands[0][0], G::max_arity, {run.training, run.seed, detail::sub_stream(run.stream, l)},
+                &G::operands[0][0], G::max_arity, detail::sub_run(run, l),
                 &info::adj_writes.mode[0][0]};
     }
 

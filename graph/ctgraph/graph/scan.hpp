@@ -169,6 +169,13 @@ struct cell_frame {
     std::array<rshape, N> shapes{};
     std::array<std::size_t, N> val_off{}, adj_off{}, scr_off{}, scr_size{};
     std::size_t per_step = 0, adj_block = 0;
+    bool forward_only = false;  // one frame for every step (run_info::forward_only), no adjoints
+
+    /// Where step (or layer) t's frame starts: all steps' values are kept for backward, a
+    /// forward-only pass reuses one frame.
+    std::size_t frame_off(std::size_t t) const { return forward_only ? 0 : t * per_step; }
+    /// Elements of the frames of `steps` steps.
+    std::size_t frames_size(std::size_t steps) const { return forward_only ? per_step : steps * per_step; }
 
     /// Binds the cell's dimension letters from the runtime shapes of some of its nodes:
     /// {cell node, runtime shape, leading axes of that shape to skip}.
@@ -177,7 +184,8 @@ struct cell_frame {
         rshape shape;
         std::size_t skip;
     };
-    void plan(const binding* known, std::size_t count) {
+    void plan(const binding* known, std::size_t count, bool forward_pass_only) {
+        forward_only = forward_pass_only;
         std::array<std::pair<char, std::size_t>, 16> env{};
         std::size_t nenv = 0;
         for (const binding& b : std::span(known, count))
@@ -199,6 +207,10 @@ struct cell_frame {
                 shapes[i].d[a] = G::dims[i][a].sym ? value_of(G::dims[i][a].sym) : std::size_t(G::dims[i][a].n);
         }
         scratch_sizes(std::make_index_sequence<N>{});
+        if (forward_only) {
+            place_values_by_lifetime();
+            return;
+        }
         // Per step: values and op scratch of the computed nodes (the result lives elsewhere).
         std::size_t off = 0;
         for (std::size_t i = 0; i < N; ++i) {
@@ -220,30 +232,51 @@ struct cell_frame {
     /// other's first writer (j1 > fw2). First fit, in the order they become live: a Transformer
     /// block's adjoints take about a third of their sum.
     void place_adjoints() {
-        std::array<std::size_t, N> order{}, size{};
+        std::array<std::size_t, N> order{};
         std::size_t n = 0;
         for (std::size_t i = 0; i < N; ++i)
-            if (Info::computed[i] && i != Info::out) {
-                order[n++] = i;
-                size[i] = round_up_elems<double>(shapes[i].size());
-            }
+            if (Info::computed[i] && i != Info::out) order[n++] = i;
         std::sort(order.begin(), order.begin() + n,
                   [](std::size_t x, std::size_t y) { return Info::first_writer[x] > Info::first_writer[y]; });
-        std::array<std::pair<std::size_t, std::size_t>, N> taken{};  // [offset, end) of conflicting ones
-        adj_block = 0;
+        // Backward time runs from node N - 1 down: adjoint j is live at steps N - first_writer[j] .. N - j.
+        std::array<lifetime, N> blocks{};
+        std::array<std::size_t, N> offset{};
+        std::array<std::pair<std::size_t, std::size_t>, N> taken{};
         for (std::size_t a = 0; a < n; ++a) {
             const std::size_t j = order[a];
-            std::size_t m = 0;
-            for (std::size_t b = 0; b < a; ++b) {
-                const std::size_t k = order[b];  // placed earlier: live at j's start unless k already ran
-                if (k <= Info::first_writer[j]) taken[m++] = {adj_off[k], adj_off[k] + size[k]};
-            }
-            std::sort(taken.begin(), taken.begin() + m);
-            std::size_t off = 0;
-            for (std::size_t t = 0; t < m && taken[t].first < off + size[j]; ++t) off = std::max(off, taken[t].second);
-            adj_off[j] = off;
-            adj_block = std::max(adj_block, off + size[j]);
+            blocks[a] = {N - Info::first_writer[j], N - j, round_up_elems<double>(shapes[j].size())};
         }
+        adj_block = place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
+        for (std::size_t a = 0; a < n; ++a) adj_off[order[a]] = offset[a];
+    }
+
+    /// A forward-only frame: values and op scratch of one step by lifetime (first fit), as an
+    /// inference program places its own (program::place_values_by_lifetime). Node i's value is live
+    /// from its forward to its last reader's in the step (its aliases' readers included), its
+    /// scratch during its forward; nothing of a step is read by the next but the result.
+    void place_values_by_lifetime() {
+        std::array<std::size_t, N> until = G::last_use;
+        for (std::size_t i = N; i-- > 0;)
+            if (Info::computed[i] && G::aliases[i]) {
+                const std::size_t o = std::size_t(G::operands[i][0]);
+                until[o] = std::max(until[o], until[i]);
+            }
+        std::array<lifetime, 2 * N> blocks{};
+        std::array<std::size_t, 2 * N> owner{}, offset{};
+        std::array<std::pair<std::size_t, std::size_t>, 2 * N> taken{};
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < N; ++i) {
+            if (!Info::computed[i]) continue;
+            if (i != Info::out && !G::aliases[i]) {
+                blocks[n] = {i, until[i], round_up_elems<double>(shapes[i].size())};
+                owner[n++] = i;
+            }
+            blocks[n] = {i, i, round_up_elems<double>(scr_size[i])};
+            owner[n++] = N + i;
+        }
+        per_step = place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
+        for (std::size_t a = 0; a < n; ++a) (owner[a] < N ? val_off[owner[a]] : scr_off[owner[a] - N]) = offset[a];
+        adj_block = 0;
     }
 
     /// Points the aliasing nodes of one step (reshape) at their operand's memory, once every other
@@ -267,7 +300,7 @@ private:
     void scratch_sizes(std::index_sequence<I...>) {
         ((scr_size[I] = Info::computed[I] ? detail::scratch_size_of<detail::op_of_t<typename G::template node_t<I>>,
                                                                     G::arity[I]>(shapes.data(), &G::operands[0][0],
-                                                                                  G::max_arity, I)
+                                                                                  G::max_arity, I, forward_only)
                                           : 0),
          ...);
     }
@@ -341,10 +374,12 @@ struct scan_op {
     struct layout : detail::cell_frame<info> {
         std::size_t steps = 0, zeros = 0, h0_adj = 0, total = 0;
         std::size_t x_stride = 0, y_stride = 0;
+        // scratch = [frames][adjoint block][zeros (the initial state)][h0's adjoint rows]
+        std::size_t zeros_off() const { return this->frames_size(steps) + this->adj_block; }
     };
 
     template <std::size_t K>
-    static layout<K> plan(const std::array<rshape, K>& x) {
+    static layout<K> plan(const std::array<rshape, K>& x, bool forward_only) {
         layout<K> L;
         using binding = typename detail::cell_frame<info>::binding;
         // The cell's dimension letters come from the operands' runtime shapes.
@@ -357,21 +392,21 @@ struct scan_op {
         if constexpr (HasLengths) {  // lengths (B): the state's first dimension
             if (G::dims[state_node][0].sym) known[nk++] = {std::size_t(state_node), rshape{1, {x[len_index].d[0]}}, 0};
         }
-        L.plan(known.data(), nk);
+        L.plan(known.data(), nk, forward_only);
         L.zeros = round_up_elems<double>(L.shapes[info::out].size());
         L.h0_adj = H0Rows ? L.zeros : 0;
-        L.total = L.steps * L.per_step + L.adj_block + L.zeros + L.h0_adj;
+        L.total = L.zeros_off() + L.zeros + L.h0_adj;
         L.x_stride = L.steps ? x[0].size() / L.steps : 0;
         L.y_stride = L.shapes[info::out].size();
         return L;
     }
 
-    static std::size_t scratch_size(const rshape&, const auto& x) { return plan(x).total; }
+    static std::size_t scratch_size(const rshape&, const auto& x, bool forward_only) { return plan(x, forward_only).total; }
     template <class T, std::size_t K>
     static layout<K> plan_of(const op_io<T, K>& c) {
         std::array<rshape, K> xs{};
         for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
-        return plan(xs);
+        return plan(xs, c.run.forward_only);
     }
 
     // ---------------------------------------------------------------- views of one step
@@ -387,13 +422,13 @@ struct scan_op {
         for (std::size_t i = 0; i < N; ++i) {
             v.val[i].shape = L.shapes[i];
             v.adj[i].shape = L.shapes[i];
-            v.scr[i] = {base + t * L.per_step + L.scr_off[i], rshape{1, {L.scr_size[i]}}};
+            v.scr[i] = {base + L.frame_off(t) + L.scr_off[i], rshape{1, {L.scr_size[i]}}};
             if (info::computed[i])
-                v.val[i].ptr = i == info::out ? y + t * L.y_stride : base + t * L.per_step + L.val_off[i];
+                v.val[i].ptr = i == info::out ? y + t * L.y_stride : base + L.frame_off(t) + L.val_off[i];
         }
         for (std::size_t j = 0; j < info::num_hoisted; ++j) v.val[info::hoisted[j]].ptr = c.x[first_hoisted + j].ptr;
         if constexpr (state_node >= 0) {
-            T* zeros = base + L.steps * L.per_step + L.adj_block;
+            T* zeros = base + L.zeros_off();
             // A one-row h0 was copied into every row of the zeros block by forward().
             void* prev = t > 0 ? static_cast<void*>(y + (t - 1) * L.y_stride) : (HasH0 && !H0Rows) ? c.x[1].ptr : zeros;
             v.val[state_node].ptr = prev;
@@ -410,7 +445,7 @@ struct scan_op {
     template <class T, std::size_t K>
     static detail::exec_state exec_of(const step_views<T, K>& v, const layout<K>& L, const run_info& run, std::size_t t) {
         return {v.val.data(), v.adj.data(), v.scr.data(), L.shapes.data(), info::has_adjoint.data(), G::is_index.data(), G::label.data(),
-                &G::operands[0][0], G::max_arity, {run.training, run.seed, detail::sub_stream(run.stream, t)},
+                &G::operands[0][0], G::max_arity, detail::sub_run(run, t),
                 &info::adj_writes.mode[0][0]};
     }
 
@@ -419,7 +454,7 @@ struct scan_op {
     static void forward(op_io<T, K>& c) {
         const layout<K> L = plan_of(c);
         T* base = c.scratch.template as<T>();
-        T* zeros = base + L.steps * L.per_step + L.adj_block;
+        T* zeros = base + L.zeros_off();
         std::fill(zeros, zeros + L.zeros, T(0));
         if constexpr (H0Rows) {  // the initial state: h0 repeated for every sequence
             const std::size_t w = c.x[1].size();
@@ -446,7 +481,7 @@ struct scan_op {
     static void backward(op_io<T, K>& c) {
         const layout<K> L = plan_of(c);
         T* base = c.scratch.template as<T>();
-        T* adj_block = base + L.steps * L.per_step;
+        T* adj_block = base + L.frames_size(L.steps);
         T* gy = c.gy_data();
         step_views<T, K> v;
         const std::size_t rows = rows_of(L), width = rows ? L.y_stride / rows : 0;

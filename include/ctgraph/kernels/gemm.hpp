@@ -1,8 +1,8 @@
 // ctgraph/kernels/gemm.hpp: row-major matrix products.
 //
 // C = alpha * op(A) op(B) + beta * C, op = identity or transpose. The fast path is OpenBLAS's
-// cblas_?gemm (a well-kept library matching the best single-core kernel measured here and scaling
-// to two threads), except a single row times a matrix (a decoding step), which kernels::combine_rows
+// cblas_?gemm at one thread (a well-kept library matching the best single-core kernel measured
+// here; more threads split the product on ctgraph's pool, kernels/parallel.hpp), except a single row times a matrix (a decoding step), which kernels::combine_rows
 // does in registers (OpenBLAS's small-matrix path was 2/3 of a cached decoding step); `gemm_reference`
 // is the plain triple loop the tests compare both with.
 #pragma once
@@ -12,8 +12,12 @@
 
 extern "C" {
 #include <cblas.h>
+// OpenBLAS's own (exported) shutdown of its thread server, as its fork handler uses it; weak, so
+// a BLAS without it links too.
+__attribute__((weak)) int blas_thread_shutdown_(void);
 }
 
+#include "ctgraph/kernels/parallel.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/memory.hpp"
 
@@ -44,12 +48,27 @@ inline std::uint64_t& gemm_flop_counter() {
     return flops;
 }
 
-/// C (M x N) = alpha * op(A) (M x K) * op(B) (K x N) + beta * C; all row-major.
+/// The pool ctgraph's kernels run on. OpenBLAS is kept at one thread from the first use on: a
+/// product worth two threads is split by gemm() into single-threaded OpenBLAS calls on this pool.
+/// OpenBLAS started its own threads when it was loaded (unless OPENBLAS_NUM_THREADS=1), and they
+/// poll with sched_yield for about 0.1 s after their last work: measured, they took a core from
+/// this pool in 1 run of 4 (mlp at 2 threads: 0.57 instead of 0.35 ms). They are stopped here
+/// (OpenBLAS restarts them itself if it is ever asked for more than one thread again).
+inline thread_pool& kernel_pool() {
+    static thread_pool& pool = [] () -> thread_pool& {
+        openblas_set_num_threads(1);
+        if (blas_thread_shutdown_) blas_thread_shutdown_();
+        return thread_pool::instance();
+    }();
+    return pool;
+}
+
+namespace detail {
+
+// One thread's product: the small-shape paths, else OpenBLAS.
 template <class T>
-inline void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
-                 std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
-    if (M == 0 || N == 0) return;
-    gemm_flop_counter() += 2ULL * M * N * K;
+inline void gemm_serial(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
+                        std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
     if (K == 0 || scalar_only()) {
         gemm_reference(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
@@ -96,10 +115,49 @@ inline void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::
         cblas_dgemm(CblasRowMajor, ta, tb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
 
+}  // namespace detail
+
+/// Products below this many floating-point operations run on one thread: splitting costs about a
+/// microsecond of hand-over, the rnn's 16 x 128 x 128 step (0.5 MFLOP, ~5 us) already gains.
+inline constexpr std::uint64_t parallel_gemm_min_flops = std::uint64_t(1) << 18;
+
+/// C (M x N) = alpha * op(A) (M x K) * op(B) (K x N) + beta * C; all row-major. On a pool of P > 1
+/// threads a product of at least parallel_gemm_min_flops is split into P row blocks (M >= N) or
+/// column blocks, each one thread's product; every element of C is computed by one thread from the
+/// same operands, so the result does not depend on a race.
+template <class T>
+inline void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
+                 std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
+    if (M == 0 || N == 0) return;
+    const std::uint64_t flops = 2ULL * M * N * K;
+    gemm_flop_counter() += flops;
+    const std::size_t P = std::size_t(kernel_pool().size());
+    if (P > 1 && M > 1 && flops >= parallel_gemm_min_flops && !scalar_only()) {
+        constexpr std::size_t row_align = 8, col_align = 16;  // whole register tiles of OpenBLAS's kernels
+        if (M >= N && M >= 2 * row_align) {
+            parallel_ranges(M, P, row_align, [&](std::size_t m0, std::size_t m1) {
+                detail::gemm_serial(trans_a, trans_b, m1 - m0, N, K, alpha, trans_a ? A + m0 : A + m0 * lda, lda, B, ldb,
+                                    beta, C + m0 * ldc, ldc);
+            });
+            return;
+        }
+        if (N >= 2 * col_align) {
+            parallel_ranges(N, P, col_align, [&](std::size_t n0, std::size_t n1) {
+                detail::gemm_serial(trans_a, trans_b, M, n1 - n0, K, alpha, A, lda, trans_b ? B + n0 * ldb : B + n0, ldb,
+                                    beta, C + n0, ldc);
+            });
+            return;
+        }
+    }
+    detail::gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 }  // namespace ctg::kernels
 
 namespace ctg {
-/// Threads used by ctgraph's kernels (OpenBLAS's pool). Default: OpenBLAS's own default.
-inline void set_num_threads(int k) { openblas_set_num_threads(k); }
-inline int num_threads() { return openblas_get_num_threads(); }
+/// Threads used by ctgraph's kernels: the size of kernels::kernel_pool() (the caller and k - 1
+/// workers; OpenBLAS itself stays at one thread). Default: CTG_NUM_THREADS, else
+/// OPENBLAS_NUM_THREADS, else the hardware's.
+inline void set_num_threads(int k) { kernels::kernel_pool().resize(k); }
+inline int num_threads() { return kernels::kernel_pool().size(); }
 }  // namespace ctg

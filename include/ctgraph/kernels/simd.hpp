@@ -11,6 +11,8 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "ctgraph/kernels/parallel.hpp"
+
 namespace ctg::kernels {
 
 /// When true, every map runs its scalar path (used by tests to check SIMD against scalar).
@@ -44,16 +46,23 @@ template <class T, class A>
 inline xsimd::batch<T, A> where(const xsimd::batch_bool<T, A>& c, const xsimd::batch<T, A>& a,
                                 const xsimd::batch<T, A>& b) { return xsimd::select(c, a, b); }
 
+/// Element-wise loops at least this long are split over the kernel pool (a few microseconds of
+/// work each half: the hand-over costs about one).
+inline constexpr std::size_t parallel_map_min_size = std::size_t(1) << 15;
+
 /// out[i] = f(in_0[i], in_1[i], ...) for i < n. `out` may be one of the inputs (in-place update).
+/// `f` must be a pure function of its arguments: long loops run in pieces on several threads.
 template <class T, class F, class... In>
 inline void map(std::size_t n, T* out, F&& f, const In*... in) {
     static_assert((std::is_same_v<T, In> && ...), "ctg::kernels::map: all arrays have one element type");
-    std::size_t i = 0;
-    if (!scalar_only()) {
-        constexpr std::size_t W = batch<T>::size;
-        for (; i + W <= n; i += W) f(batch<T>::load_unaligned(in + i)...).store_unaligned(out + i);
-    }
-    for (; i < n; ++i) out[i] = f(in[i]...);
+    constexpr std::size_t W = batch<T>::size;
+    auto run = [&](std::size_t begin, std::size_t end) {
+        std::size_t i = begin;
+        if (!scalar_only())
+            for (; i + W <= end; i += W) f(batch<T>::load_unaligned(in + i)...).store_unaligned(out + i);
+        for (; i < end; ++i) out[i] = f(in[i]...);
+    };
+    for_ranges<T>(n, parallel_map_min_size, run);
 }
 
 /// out[i] = f(in_0[i], ...) when `fresh`, else out[i] += f(in_0[i], ...): how a VJP writes an adjoint

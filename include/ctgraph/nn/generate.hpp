@@ -51,6 +51,11 @@ public:
     }
 
     std::size_t capacity() const { return capacity_; }
+    /// Bytes of the key and value caches (allocated once, at construction).
+    std::size_t cache_bytes() const { return (cache_k_.size() + cache_v_.size()) * sizeof(T); }
+    /// Bytes of the two programs' working memory (activations and op scratch of the last prefill
+    /// and step; weights and caches not counted): what generation needs beyond model and cache.
+    std::size_t working_bytes() const { return (prefill_.arena_elements() + step_.arena_elements()) * sizeof(T); }
 
     /// new_tokens tokens after each prompt. `logits` (optional) receives, per sequence, the logits
     /// (V each) from which each new token was chosen.

@@ -1,0 +1,224 @@
+// ctgraph/kernels/parallel.hpp: one persistent pool of threads for ctgraph's kernels.
+//
+// `ctg::set_num_threads(k)` sizes it (k - 1 workers; the calling thread is the k-th) and keeps
+// OpenBLAS at one thread: every multi-threaded product is split by kernels::gemm into pieces that
+// run as tasks here, so two pools never compete for the same cores.
+//
+// How a job runs: the caller publishes (function, task count) under a new epoch in one 64-bit word
+// whose low half is the next unclaimed task. Anyone - the caller included - claims a task with a
+// compare-exchange that also checks the epoch, so a worker that wakes late can never run a task of
+// a job that has ended, and a job finishes even if no worker wakes at all (the caller claims what
+// is left: no latency beyond the serial time when a worker is descheduled, and a forked child with
+// no workers still computes). Workers spin for a while after each job (kernels come in bursts,
+// as OpenBLAS's threads do) and then sleep on a futex (std::atomic::wait).
+//
+// Calls from inside a task, or from a second user thread while a job runs, run serially: no
+// nesting, no deadlock. Tasks must not throw.
+#pragma once
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace ctg::kernels {
+
+class thread_pool {
+public:
+    /// The process's pool. Its initial size: CTG_NUM_THREADS, else OPENBLAS_NUM_THREADS, else the
+    /// number of hardware threads.
+    /// Never destroyed: its workers may outlive static destructors, and a forked child (which has
+    /// none of them) must not join them at exit.
+    static thread_pool& instance() {
+        static thread_pool* pool = new thread_pool(initial_size());
+        return *pool;
+    }
+
+    thread_pool(const thread_pool&) = delete;
+    thread_pool& operator=(const thread_pool&) = delete;
+
+    /// Threads that run a job, the caller included.
+    int size() const { return size_; }
+
+    /// Resizes the pool to k threads (k >= 1); waits for a running job to end.
+    void resize(int k) {
+        k = std::max(k, 1);
+        std::lock_guard lock(job_mutex_);
+        if (k == size_) return;
+        stop_workers();
+        size_ = k;
+        start_workers();
+    }
+
+    /// Runs task(i) for every i < n on the pool and returns when all have run. Serial when the
+    /// pool has one thread, n is 1, or the caller is itself a task or another job is running.
+    template <class F>
+    void run(std::size_t n, F&& task) {
+        run_erased(n, [](void* ctx, std::size_t i) { (*static_cast<std::remove_reference_t<F>*>(ctx))(i); },
+                   const_cast<void*>(static_cast<const void*>(&task)));
+    }
+
+    using task_fn = void (*)(void*, std::size_t);
+    /// run() through a function pointer: the one body every kind of task shares (each element-wise
+    /// loop is a task type of its own; compiling this per type cost 15 % of a large graph's build).
+    void run_erased(std::size_t n, task_fn fn, void* ctx) {
+        if (n == 0) return;
+        std::unique_lock lock(job_mutex_, std::defer_lock);
+        if (n == 1 || size_ == 1 || in_task() || !lock.try_lock()) {
+            for (std::size_t i = 0; i < n; ++i) fn(ctx, i);
+            return;
+        }
+        job_fn_ = fn;
+        job_ctx_ = ctx;
+        job_size_.store(n, std::memory_order_relaxed);
+        done_.store(0, std::memory_order_relaxed);
+        const std::uint64_t epoch = (state_.load(std::memory_order_relaxed) >> 32) + 1;
+        state_.store(epoch << 32, std::memory_order_seq_cst);  // publishes fn, ctx, size (release)
+        signal_.fetch_add(1, std::memory_order_seq_cst);
+        if (sleepers_.load(std::memory_order_seq_cst) > 0) signal_.notify_all();
+        in_task() = true;
+        const std::size_t mine = claim_and_run(epoch);
+        in_task() = false;
+        // Wait for the tasks the workers claimed (they are running; spinning is the right wait).
+        if (mine < n)
+            while (done_.load(std::memory_order_acquire) < n - mine) pause();
+    }
+
+private:
+    explicit thread_pool(int k) : size_(std::max(k, 1)) { start_workers(); }
+
+    static int initial_size() {
+        for (const char* name : {"CTG_NUM_THREADS", "OPENBLAS_NUM_THREADS"})
+            if (const char* v = std::getenv(name); v && std::atoi(v) > 0) return std::atoi(v);
+        return int(std::max(1u, std::thread::hardware_concurrency()));
+    }
+
+    static bool& in_task() {
+        thread_local bool flag = false;
+        return flag;
+    }
+
+    static void pause() {
+#if defined(__x86_64__) || defined(__i386__)
+        _mm_pause();
+#endif
+    }
+
+    // Claims and runs tasks of `epoch` until none is left; returns how many this thread ran.
+    std::size_t claim_and_run(std::uint64_t epoch) {
+        std::size_t ran = 0;
+        std::uint64_t s = state_.load(std::memory_order_acquire);
+        while ((s >> 32) == epoch) {
+            const std::size_t i = std::size_t(s & 0xffffffffu);
+            if (i >= job_size_.load(std::memory_order_relaxed)) break;  // this epoch's (stored before the state), else the CAS fails
+            if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+                job_fn_(job_ctx_, i);  // the job cannot end before this task does
+                ++ran;
+                s = state_.load(std::memory_order_acquire);
+            }
+        }
+        return ran;
+    }
+
+    void worker() {
+        in_task() = true;
+        std::uint64_t seen = state_.load(std::memory_order_acquire) >> 32;
+        // Spin this many pauses (~0.1-0.5 ms) for the next job before sleeping.
+        constexpr int spin_limit = 1 << 13;
+        while (true) {
+            int spins = 0;
+            std::uint64_t epoch;
+            while ((epoch = state_.load(std::memory_order_acquire) >> 32) == seen && !stop_.load(std::memory_order_relaxed)) {
+                if (++spins < spin_limit) {
+                    pause();
+                    continue;
+                }
+                const std::uint32_t v = signal_.load(std::memory_order_seq_cst);
+                sleepers_.fetch_add(1, std::memory_order_seq_cst);
+                if ((state_.load(std::memory_order_seq_cst) >> 32) == seen && !stop_.load(std::memory_order_seq_cst))
+                    signal_.wait(v, std::memory_order_seq_cst);
+                sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+                spins = 0;
+            }
+            if (stop_.load(std::memory_order_acquire)) return;
+            seen = epoch;
+            if (std::size_t ran = claim_and_run(epoch)) done_.fetch_add(ran, std::memory_order_release);
+        }
+    }
+
+    void start_workers() {
+        stop_.store(false);
+        for (int t = 1; t < size_; ++t) workers_.emplace_back([this] { worker(); });
+    }
+
+    void stop_workers() {
+        stop_.store(true, std::memory_order_seq_cst);
+        signal_.fetch_add(1, std::memory_order_seq_cst);
+        signal_.notify_all();
+        for (auto& w : workers_) w.join();
+        workers_.clear();
+    }
+
+    int size_;
+    std::vector<std::thread> workers_;
+    std::mutex job_mutex_;  // one job at a time
+    void (*job_fn_)(void*, std::size_t) = nullptr;
+    void* job_ctx_ = nullptr;
+    std::atomic<std::size_t> job_size_{0};
+    alignas(64) std::atomic<std::uint64_t> state_{0};  // epoch << 32 | next task
+    alignas(64) std::atomic<std::size_t> done_{0};      // tasks the workers finished this epoch
+    alignas(64) std::atomic<std::uint32_t> signal_{0};  // bumped per job; sleepers wait on it
+    std::atomic<int> sleepers_{0};
+    std::atomic<bool> stop_{false};
+};
+
+using range_fn = void (*)(void*, std::size_t, std::size_t);
+
+/// parallel_ranges through a function pointer (one body for every caller).
+inline void parallel_ranges_erased(std::size_t n, std::size_t pieces, std::size_t align, range_fn body, void* ctx) {
+    pieces = std::max<std::size_t>(1, std::min(pieces, (n + align - 1) / align));
+    const std::size_t step = ((n + pieces - 1) / pieces + align - 1) / align * align;
+    struct job {
+        std::size_t n, step;
+        range_fn body;
+        void* ctx;
+    } j{n, step, body, ctx};
+    thread_pool::instance().run_erased(
+        (n + step - 1) / step,
+        [](void* c, std::size_t p) {
+            const job& jb = *static_cast<const job*>(c);
+            jb.body(jb.ctx, p * jb.step, std::min(jb.n, (p + 1) * jb.step));
+        },
+        &j);
+}
+
+/// Splits [0, n) into at most `pieces` ranges whose bounds (but the last) are multiples of `align`,
+/// and runs body(begin, end) for each on the pool.
+template <class F>
+inline void parallel_ranges(std::size_t n, std::size_t pieces, std::size_t align, F&& body) {
+    parallel_ranges_erased(
+        n, pieces, align,
+        [](void* c, std::size_t b, std::size_t e) { (*static_cast<std::remove_reference_t<F>*>(c))(b, e); },
+        const_cast<void*>(static_cast<const void*>(&body)));
+}
+
+/// body(begin, end) over [0, n): in one piece per pool thread (bounds on 64-byte lines of T) when n
+/// is at least `min_size` and the pool has more than one thread, else in one call.
+template <class T, class F>
+inline void for_ranges(std::size_t n, std::size_t min_size, F&& body) {
+    const std::size_t threads = std::size_t(thread_pool::instance().size());
+    if (n >= min_size && threads > 1)
+        parallel_ranges(n, threads, 64 / sizeof(T), body);
+    else
+        body(std::size_t(0), n);
+}
+
+}  // namespace ctg::kernels

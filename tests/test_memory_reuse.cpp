@@ -1,0 +1,134 @@
+// Inference programs place their values by lifetime (options::keep_values, program.hpp), and scan
+// and repeat keep one step's or layer's values in a forward-only pass (run_info::forward_only):
+// the outputs equal those of programs that keep everything, in less memory, and reading a value
+// whose memory was reused is an error that says so.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include <ctgraph/ctgraph.hpp>
+
+using namespace ctg;
+
+namespace {
+constexpr dim B = dyn('B'), T = dyn('T');
+constexpr options reuse{.inference = true}, keep{.inference = true, .keep_values = true};
+
+std::vector<double> random_values(std::size_t count, unsigned seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> u(-1.5, 1.5);
+    std::vector<double> v(count);
+    for (auto& x : v) x = u(rng);
+    return v;
+}
+
+template <class P>
+std::vector<double> output_copy(P& p) {
+    auto y = p.template output<0>();
+    return {y.begin(), y.end()};
+}
+
+// A chain of layers, with a reshape (a node that reads its operand's memory) in the middle.
+using X = input<"x", B, 8>;
+constexpr auto h1() { return tanh(X{} * param<"W1", 8, 16>{}); }
+constexpr auto h2() { return relu(h1() * param<"W2", 16, 16>{} + param<"b2", 16>{}); }
+constexpr auto h2r() { return reshape<B, 4, 4>(h2()); }
+constexpr auto chain() {
+    // After h2's last direct reader, several values live at once: they take every free block,
+    // h2's included if its lifetime ended there.
+    auto h3 = sigmoid(reshape<B, 16>(h2r()) * param<"W3", 16, 16>{});  // h2r is computed early
+    auto a = h3 * param<"W4", 16, 16>{};
+    auto b = tanh(a) * param<"W5", 16, 16>{};
+    auto c = relu(b) * param<"W6", 16, 16>{};
+    auto h4 = tanh(c) + a + b + h3;
+    return sum(reshape<B, 4, 4>(h4) * param<"W7", 4, 4>{} + h2r());  // h2's memory is read late, through h2r
+}
+}  // namespace
+
+TEST_CASE("an inference program reuses value memory by lifetime and computes the same outputs", "[memory]") {
+    auto kept = compile<double, keep>(chain());
+    auto reused = compile<double, reuse>(chain());
+    decltype(compile<double, reuse>(chain())) shared(kept.shared_params());
+    kept.params().init(3);
+    for (std::size_t s = 0; s < kept.params().size(); ++s)
+        std::copy(kept.params().value(s), kept.params().value(s) + kept.params().at(s).shape.size(),
+                  reused.params().value(reused.params().slot(kept.params().at(s).name)));
+    for (std::size_t batch : {5u, 1u, 9u}) {  // new sizes re-plan the arena
+        const auto x = random_values(batch * 8, unsigned(batch));
+        kept.feed("x", x.data(), rshape{2, {batch, 8}});
+        kept.forward();
+        reused.poison_arena(true);  // an element read before it is written would show as NaN
+        reused.feed("x", x.data(), rshape{2, {batch, 8}});
+        reused.forward();
+        shared.feed("x", x.data(), rshape{2, {batch, 8}});
+        shared.forward();
+        INFO("batch " << batch);
+        CHECK(output_copy(reused) == output_copy(kept));  // the same kernels on the same values: bit for bit
+        CHECK(output_copy(shared) == output_copy(kept));
+        CHECK(reused.arena_elements() < kept.arena_elements());
+    }
+    // Intermediate values: readable where they are kept, an error naming the node where reused.
+    CHECK_NOTHROW(kept.value_of(h2()));
+    CHECK_NOTHROW(reused.value_of(chain()));  // the output
+    CHECK_THROWS_WITH(reused.value_of(h1()), Catch::Contains("inference program is not an output") &&
+                                                 Catch::Contains("keep_values = true"));
+}
+
+namespace {
+constexpr int D = 6;
+using Xs = input<"x", B, T, D>;
+constexpr auto block = [](auto h) { return h + tanh(h * param<"W", D, D>{} + param<"b", D>{}); };
+template <int L>
+constexpr auto stacked() { return repeat<L, "blocks.">(block, Xs{}); }
+}  // namespace
+
+TEST_CASE("repeat in an inference program keeps one layer: memory independent of depth", "[memory]") {
+    auto train3 = compile<double>(stacked<3>());
+    auto train6 = compile<double>(stacked<6>());
+    decltype(compile<double, reuse>(stacked<3>())) infer3(train3.shared_params());  // the same weights
+    decltype(compile<double, reuse>(stacked<6>())) infer6(train6.shared_params());
+    train3.params().init(1);
+    train6.params().init(1);
+    const std::size_t batch = 3, len = 7;
+    const auto x = random_values(batch * len * D, 4);
+    auto run = [&](auto& p) {
+        p.feed("x", x.data(), rshape{3, {batch, len, D}});
+        p.forward();
+        return output_copy(p);
+    };
+    CHECK(run(infer3) == run(train3));
+    CHECK(run(infer6) == run(train6));
+    // Training keeps every layer's values for backward; a forward-only pass one frame and two
+    // alternating layer outputs, whatever the depth.
+    CHECK(infer6.arena_elements() == infer3.arena_elements());
+    CHECK(train6.arena_elements() > train3.arena_elements());
+    CHECK(infer3.arena_elements() < train3.arena_elements());
+}
+
+TEST_CASE("scan in an inference program keeps one step's values", "[memory]") {
+    constexpr int X = 3, H = 5;
+    using Seq = input<"xs", T, B, X>;
+    using Len = index_input<"lengths", B>;
+    auto cell = [](auto h, auto x) {
+        auto z = sigmoid(h * param<"U", H, H>{} + x * param<"Wz", X, H>{});
+        return mul(z, h) + mul(constant<1.0>{} - z, tanh(x * param<"Wx", X, H>{} + h * param<"Uh", H, H>{}));
+    };
+    auto states = [&] { return scan<H>(cell, Seq{}, zero_state{}, Len{}); };
+    auto train = compile<double>(states());
+    decltype(compile<double, reuse>(states())) infer(train.shared_params());
+    train.params().init(2);
+    const std::size_t steps = 12, batch = 3;
+    const auto x = random_values(steps * batch * X, 5);
+    const std::vector<index_t> lengths = {12, 4, 9};
+    auto run = [&](auto& p) {
+        p.feed("xs", x.data(), rshape{3, {steps, batch, X}});
+        p.feed("lengths", lengths.data(), rshape{1, {batch}});
+        p.forward();
+        return output_copy(p);
+    };
+    CHECK(run(infer) == run(train));
+    // The states (steps x batch x H, the output) stay; the per-step frames collapse to one.
+    CHECK(infer.arena_elements() < train.arena_elements());
+}
