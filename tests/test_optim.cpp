@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <vector>
 
 #include <ctgraph/ctgraph.hpp>
 
@@ -95,4 +96,45 @@ TEST_CASE("learning-rate schedules", "[optim]") {
     CHECK(c(10) == Approx(1.0));
     CHECK(c(60) == Approx(0.55));  // half way: min + (max - min) / 2
     CHECK(c(110) == Approx(0.1));
+}
+
+TEST_CASE("Adam/AdamW in SIMD lanes and in pieces on two threads equal the element-wise rule", "[optim][threads]") {
+    // 37 elements: whole SIMD batches and a tail; 20000: split over the pool at 2 threads.
+    for (std::size_t n : {std::size_t(37), std::size_t(20000)})
+        for (bool decoupled : {false, true}) {
+            parameter_store<double> ps;
+            ps.add("p", rshape{1, {n}});
+            auto reset = [&] {
+                for (std::size_t i = 0; i < n; ++i) {
+                    ps.value(0)[i] = std::sin(double(i));
+                    ps.grad(0)[i] = std::cos(double(3 * i));
+                }
+            };
+            const optim::adam<double>::config c{.lr = 0.01, .weight_decay = 0.1, .decoupled = decoupled};
+            // The rule, element by element, three steps.
+            std::vector<double> p(n), m(n, 0.0), v(n, 0.0);
+            for (std::size_t i = 0; i < n; ++i) p[i] = std::sin(double(i));
+            for (int t = 1; t <= 3; ++t)
+                for (std::size_t i = 0; i < n; ++i) {
+                    const double gi = std::cos(double(3 * i)) + (decoupled ? 0.0 : 0.1 * p[i]);
+                    if (decoupled) p[i] *= 1 - 0.01 * 0.1;
+                    m[i] = 0.9 * m[i] + 0.1 * gi;  // Adam: L2 decay in the gradient; AdamW: p decays first
+                    v[i] = 0.999 * v[i] + 0.001 * gi * gi;
+                    const double mh = m[i] / (1 - std::pow(0.9, t)), vh = v[i] / (1 - std::pow(0.999, t));
+                    p[i] -= 0.01 * mh / (std::sqrt(vh) + 1e-8);
+                }
+            std::vector<double> results[2];
+            for (int threads : {1, 2}) {
+                const int before = num_threads();
+                set_num_threads(threads);
+                reset();
+                optim::adam<double> opt(c);
+                for (int t = 0; t < 3; ++t) opt.step(ps);  // the gradient stays the same each step
+                set_num_threads(before);
+                results[threads - 1].assign(ps.value(0), ps.value(0) + n);
+            }
+            INFO("n " << n << " decoupled " << decoupled);
+            CHECK(results[0] == results[1]);  // pieces on two threads: the same lanes, bit for bit
+            for (std::size_t i = 0; i < n; ++i) CHECK(results[0][i] == Approx(p[i]).epsilon(1e-12).margin(1e-14));
+        }
 }

@@ -161,6 +161,33 @@ inline void combine_rows(std::size_t count, std::size_t width, const T* w, const
     }
 }
 
+/// Element loops for kernels that read and write several arrays per element (fused recurrent
+/// gates, optimizer updates), which map (one output) does not cover:
+///
+///   lanes::each<T>(n, [&](std::size_t j, auto tag) { using V = decltype(tag); ... });
+///
+/// calls the body with V = batch<T> over whole batches and V = T for the tail (for every element
+/// under scalar_only()); load/store move a V at a pointer.
+namespace lanes {
+template <class T, class F>
+inline void each(std::size_t n, F&& f) {
+    std::size_t j = 0;
+    if (!scalar_only()) {
+        using V = batch<T>;
+        for (; j + V::size <= n; j += V::size) f(j, V{});
+    }
+    for (; j < n; ++j) f(j, T{});
+}
+template <class V, class T>
+inline V load(const T* p) {
+    if constexpr (std::is_same_v<V, T>) return *p; else return V::load_unaligned(p);
+}
+template <class T, class V>
+inline void store(T* p, const V& v) {
+    if constexpr (std::is_same_v<V, T>) *p = v; else v.store_unaligned(p);
+}
+}  // namespace lanes
+
 /// y[i] += x[i].
 template <class T>
 inline void add_to(std::size_t n, const T* x, T* y) {

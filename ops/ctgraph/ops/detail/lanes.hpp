@@ -1,11 +1,7 @@
 // ctgraph/ops/detail/lanes.hpp: element loops written once for SIMD batches and scalars, for fused
 // ops that read and write several arrays per element (gru_gates, lstm_gates), which kernels::map
-// (one output) does not cover.
-//
-//   lanes::each<T>(n, [&](std::size_t j, auto tag) { using V = decltype(tag); ... });
-//
-// calls the body with V = xsimd batch of T over whole batches and V = T for the tail (for every
-// element under kernels::scalar_only()); load/store/write move a V at a pointer.
+// (one output) does not cover: kernels::lanes (each, load, store; kernels/simd.hpp) plus what
+// these ops share (write, sigmoid, the gates' shape rule).
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -16,24 +12,10 @@
 
 namespace ctg::ops::lanes {
 
-template <class T, class F>
-inline void each(std::size_t n, F&& f) {
-    std::size_t j = 0;
-    if (!kernels::scalar_only()) {
-        using V = kernels::batch<T>;
-        for (; j + V::size <= n; j += V::size) f(j, V{});
-    }
-    for (; j < n; ++j) f(j, T{});
-}
+using kernels::lanes::each;  // the loop and the moves live with the other kernels (optimizers use them)
+using kernels::lanes::load;
+using kernels::lanes::store;
 
-template <class V, class T>
-inline V load(const T* p) {
-    if constexpr (std::is_same_v<V, T>) return *p; else return V::load_unaligned(p);
-}
-template <class T, class V>
-inline void store(T* p, const V& v) {
-    if constexpr (std::is_same_v<V, T>) *p = v; else v.store_unaligned(p);
-}
 /// *p = v when `fresh` (a first write, op_io::fresh), else *p += v.
 template <class T, class V>
 inline void write(bool fresh, T* p, const V& v) {
