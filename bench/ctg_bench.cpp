@@ -137,7 +137,7 @@ int run_timing(const args& a) {
     // The matrix-product work one step really runs (counted by kernels::gemm).
     kernels::gemm_flop_counter() = 0;
     last = w.step();
-    const double gemm_flops = double(kernels::gemm_flop_counter());
+    const double gemm_flops = double(kernels::gemm_flop_counter().load());
     std::vector<double> ms;
     ms.reserve(std::size_t(a.steps));
     // Allocations over the N timed steps, then over N more (2N in all): both zero in steady state.

@@ -6,6 +6,7 @@
 // does in registers (OpenBLAS's small-matrix path was 2/3 of a cached decoding step); `gemm_reference`
 // is the plain triple loop the tests compare both with.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -41,10 +42,10 @@ inline void gemm_reference(bool trans_a, bool trans_b, std::size_t M, std::size_
 }
 
 /// Floating-point operations (2 M N K per call) of every gemm() since the last reset: what
-/// ctg-bench reports as the matrix-product work of a step (its "GEMM bound"). Not synchronised:
-/// read it around single-threaded calls.
-inline std::uint64_t& gemm_flop_counter() {
-    static std::uint64_t flops = 0;
+/// ctg-bench reports as the matrix-product work of a step (its "GEMM bound"). Atomic: ops call
+/// gemm() from the pool's tasks (one per attention head, say).
+inline std::atomic<std::uint64_t>& gemm_flop_counter() {
+    static std::atomic<std::uint64_t> flops{0};
     return flops;
 }
 
@@ -130,7 +131,7 @@ inline void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::
                  std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
     if (M == 0 || N == 0) return;
     const std::uint64_t flops = 2ULL * M * N * K;
-    gemm_flop_counter() += flops;
+    gemm_flop_counter().fetch_add(flops, std::memory_order_relaxed);
     const std::size_t P = std::size_t(kernel_pool().size());
     if (P > 1 && M > 1 && flops >= parallel_gemm_min_flops && !scalar_only()) {
         constexpr std::size_t row_align = 8, col_align = 16;  // whole register tiles of OpenBLAS's kernels

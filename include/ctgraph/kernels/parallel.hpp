@@ -221,4 +221,17 @@ inline void for_ranges(std::size_t n, std::size_t min_size, F&& body) {
         body(std::size_t(0), n);
 }
 
+/// body(begin, end) over [0, count) independent items (the matrices of a batched product, the
+/// heads of an attention, rows): one contiguous piece per pool thread when the items' total work
+/// (any unit, against min_work in the same unit) is worth it and there are at least two items,
+/// else one call. Kernels called inside a piece run on that piece's thread.
+template <class F>
+inline void for_items(std::size_t count, std::size_t total_work, std::size_t min_work, F&& body) {
+    const std::size_t threads = std::size_t(thread_pool::instance().size());
+    if (threads > 1 && count > 1 && total_work >= min_work)
+        parallel_ranges(count, threads, 1, body);
+    else
+        body(std::size_t(0), count);
+}
+
 }  // namespace ctg::kernels

@@ -109,7 +109,9 @@ struct masked_softmax_op {
         const masked_rows<Mask, T, K> rows(c, c.x[0].shape);
         Mask::validate(rows.args);
         const std::size_t m = rows.args.m;
-        for (std::size_t r = 0; r < rows.rows; ++r) rows.forward_row(r, c.x_data(0) + r * m, c.y_data() + r * m);
+        kernels::for_items(rows.rows, rows.rows * m, kernels::parallel_map_min_size, [&](std::size_t r0, std::size_t r1) {
+            for (std::size_t r = r0; r < r1; ++r) rows.forward_row(r, c.x_data(0) + r * m, c.y_data() + r * m);
+        });
     }
     template <class T, std::size_t K>
     static void backward(op_io<T, K>& c) {
@@ -117,9 +119,11 @@ struct masked_softmax_op {
         if (!gx) return;
         const masked_rows<Mask, T, K> rows(c, c.x[0].shape);
         const std::size_t m = rows.args.m;
-        for (std::size_t r = 0; r < rows.rows; ++r)
-            rows.backward_row(r, static_cast<const T*>(c.y_data() + r * m), static_cast<const T*>(c.gy_data() + r * m),
-                              gx + r * m, c.fresh(0));
+        kernels::for_items(rows.rows, rows.rows * m, kernels::parallel_map_min_size, [&](std::size_t r0, std::size_t r1) {
+            for (std::size_t r = r0; r < r1; ++r)
+                rows.backward_row(r, static_cast<const T*>(c.y_data() + r * m), static_cast<const T*>(c.gy_data() + r * m),
+                                  gx + r * m, c.fresh(0));
+        });
     }
     static std::string describe() { return Mask::describe(); }
 };

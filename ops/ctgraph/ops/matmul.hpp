@@ -47,6 +47,7 @@ struct matmul_op {
     // Problem sizes: `batches` GEMMs of (M x K) (K x N); strides between batches.
     struct sizes {
         std::size_t batches, M, K, N, sa, sb, sy;
+        std::size_t work() const { return 2 * batches * M * N * K; }  // flops of the forward products
     };
     static sizes sizes_of(const rshape& a, const rshape& b) {
         if (b.rank <= 2) {
@@ -62,8 +63,11 @@ struct matmul_op {
         const sizes s = sizes_of(c.x[0].shape, c.x[1].shape);
         const T *a = c.x_data(0), *b = c.x_data(1);
         T* y = c.y_data();
-        for (std::size_t i = 0; i < s.batches; ++i)
-            kernels::gemm(false, false, s.M, s.N, s.K, T(1), a + i * s.sa, s.K, b + i * s.sb, s.N, T(0), y + i * s.sy, s.N);
+        // Batched products (attention heads) as tasks, a block of batches each.
+        kernels::for_items(s.batches, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t i0, std::size_t i1) {
+            for (std::size_t i = i0; i < i1; ++i)
+                kernels::gemm(false, false, s.M, s.N, s.K, T(1), a + i * s.sa, s.K, b + i * s.sb, s.N, T(0), y + i * s.sy, s.N);
+        });
     }
     template <class T>
     static void backward(op_io<T, 2>& c) {
@@ -71,14 +75,21 @@ struct matmul_op {
         const T *a = c.x_data(0), *b = c.x_data(1), *gy = c.gy_data();
         T *ga = c.gx_data(0), *gb = c.gx_data(1);
         // beta = 0 writes a fresh adjoint; a shared weight's (sb == 0) sums over the batches.
-        for (std::size_t i = 0; i < s.batches; ++i) {
-            const T beta_a = c.fresh(0) && (i == 0 || s.sa) ? T(0) : T(1);
-            const T beta_b = c.fresh(1) && (i == 0 || s.sb) ? T(0) : T(1);
-            if (ga)  // (M x K) += (M x N)(N x K)
-                kernels::gemm(false, true, s.M, s.K, s.N, T(1), gy + i * s.sy, s.N, b + i * s.sb, s.N, beta_a, ga + i * s.sa, s.K);
-            if (gb)  // (K x N) += (K x M)(M x N)
-                kernels::gemm(true, false, s.K, s.N, s.M, T(1), a + i * s.sa, s.K, gy + i * s.sy, s.N, beta_b, gb + i * s.sb, s.N);
-        }
+        auto batches = [&](std::size_t i0, std::size_t i1) {
+            for (std::size_t i = i0; i < i1; ++i) {
+                const T beta_a = c.fresh(0) && (i == 0 || s.sa) ? T(0) : T(1);
+                const T beta_b = c.fresh(1) && (i == 0 || s.sb) ? T(0) : T(1);
+                if (ga)  // (M x K) += (M x N)(N x K)
+                    kernels::gemm(false, true, s.M, s.K, s.N, T(1), gy + i * s.sy, s.N, b + i * s.sb, s.N, beta_a, ga + i * s.sa, s.K);
+                if (gb)  // (K x N) += (K x M)(M x N)
+                    kernels::gemm(true, false, s.K, s.N, s.M, T(1), a + i * s.sa, s.K, gy + i * s.sy, s.N, beta_b, gb + i * s.sb, s.N);
+            }
+        };
+        // As tasks only when every batch writes adjoints of its own (no operand broadcast over them).
+        if (s.sa && s.sb)
+            kernels::for_items(s.batches, 2 * s.work(), kernels::parallel_gemm_min_flops, batches);
+        else
+            batches(0, s.batches);
     }
 };
 }  // namespace ops

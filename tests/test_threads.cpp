@@ -1,0 +1,106 @@
+// The kernel pool inside ops: attention's per-matrix tasks (scaled-dot weights, batched products,
+// masked softmax rows) and a recurrent training step give the same values and gradients at one
+// and at two threads. (The suite runs with OPENBLAS_NUM_THREADS=1, a one-thread pool: these tests
+// size the pool themselves.)
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <vector>
+
+#include <ctgraph/ctgraph.hpp>
+
+using namespace ctg;
+
+namespace {
+constexpr dim B = dyn('B');
+constexpr int n = 64, m = 48, d = 16, dv = 8;  // above the split thresholds with B = 12
+using Q = input<"q", B, n, d>;
+using K = input<"k", B, m, d>;
+using V = input<"v", B, m, dv>;
+using G = input<"g", B, n, dv>;
+
+std::vector<double> random_values(std::size_t count, unsigned seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::vector<double> v(count);
+    for (auto& x : v) x = u(rng);
+    return v;
+}
+
+struct pool_threads {
+    int before = num_threads();
+    explicit pool_threads(int k) { set_num_threads(k); }
+    ~pool_threads() { set_num_threads(before); }
+};
+
+// Loss, then dL/dq, dL/dk, dL/dv of sum(out * g) for a fresh program planned at `threads`.
+template <class Out>
+std::vector<double> run_attention(Out out, int threads, bool plan_at_one = false) {
+    const std::size_t batch = 12;  // 12 x 64 rows of 48: the masked softmax rows split too
+    auto prog = compile<double, options{.input_grads = true}>(sum(mul(out, G{})));
+    const auto q = random_values(batch * n * d, 1), k = random_values(batch * m * d, 2), v = random_values(batch * m * dv, 3),
+               g = random_values(batch * n * dv, 4);
+    prog.feed("q", q.data(), rshape{3, {batch, n, d}});
+    prog.feed("k", k.data(), rshape{3, {batch, m, d}});
+    prog.feed("v", v.data(), rshape{3, {batch, m, dv}});
+    prog.feed("g", g.data(), rshape{3, {batch, n, dv}});
+    std::vector<double> r;
+    {
+        pool_threads pool(plan_at_one ? 1 : threads);
+        r.push_back(prog.forward());  // plans the arena (scratch sized for this pool)
+    }
+    pool_threads pool(threads);
+    r.push_back(prog.forward());
+    prog.backward();
+    for (auto a : {prog.template input_grad<"q">(), prog.template input_grad<"k">()}) r.insert(r.end(), a.begin(), a.end());
+    auto gv = prog.template input_grad<"v">();
+    r.insert(r.end(), gv.begin(), gv.end());
+    return r;
+}
+
+void check_close(const std::vector<double>& a, const std::vector<double>& b) {
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).epsilon(1e-12).margin(1e-13));
+}
+}  // namespace
+
+TEST_CASE("attention: per-matrix tasks at two threads equal one thread", "[threads]") {
+    SECTION("scaled dot, causal (fused weights, batched product)") {
+        auto out = attention(Q{}, K{}, V{}, causal{});
+        const auto one = run_attention(out, 1), two = run_attention(out, 2);
+        check_close(one, two);
+        check_close(one, run_attention(out, 2, /*plan_at_one=*/true));  // scratch for one thread, run at two
+    }
+    SECTION("dot score (masked softmax rows)") {
+        auto out = attention(Q{}, K{}, V{}, dot_score{}, local_window<3>{});
+        check_close(run_attention(out, 1), run_attention(out, 2));
+    }
+}
+
+TEST_CASE("a GRU training step at two threads equals one thread", "[threads]") {
+    constexpr dim T = dyn('T');
+    constexpr int X = 24, H = 96;  // the recurrent products split at two threads
+    using Xs = input<"xs", T, B, X>;
+    auto loss = [] {
+        auto h = nn::gru<"g", X, H>::run(Xs{}, zero_state{});
+        return mean(mul(h, h));
+    };
+    std::vector<double> results[2];
+    for (int threads : {1, 2}) {
+        pool_threads pool(threads);
+        auto prog = compile<double>(loss());
+        prog.params().init(7);
+        optim::adam<double> opt({.lr = 1e-2});
+        const auto x = random_values(12 * 16 * X, 5);
+        prog.feed("xs", x.data(), rshape{3, {12, 16, X}});
+        for (int step = 0; step < 3; ++step) {
+            prog.zero_grad();
+            results[threads - 1].push_back(prog.forward());
+            prog.backward();
+            opt.step(prog.params());
+        }
+        auto w = prog.params().values();
+        results[threads - 1].insert(results[threads - 1].end(), w.begin(), w.end());
+    }
+    check_close(results[0], results[1]);
+}
