@@ -156,7 +156,7 @@ struct repeat_op {
     static layout plan_of(const op_io<T, K>& c) {
         std::array<rshape, K> xs{};
         for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
-        return plan(xs, c.run.forward_only);
+        return detail::remembered_plan<layout>(xs, c.run.forward_only, [](const auto& x, bool f) { return plan(x, f); });
     }
 
     static constexpr bool sliced(std::size_t e) { return (SlicedMask >> e) & 1; }

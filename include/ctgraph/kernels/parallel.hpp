@@ -25,6 +25,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "ctgraph/memory.hpp"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -232,6 +234,15 @@ inline void for_items(std::size_t count, std::size_t total_work, std::size_t min
         parallel_ranges(count, threads, 1, body);
     else
         body(std::size_t(0), count);
+}
+
+/// A buffer of at least n elements of T owned by the calling thread, for a task's scratch (the
+/// same thread's next call reuses it: allocated once per thread and size reached).
+template <class T>
+inline T* thread_buffer(std::size_t n) {
+    thread_local aligned_vector<T> buffer;
+    if (buffer.size() < n) buffer.resize(n);
+    return buffer.data();
 }
 
 }  // namespace ctg::kernels

@@ -40,10 +40,9 @@ struct scaled_dot_weights_op {
         r[Q::rank - 1] = K::dims[K::rank - 2];
         return r;
     }
-    // Backward's gS (n x m), one per pool thread (at planning time: a pool grown later uses as many).
-    static std::size_t scratch_size(const rshape&, const auto& x) {
-        return x[0][-2] * x[1][-2] * std::size_t(kernels::thread_pool::instance().size());
-    }
+    // Backward's gS (n x m) of one matrix. (Independent of the pool's size: a scan or repeat sizes
+    // its cell's scratch again at every call, possibly at another thread count.)
+    static std::size_t scratch_size(const rshape&, const auto& x) { return x[0][-2] * x[1][-2]; }
 
     struct sizes {
         std::size_t matrices, n, m, d;
@@ -74,24 +73,21 @@ struct scaled_dot_weights_op {
         const sizes s = sizes_of(io.x[0].shape, io.x[1].shape);
         const masked_rows<Mask, T, K> rows(io, io.y.shape);
         const T *q = io.x_data(0), *k = io.x_data(1), *p = io.y_data(), *gp = io.gy_data();
-        // gS of one matrix at a time: the op's scratch for the calling thread's block of matrices,
-        // one region per further block (scratch_size holds one per pool thread when planned).
-        const std::size_t regions = std::max<std::size_t>(1, io.scratch.size() / std::max<std::size_t>(1, s.n * s.m));
-        const std::size_t blocks = std::min(regions, s.matrices);
-        kernels::for_items(blocks, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t b0, std::size_t b1) {
-            for (std::size_t b = b0; b < b1; ++b) {
-                T* gs = io.scratch.template as<T>() + b * s.n * s.m;
-                for (std::size_t f = b * s.matrices / blocks; f < (b + 1) * s.matrices / blocks; ++f) {
-                    const std::size_t off = f * s.n * s.m;
-                    for (std::size_t i = 0; i < s.n; ++i)  // gS written whole (fresh): no clearing pass
-                        rows.backward_row(f * s.n + i, p + off + i * s.m, gp + off + i * s.m, gs + i * s.m, true);
-                    if (gq)  // (n x d) += c (n x m)(m x d)
-                        kernels::gemm(false, false, s.n, s.d, s.m, T(c), gs, s.m, k + f * s.m * s.d, s.d,
-                                      io.fresh(0) ? T(0) : T(1), gq + f * s.n * s.d, s.d);
-                    if (gk)  // (m x d) += c (m x n)(n x d)
-                        kernels::gemm(true, false, s.m, s.d, s.n, T(c), gs, s.m, q + f * s.n * s.d, s.d,
-                                      io.fresh(1) ? T(0) : T(1), gk + f * s.m * s.d, s.d);
-                }
+        // gS of one matrix at a time: the op's scratch on one thread; on the pool, each block of
+        // matrices uses its thread's own buffer (kept: allocated once per thread and size).
+        kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
+            const bool whole = f0 == 0 && f1 == s.matrices;
+            T* gs = whole ? io.scratch.template as<T>() : kernels::thread_buffer<T>(s.n * s.m);
+            for (std::size_t f = f0; f < f1; ++f) {
+                const std::size_t off = f * s.n * s.m;
+                for (std::size_t i = 0; i < s.n; ++i)  // gS written whole (fresh): no clearing pass
+                    rows.backward_row(f * s.n + i, p + off + i * s.m, gp + off + i * s.m, gs + i * s.m, true);
+                if (gq)  // (n x d) += c (n x m)(m x d)
+                    kernels::gemm(false, false, s.n, s.d, s.m, T(c), gs, s.m, k + f * s.m * s.d, s.d, io.fresh(0) ? T(0) : T(1),
+                                  gq + f * s.n * s.d, s.d);
+                if (gk)  // (m x d) += c (m x n)(n x d)
+                    kernels::gemm(true, false, s.m, s.d, s.n, T(c), gs, s.m, q + f * s.n * s.d, s.d, io.fresh(1) ? T(0) : T(1),
+                                  gk + f * s.m * s.d, s.d);
             }
         });
     }
