@@ -10,6 +10,8 @@
 
 #include <ctgraph/ctgraph.hpp>
 
+#include "transformer_fixture.hpp"
+
 using namespace ctg;
 
 namespace {
@@ -17,11 +19,7 @@ constexpr dim B = dyn('B'), T = dyn('T');
 constexpr options reuse{.inference = true}, keep{.inference = true, .keep_values = true};
 
 std::vector<double> random_values(std::size_t count, unsigned seed) {
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<double> u(-1.5, 1.5);
-    std::vector<double> v(count);
-    for (auto& x : v) x = u(rng);
-    return v;
+    return testing::tfm::random_values(count, seed, -1.5, 1.5);  // the shared fixture's generator
 }
 
 template <class P>

@@ -9,6 +9,8 @@
 
 #include <ctgraph/ctgraph.hpp>
 
+#include "transformer_fixture.hpp"
+
 using namespace ctg;
 
 namespace {
@@ -20,11 +22,7 @@ using V = input<"v", B, m, dv>;
 using G = input<"g", B, n, dv>;
 
 std::vector<double> random_values(std::size_t count, unsigned seed) {
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<double> u(-1, 1);
-    std::vector<double> v(count);
-    for (auto& x : v) x = u(rng);
-    return v;
+    return testing::tfm::random_values(count, seed, -1, 1);  // the shared fixture's generator
 }
 
 struct pool_threads {
