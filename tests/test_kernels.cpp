@@ -5,6 +5,7 @@
 #include <limits>
 #include <thread>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
@@ -160,6 +161,21 @@ TEST_CASE("thread pool: every task runs once, nested and concurrent jobs run ser
         submit();
         other.join();
         CHECK(total.load() == 2L * 500 * 15);
+        // A task that throws: its exception reaches the caller once the job has ended, the job's
+        // other tasks run or are skipped, and the pool runs the next job whole.
+        for (int job = 0; job < 50; ++job) {
+            std::atomic<int> ran{0};
+            CHECK_THROWS_WITH(p.run(8,
+                                    [&](std::size_t i) {
+                                        ran.fetch_add(1);
+                                        if (i == 3) throw std::runtime_error("task 3 failed");
+                                    }),
+                              "task 3 failed");
+            CHECK(ran.load() >= 1);
+            std::vector<std::atomic<int>> hits(5);
+            p.run(5, [&](std::size_t i) { hits[i].fetch_add(1); });
+            for (auto& h : hits) REQUIRE(h.load() == 1);
+        }
     }
 }
 

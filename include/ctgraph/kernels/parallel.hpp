@@ -13,16 +13,19 @@
 // as OpenBLAS's threads do) and then sleep on a futex (std::atomic::wait).
 //
 // Calls from inside a task, or from a second user thread while a job runs, run serially: no
-// nesting, no deadlock. Tasks must not throw.
+// nesting, no deadlock. A task's exception reaches the caller of run() once the job has ended
+// (the job's remaining tasks are skipped).
 #pragma once
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ctgraph/memory.hpp"
@@ -92,6 +95,13 @@ public:
         // Wait for the tasks the workers claimed (they are running; spinning is the right wait).
         if (mine < n)
             while (done_.load(std::memory_order_acquire) < n - mine) pause();
+        // A task that threw (a user's mask predicate, an allocation): every other task has run
+        // or been skipped and no thread touches this job any more; the caller gets the exception.
+        if (failed_.load(std::memory_order_acquire)) {
+            std::exception_ptr e = std::exchange(error_, nullptr);
+            failed_.store(false, std::memory_order_relaxed);
+            std::rethrow_exception(e);
+        }
     }
 
 private:
@@ -122,7 +132,15 @@ private:
             const std::size_t i = std::size_t(s & 0xffffffffu);
             if (i >= job_size_.load(std::memory_order_relaxed)) break;  // this epoch's (stored before the state), else the CAS fails
             if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
-                job_fn_(job_ctx_, i);  // the job cannot end before this task does
+                if (!failed_.load(std::memory_order_relaxed)) {  // after a failure the rest are skipped
+                    try {
+                        job_fn_(job_ctx_, i);  // the job cannot end before this task does
+                    } catch (...) {
+                        std::lock_guard lock(error_mutex_);
+                        if (!failed_.load(std::memory_order_relaxed)) error_ = std::current_exception();
+                        failed_.store(true, std::memory_order_release);
+                    }
+                }
                 ++ran;
                 s = state_.load(std::memory_order_acquire);
             }
@@ -179,6 +197,9 @@ private:
     alignas(64) std::atomic<std::size_t> done_{0};      // tasks the workers finished this epoch
     alignas(64) std::atomic<std::uint32_t> signal_{0};  // bumped per job; sleepers wait on it
     std::atomic<int> sleepers_{0};
+    std::atomic<bool> failed_{false};  // a task of the current job threw; error_ holds the first
+    std::exception_ptr error_;
+    std::mutex error_mutex_;
     std::atomic<bool> stop_{false};
 };
 
