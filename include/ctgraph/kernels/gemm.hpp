@@ -2,9 +2,10 @@
 //
 // C = alpha * op(A) op(B) + beta * C, op = identity or transpose. The fast path is OpenBLAS's
 // cblas_?gemm at one thread (a well-kept library matching the best single-core kernel measured
-// here; more threads split the product on ctgraph's pool, kernels/parallel.hpp), except a single row times a matrix (a decoding step), which kernels::combine_rows
-// does in registers (OpenBLAS's small-matrix path was 2/3 of a cached decoding step); `gemm_reference`
-// is the plain triple loop the tests compare both with.
+// here; more threads split the product on ctgraph's pool, kernels/parallel.hpp), except a single
+// row times a matrix (a decoding step), which kernels::combine_rows does in registers (OpenBLAS's
+// small-matrix path was 2/3 of a cached decoding step); `gemm_reference` is the plain triple loop
+// the tests compare both with.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -130,7 +131,7 @@ inline void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::
     if (M == 0 || N == 0) return;
     const std::uint64_t flops = 2ULL * M * N * K;
     gemm_flop_counter().fetch_add(flops, std::memory_order_relaxed);
-    const std::size_t P = std::size_t(kernel_pool().size());
+    const std::size_t P = std::size_t(kernel_pool().threads_here());  // 1 inside a task (an attention head's)
     if (P > 1 && M > 1 && flops >= parallel_gemm_min_flops && !scalar_only()) {
         constexpr std::size_t row_align = 8, col_align = 16;  // whole register tiles of OpenBLAS's kernels
         if (M >= N && M >= 2 * row_align) {

@@ -52,6 +52,10 @@ public:
 
     /// Threads that run a job, the caller included.
     int size() const { return size_; }
+    /// Threads a job submitted from here would run on: 1 inside a task (a nested job runs on the
+    /// task's thread), else size(). Kernels decide whether to split by this: a product split into
+    /// pieces that then run one after another on one thread only pays the pieces' overhead.
+    int threads_here() const { return in_task() ? 1 : size_; }
 
     /// Resizes the pool to k threads (k >= 1); waits for a running job to end.
     void resize(int k) {
@@ -237,7 +241,7 @@ inline void parallel_ranges(std::size_t n, std::size_t pieces, std::size_t align
 /// is at least `min_size` and the pool has more than one thread, else in one call.
 template <class T, class F>
 inline void for_ranges(std::size_t n, std::size_t min_size, F&& body) {
-    const std::size_t threads = std::size_t(thread_pool::instance().size());
+    const std::size_t threads = std::size_t(thread_pool::instance().threads_here());
     if (n >= min_size && threads > 1)
         parallel_ranges(n, threads, 64 / sizeof(T), body);
     else
@@ -250,7 +254,7 @@ inline void for_ranges(std::size_t n, std::size_t min_size, F&& body) {
 /// else one call. Kernels called inside a piece run on that piece's thread.
 template <class F>
 inline void for_items(std::size_t count, std::size_t total_work, std::size_t min_work, F&& body) {
-    const std::size_t threads = std::size_t(thread_pool::instance().size());
+    const std::size_t threads = std::size_t(thread_pool::instance().threads_here());
     if (threads > 1 && count > 1 && total_work >= min_work)
         parallel_ranges(count, threads, 1, body);
     else
