@@ -49,6 +49,13 @@ void simd_matches_scalar(E e, double lo, double hi, double tol) {
     for (std::size_t i = 0; i < grad[0].size(); ++i) CHECK(grad[0][i] == Approx(grad[1][i]).epsilon(tol).margin(tol));
 }
 using X = input<"x", dyn('B'), 37>;
+
+// Sets the kernel pool's size for one test and restores it.
+struct pool_threads {
+    int before = num_threads();
+    explicit pool_threads(int k) { set_num_threads(k); }
+    ~pool_threads() { set_num_threads(before); }
+};
 }  // namespace
 
 TEST_CASE("SIMD element-wise kernels match the scalar path", "[kernels]") {
@@ -89,6 +96,71 @@ TEMPLATE_TEST_CASE("GEMM (OpenBLAS and the small-shape paths) matches the refere
                         }
 }
 
+TEMPLATE_TEST_CASE("register GEMM kernel matches the reference loop on every tile and tail", "[kernels]", float, double) {
+    // Called directly, so every shape runs it (gemm() uses it above a size only). Rows: whole
+    // 8-row tiles and the 4/2/1 tails; columns: two-vector panels, a one-vector panel, tails of one
+    // column (dot products / weighted row sums) and of more (a zero-padded panel); A and B^T in
+    // either layout (B^T through the 16 x 16 transposes and their edges); strides wider than the
+    // matrices; C only written inside its rows, and not read at beta 0 (NaN there).
+    constexpr std::size_t W = kernels::batch<TestType>::size;
+    for (std::size_t M : {1, 3, 8, 15, 37})
+        for (std::size_t N : {std::size_t(1), W - 1, W, 2 * W + 1, 2 * W + W / 2, 4 * W + 3})
+            for (std::size_t K : {1, 17, 130})
+                for (TestType beta : {TestType(0), TestType(1), TestType(0.5)})
+                    for (bool ta : {false, true})
+                        for (bool tb : {false, true}) {
+                            const std::size_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+                            auto A = random_vector<TestType>((ta ? K : M) * lda, 1), Bm = random_vector<TestType>((tb ? N : K) * ldb, 2);
+                            auto C0 = random_vector<TestType>(M * ldc, 3);
+                            if (beta == TestType(0)) std::fill(C0.begin(), C0.end(), std::numeric_limits<TestType>::quiet_NaN());
+                            auto C1 = C0, Cref = C0;
+                            kernels::register_gemm(ta, tb, M, N, K, TestType(1.5), A.data(), lda, Bm.data(), ldb, beta, C1.data(), ldc);
+                            kernels::gemm_reference(ta, tb, M, N, K, TestType(1.5), A.data(), lda, Bm.data(), ldb, beta, Cref.data(), ldc);
+                            INFO("M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb << " beta " << beta);
+                            const double margin = (std::is_same_v<TestType, float> ? 1e-5 : 1e-13) * double(K);
+                            for (std::size_t i = 0; i < M; ++i) {
+                                for (std::size_t j = 0; j < N; ++j)
+                                    CHECK(C1[i * ldc + j] == Approx(Cref[i * ldc + j]).epsilon(1e-5).margin(margin));
+                                for (std::size_t j = N; j < ldc; ++j)
+                                    CHECK((std::isnan(C0[i * ldc + j]) ? std::isnan(C1[i * ldc + j]) : C1[i * ldc + j] == C0[i * ldc + j]));
+                            }
+                        }
+}
+
+TEST_CASE("gemm() takes the register kernel where it measured faster, and it agrees there", "[kernels]") {
+    CHECK(kernels::use_register_gemm<float>(false, false, 128, 64, 128));        // an attention head's P V
+    CHECK(kernels::use_register_gemm<float>(false, true, 64, 64, 32));           // A B^T from 2^17
+    CHECK_FALSE(kernels::use_register_gemm<float>(false, false, 16, 128, 128));  // OpenBLAS's small kernels
+    CHECK_FALSE(kernels::use_register_gemm<float>(false, false, 2048, 1536, 384));  // A from L3, many panels
+    CHECK_FALSE(kernels::use_register_gemm<float>(true, false, 384, 1536, 2048));   // A^T from L3
+    // Through gemm() on one thread, at a size that takes it, in every layout.
+    pool_threads pool(1);
+    for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+            const std::size_t M = 130, N = 65, K = 131;
+            auto A = random_vector<float>(M * K, 4), Bm = random_vector<float>(K * N, 5);
+            std::vector<float> C1(M * N), C2(M * N);
+            kernels::gemm(ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, Bm.data(), tb ? K : N, 0.0f, C1.data(), N);
+            kernels::gemm_reference(ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, Bm.data(), tb ? K : N, 0.0f, C2.data(), N);
+            for (std::size_t i = 0; i < M * N; ++i) CHECK(C1[i] == Approx(C2[i]).epsilon(1e-5).margin(2e-3));
+        }
+}
+
+TEST_CASE("transpose: the 16 x 16 register blocks and their edges", "[kernels]") {
+    for (std::size_t rows : {1, 16, 33, 48})
+        for (std::size_t cols : {1, 15, 16, 40}) {
+            const std::size_t lds = cols + 3, ldd = rows + 2;
+            auto src = random_vector<float>(rows * lds, 6);
+            std::vector<float> dst(cols * ldd, -7.0f);
+            kernels::transpose(rows, cols, src.data(), lds, dst.data(), ldd);
+            INFO("rows " << rows << " cols " << cols);
+            for (std::size_t c = 0; c < cols; ++c) {
+                for (std::size_t r = 0; r < rows; ++r) CHECK(dst[c * ldd + r] == src[r * lds + c]);
+                for (std::size_t r = rows; r < ldd; ++r) CHECK(dst[c * ldd + r] == -7.0f);
+            }
+        }
+}
+
 TEST_CASE("softmax rows are stable for large logits", "[kernels]") {
     std::vector<float> x = {1000.f, 1001.f, 999.f, -1000.f}, y(4);
     kernels::softmax_row(4, x.data(), y.data());
@@ -126,15 +198,6 @@ TEST_CASE("combine_rows: SIMD register blocks match the scalar loop", "[kernels]
             for (std::size_t c = 0; c < width; ++c) CHECK(fast[c] == Approx(slow[c]).epsilon(1e-5).margin(1e-5));
         }
 }
-
-namespace {
-// Sets the kernel pool's size for one test and restores it.
-struct pool_threads {
-    int before = num_threads();
-    explicit pool_threads(int k) { set_num_threads(k); }
-    ~pool_threads() { set_num_threads(before); }
-};
-}  // namespace
 
 TEST_CASE("thread pool: every task runs once, nested and concurrent jobs run serially", "[kernels][threads]") {
     for (int threads : {2, 3}) {

@@ -1,11 +1,12 @@
 // ctgraph/kernels/gemm.hpp: row-major matrix products.
 //
-// C = alpha * op(A) op(B) + beta * C, op = identity or transpose. The fast path is OpenBLAS's
-// cblas_?gemm at one thread (a well-kept library matching the best single-core kernel measured
-// here; more threads split the product on ctgraph's pool, kernels/parallel.hpp), except a single
-// row times a matrix (a decoding step), which kernels::combine_rows does in registers (OpenBLAS's
-// small-matrix path was 2/3 of a cached decoding step); `gemm_reference` is the plain triple loop
-// the tests compare both with.
+// C = alpha * op(A) op(B) + beta * C, op = identity or transpose. One thread's product is
+// OpenBLAS's cblas_?gemm for small shapes (its unpacked small-matrix kernels run at this machine's
+// peak), ctgraph's register kernel (kernels/register_gemm.hpp) from about a million multiply-adds
+// on (where OpenBLAS packs its operands first), and kernels::combine_rows for a single row times a
+// matrix (a decoding step: OpenBLAS's call overhead was 2/3 of a cached decoding step). More
+// threads split a product on ctgraph's pool (kernels/parallel.hpp). `gemm_reference` is the plain
+// triple loop the tests compare them with.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -20,6 +21,7 @@ __attribute__((weak)) int blas_thread_shutdown_(void);
 }
 
 #include "ctgraph/kernels/parallel.hpp"
+#include "ctgraph/kernels/register_gemm.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/memory.hpp"
 
@@ -91,7 +93,7 @@ inline void gemm_serial(bool trans_a, bool trans_b, std::size_t M, std::size_t N
         // product, through A^T and C^T in a scratch buffer (two transposes of M K and N M elements).
         // Measured with kernels::gemm, 1 thread: 16x128x128 8.1 -> 5.6 us, 16x384x256 48 -> 39 us;
         // from 32 rows on the transposes cost more than they save (32x128x384: 40 -> 43 us).
-        T *at = thread_buffer<T>(M * (K + N)), *ct = at + M * K;
+        T *at = thread_buffer<T, struct transposed_operands_buffer>(M * (K + N)), *ct = at + M * K;
         for (std::size_t i = 0; i < M; ++i)
             for (std::size_t k = 0; k < K; ++k) at[k * M + i] = A[i * lda + k];
         if constexpr (std::is_same_v<T, float>)
@@ -107,6 +109,11 @@ inline void gemm_serial(bool trans_a, bool trans_b, std::size_t M, std::size_t N
             for (std::size_t j = 0; j < N; ++j) C[i * ldc + j] = scaled(A[i] * B[j], C[i * ldc + j]);
         return;
     }
+    if constexpr (std::is_same_v<T, float>)  // double (gradient checks) stays with OpenBLAS: half the compile cost
+        if (use_register_gemm<T>(trans_a, trans_b, M, N, K)) {  // measured faster than OpenBLAS: see register_gemm.hpp
+            register_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            return;
+        }
     const auto ta = trans_a ? CblasTrans : CblasNoTrans;
     const auto tb = trans_b ? CblasTrans : CblasNoTrans;
     if constexpr (std::is_same_v<T, float>)

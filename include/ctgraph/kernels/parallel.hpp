@@ -262,8 +262,10 @@ inline void for_items(std::size_t count, std::size_t total_work, std::size_t min
 }
 
 /// A buffer of at least n elements of T owned by the calling thread, for a task's scratch (the
-/// same thread's next call reuses it: allocated once per thread and size reached).
-template <class T>
+/// same thread's next call reuses it: allocated once per thread and size reached). Each Purpose
+/// (a tag type of the caller) has its own buffer, so a kernel's scratch never overwrites that of
+/// the kernel that called it (attention's score gradient lives in one while it calls gemm()).
+template <class T, class Purpose>
 inline T* thread_buffer(std::size_t n) {
     thread_local aligned_vector<T> buffer;
     if (buffer.size() < n) buffer.resize(n);

@@ -1,0 +1,105 @@
+// gemm-shapes: one thread's matrix-product rate on the shapes of the reference workloads, OpenBLAS
+// against ctgraph's register kernel, side by side (medians of 31 timings of 20 calls each). It is
+// the measurement behind kernels::use_register_gemm, which chooses between them in gemm(): rerun
+// it on a new machine before moving that crossover.
+//
+//   build/bench/gemm-shapes            every shape of the table below
+//   build/bench/gemm-shapes M N K TA TB  one shape (TA, TB: 0 or 1)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "ctgraph/kernels/gemm.hpp"
+
+namespace {
+
+struct shape {
+    bool ta, tb;
+    std::size_t M, N, K;
+    const char* where;
+};
+
+template <class F>
+double median_us(F&& f) {
+    std::vector<double> t;
+    for (int r = 0; r < 31; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 20; ++i) f();
+        t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 20);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+void measure(const shape& s) {
+    std::mt19937 gen(7);
+    std::normal_distribution<float> normal;
+    std::vector<float> A(s.M * s.K), B(s.K * s.N), C(s.M * s.N), R(s.M * s.N);
+    for (auto& x : A) x = normal(gen);
+    for (auto& x : B) x = normal(gen);
+    const std::size_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+    const auto blas = [&] {
+        cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, int(s.M), int(s.N),
+                    int(s.K), 1.0f, A.data(), int(lda), B.data(), int(ldb), 0.0f, C.data(), int(s.N));
+    };
+    const auto reg = [&] {
+        ctg::kernels::register_gemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C.data(), s.N);
+    };
+    ctg::kernels::gemm_reference(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, R.data(), s.N);
+    reg();
+    double err = 0;
+    for (std::size_t i = 0; i < R.size(); ++i) err = std::max(err, double(std::abs(R[i] - C[i])));
+    const double mflop = 2.0 * double(s.M * s.N * s.K) / 1e6;
+    const double tb = median_us(blas), tr = median_us(reg);
+    std::printf("%c%c %5zu %5zu %5zu  %-22s  OpenBLAS %8.2f us %6.1f GF/s   register %8.2f us %6.1f GF/s   %5.2fx  %s  (max err %.1e)\n",
+                s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.M, s.N, s.K, s.where, tb, mflop * 1e3 / tb, tr, mflop * 1e3 / tr,
+                tb / tr, ctg::kernels::use_register_gemm<float>(s.ta, s.tb, s.M, s.N, s.K) ? "use_register_gemm: yes" : "use_register_gemm: no",
+                err);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    ctg::set_num_threads(1);
+    if (argc == 6) {
+        measure({std::atoi(argv[4]) != 0, std::atoi(argv[5]) != 0, std::size_t(std::atol(argv[1])),
+                 std::size_t(std::atol(argv[2])), std::size_t(std::atol(argv[3])), "given"});
+        return 0;
+    }
+    const shape shapes[] = {
+        {false, false, 16, 128, 128, "rnn recurrent step"},
+        {true, false, 128, 128, 16, "rnn step weight grad"},
+        {false, false, 1024, 65, 128, "rnn logits"},
+        {false, true, 1024, 128, 65, "rnn logits VJP"},
+        {true, false, 128, 65, 1024, "rnn head weight grad"},
+        {false, false, 1024, 128, 64, "rnn input projection"},
+        {true, false, 64, 128, 1024, "rnn input weight grad"},
+        {false, true, 128, 128, 64, "attention scores"},
+        {false, false, 128, 64, 128, "attention P V"},
+        {true, false, 128, 64, 128, "attention dV, dK"},
+        {false, false, 64, 64, 32, "gpt-s head P V"},
+        {false, true, 64, 64, 32, "gpt-s head scores"},
+        {false, false, 128, 64, 64, "below crossover"},
+        {false, true, 128, 64, 128, "below crossover"},
+        {false, false, 1024, 384, 128, "gpt-s qkv"},
+        {false, false, 1024, 128, 512, "gpt-s ffn down"},
+        {true, false, 128, 512, 1024, "gpt-s ffn weight grad"},
+        {false, true, 1024, 512, 128, "gpt-s ffn VJP"},
+        {false, false, 2048, 1536, 384, "gpt-m ffn up"},
+        {false, true, 2048, 384, 1536, "gpt-m ffn down VJP"},
+        {true, false, 384, 1536, 2048, "gpt-m ffn weight grad"},
+        {false, false, 2048, 1152, 384, "gpt-m qkv"},
+        {false, false, 2048, 384, 384, "gpt-m proj"},
+        {false, true, 256, 256, 64, "gpt-m head scores"},
+        {false, false, 256, 64, 256, "gpt-m head P V"},
+        {true, false, 256, 64, 256, "gpt-m head dV, dK"},
+        {false, true, 16, 128, 128, "rnn recurrent VJP"},
+        {false, true, 32, 128, 128, "NT 32 rows"},
+        {false, true, 64, 64, 64, "NT 64^3"},
+        {false, true, 128, 128, 32, "NT 128x128x32"},
+    };
+    for (const auto& s : shapes) measure(s);
+}

@@ -1,0 +1,220 @@
+// ctgraph/kernels/register_gemm.hpp: a register-blocked matrix product for mid-sized shapes.
+//
+// OpenBLAS multiplies small products (M N K up to about a million) with unpacked "small-matrix"
+// kernels at this machine's peak (113-116 GFLOP/s at 1 thread), and larger ones by packing both
+// operands first: that packing holds its rate to 93-98 GFLOP/s on the shapes of attention heads
+// (128 x 128 x 64), of a batch of 1024 token rows times a 64-512 wide layer, and of their weight
+// gradients. Those operands fit in L1/L2, so they need no packing: this kernel keeps an 8 x 32
+// tile of C (float; 8 x 16 in double) in 16 vector registers, loads B's row of the tile and
+// broadcasts A's 8 elements per step of k, and runs these shapes at 103-115 GFLOP/s
+// (bench/gemm_shapes.cpp prints both side by side). gemm() (kernels/gemm.hpp) calls it where it
+// measured faster: `use_register_gemm`.
+//
+// One tile function (two: A or A^T, the broadcast reads an element wherever it is) serves every
+// case, which keeps the compile cost of each element type small: the last rows and columns go
+// through zero-padded copies, op(B) = B^T transposed into a per-thread
+// panel first, 32 rows of B at a time (16 x 16 blocks in AVX-512 registers).
+#pragma once
+#include <cstddef>
+#include <utility>
+
+#include "ctgraph/kernels/parallel.hpp"
+#include "ctgraph/kernels/simd.hpp"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace ctg::kernels {
+
+/// Where gemm() uses the register kernel instead of OpenBLAS, from bench/gemm-shapes on this
+/// machine (1 thread, float): from 2^20 multiply-adds, the size from which OpenBLAS 0.3.21 packs
+/// its operands (its unpacked small-matrix kernels are faster below: 113-116 against 99-111
+/// GFLOP/s), and from 2^17 for A B^T, which OpenBLAS's small kernels run at 65-86 GFLOP/s (ours:
+/// 81-99). Not when A is re-read from L3 for many panels of C: A over 1 MiB (2048 x 384 floats)
+/// and either more than 512 columns (gpt-m's 2048 x 1536 x 384: 95 against 100 GFLOP/s) or A^T,
+/// whose columns the broadcasts then read a cache line each (61 against 100).
+inline constexpr std::size_t register_gemm_min_mnk = std::size_t(1) << 20;
+inline constexpr std::size_t register_gemm_min_mnk_nt = std::size_t(1) << 17;
+
+template <class T>
+inline bool use_register_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K) {
+    const std::size_t mnk = M * N * K;
+    if (mnk < (trans_b && !trans_a ? register_gemm_min_mnk_nt : register_gemm_min_mnk) || N < batch<T>::size)
+        return false;
+    const bool a_in_l2 = M * K * sizeof(T) <= (std::size_t(1) << 20);
+    return a_in_l2 || (!trans_a && N <= 512);
+}
+
+namespace detail {
+
+struct row_tail_buffer;  // thread_buffer purposes
+struct column_tail_buffer;
+struct panel_buffer;
+
+// Rows and columns of the register tile: 8 x 2 vectors of C (8 x 32 floats) in 16 registers.
+inline constexpr std::size_t tile_rows = 8;
+template <class T>
+inline constexpr std::size_t tile_cols = 2 * batch<T>::size;
+
+// C[8 x 2W] = alpha * sum_k A(r, k) B[k, .] + beta * C, where A(r, k) = A[k * lda + r] when
+// A_T (A^T is stored), else A[r * lda + k]. (One runtime-strided tile for both ran A^T products
+// 10 % slower: the constant offsets of A_T's eight broadcasts matter.)
+template <class T, bool A_T>
+inline void register_tile(std::size_t K, const T* A, std::size_t lda, const T* B, std::size_t ldb, T alpha, T beta,
+                          T* C, std::size_t ldc) {
+    using V = batch<T>;
+    constexpr std::size_t W = V::size, R = tile_rows;
+    V acc[R][2];
+    for (std::size_t r = 0; r < R; ++r) acc[r][0] = acc[r][1] = V(T(0));
+    for (std::size_t k = 0; k < K; ++k) {
+        const V b0 = V::load_unaligned(B + k * ldb), b1 = V::load_unaligned(B + k * ldb + W);
+        for (std::size_t r = 0; r < R; ++r) {
+            const V ar(A_T ? A[k * lda + r] : A[r * lda + k]);
+            acc[r][0] = xsimd::fma(ar, b0, acc[r][0]);
+            acc[r][1] = xsimd::fma(ar, b1, acc[r][1]);
+        }
+    }
+    for (std::size_t r = 0; r < R; ++r)
+        for (std::size_t v = 0; v < 2; ++v) {
+            T* c = C + r * ldc + v * W;
+            V out = acc[r][v] * V(alpha);
+            if (beta != T(0)) out = xsimd::fma(V(beta), V::load_unaligned(c), out);  // C is not read at beta 0
+            out.store_unaligned(c);
+        }
+}
+
+// c = alpha * v + beta * c, c not read at beta 0.
+template <class T>
+inline void put_scaled(T& c, T v, T alpha, T beta) { c = alpha * v + (beta == T(0) ? T(0) : beta * c); }
+
+// C (M x N, N a multiple of tile_cols) = alpha * op(A) B + beta * C, one column panel at a time
+// (B's K x 32 panel stays in cache across the row tiles). The last M % 8 rows of A are copied
+// into a zero-padded 8-row block once (in A's layout), and their tiles go through a scratch tile.
+template <class T, bool A_T>
+inline void register_panels(std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A, std::size_t lda,
+                            const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
+    constexpr std::size_t R = tile_rows, NR = tile_cols<T>;
+    const std::size_t full = M - M % R, rest = M % R;
+    T *a_rest = nullptr, *c_rest = nullptr;
+    if (rest) {
+        a_rest = thread_buffer<T, row_tail_buffer>(R * K + R * NR);
+        c_rest = a_rest + R * K;
+        for (std::size_t r = 0; r < R; ++r)
+            for (std::size_t k = 0; k < K; ++k) {
+                const T a = r < rest ? (A_T ? A[k * lda + full + r] : A[(full + r) * lda + k]) : T(0);
+                (A_T ? a_rest[k * R + r] : a_rest[r * K + k]) = a;
+            }
+    }
+    for (std::size_t j = 0; j < N; j += NR) {
+        for (std::size_t i = 0; i < full; i += R)
+            register_tile<T, A_T>(K, A_T ? A + i : A + i * lda, lda, B + j, ldb, alpha, beta, C + i * ldc + j, ldc);
+        if (rest) {
+            register_tile<T, A_T>(K, a_rest, A_T ? R : K, B + j, ldb, T(1), T(0), c_rest, NR);
+            for (std::size_t r = 0; r < rest; ++r)
+                for (std::size_t c = 0; c < NR; ++c) put_scaled(C[(full + r) * ldc + j + c], c_rest[r * NR + c], alpha, beta);
+        }
+    }
+}
+
+// C (M x N), B row-major: whole panels, then the last N % 32 columns: as dot products (or, for
+// A^T, weighted sums of A's rows) when there are a few of them (a vocabulary of 65 is 64 + 1),
+// else as one zero-padded panel computed into a scratch block.
+template <class T>
+inline void register_gemm_b(bool trans_a, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
+                            std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
+    constexpr std::size_t W = batch<T>::size, NR = tile_cols<T>;
+    const auto panels = [&](std::size_t n, T alpha_, const T* b, std::size_t ldb_, T beta_, T* c, std::size_t ldc_) {
+        if (trans_a) register_panels<T, true>(M, n, K, alpha_, A, lda, b, ldb_, beta_, c, ldc_);
+        else register_panels<T, false>(M, n, K, alpha_, A, lda, b, ldb_, beta_, c, ldc_);
+    };
+    const std::size_t j = N - N % NR, nt = N - j;
+    if (j) panels(j, alpha, B, ldb, beta, C, ldc);
+    if (!nt) return;
+    if (nt <= W / 4) {
+        T* col = thread_buffer<T, column_tail_buffer>(K + M);  // one column of B, contiguous; M results
+        T* out = col + K;
+        for (std::size_t c = j; c < N; ++c) {
+            for (std::size_t k = 0; k < K; ++k) col[k] = B[k * ldb + c];
+            if (trans_a) combine_rows(K, M, col, A, lda, out);  // out[i] = sum_k B[k, c] A[k, i]
+            else
+                for (std::size_t i = 0; i < M; ++i) out[i] = reduce_sum(K, A + i * lda, col, [](auto a, auto b) { return a * b; });
+            for (std::size_t i = 0; i < M; ++i) put_scaled(C[i * ldc + c], out[i], alpha, beta);
+        }
+        return;
+    }
+    T* pb = thread_buffer<T, column_tail_buffer>(K * NR + M * NR);
+    T* pc = pb + K * NR;
+    for (std::size_t k = 0; k < K; ++k)
+        for (std::size_t c = 0; c < NR; ++c) pb[k * NR + c] = c < nt ? B[k * ldb + j + c] : T(0);
+    panels(NR, T(1), pb, NR, T(0), pc, NR);
+    for (std::size_t i = 0; i < M; ++i)
+        for (std::size_t c = 0; c < nt; ++c) put_scaled(C[i * ldc + j + c], pc[i * NR + c], alpha, beta);
+}
+
+}  // namespace detail
+
+/// dst (cols x rows, row-major, stride ldd) = src^T, src being rows x cols with stride lds.
+template <class T>
+inline void transpose(std::size_t rows, std::size_t cols, const T* src, std::size_t lds, T* dst, std::size_t ldd) {
+    std::size_t r0 = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        if (!scalar_only())
+            for (; r0 + 16 <= rows; r0 += 16) {
+                std::size_t c0 = 0;
+                for (; c0 + 16 <= cols; c0 += 16) {
+                    // A 16 x 16 block in registers: pairs of rows interleaved, then pairs of pairs,
+                    // then 128-bit quarters twice (the usual unpack / shuffle / permute ladder).
+                    __m512 x[16], t[16];
+                    for (int i = 0; i < 16; ++i) x[i] = _mm512_loadu_ps(src + (r0 + i) * lds + c0);
+                    for (int i = 0; i < 16; i += 2) {
+                        t[i] = _mm512_unpacklo_ps(x[i], x[i + 1]);
+                        t[i + 1] = _mm512_unpackhi_ps(x[i], x[i + 1]);
+                    }
+                    for (int i = 0; i < 16; i += 4) {
+                        x[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+                        x[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+                        x[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+                        x[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+                    }
+                    for (int h = 0; h < 16; h += 8)
+                        for (int i = 0; i < 4; ++i) {
+                            t[h + i] = _mm512_shuffle_f32x4(x[h + i], x[h + 4 + i], 0x88);
+                            t[h + 4 + i] = _mm512_shuffle_f32x4(x[h + i], x[h + 4 + i], 0xdd);
+                        }
+                    for (int i = 0; i < 8; ++i) {
+                        x[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+                        x[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
+                    }
+                    for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + (c0 + i) * ldd + r0, x[i]);
+                }
+                for (; c0 < cols; ++c0)
+                    for (std::size_t r = r0; r < r0 + 16; ++r) dst[c0 * ldd + r] = src[r * lds + c0];
+            }
+    }
+#endif
+    for (; r0 < rows; ++r0)
+        for (std::size_t c = 0; c < cols; ++c) dst[c * ldd + r0] = src[r0 * lds + c];
+}
+
+/// C (M x N) = alpha * op(A) op(B) + beta * C, row-major, on the calling thread; the same contract
+/// as gemm_reference. op(B) = B^T is transposed into a per-thread buffer, 2 vectors of columns of
+/// C (32 floats) at a time, so the buffer stays in L1.
+template <class T>
+inline void register_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
+                          std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
+    if (!trans_b) {
+        detail::register_gemm_b(trans_a, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    constexpr std::size_t panel = detail::tile_cols<T>;
+    T* bt = thread_buffer<T, detail::panel_buffer>(K * panel);
+    for (std::size_t j = 0; j < N; j += panel) {
+        const std::size_t n = N - j < panel ? N - j : panel;
+        transpose(n, K, B + j * ldb, ldb, bt, n);  // rows j.. of B become columns of a K x n panel
+        detail::register_gemm_b(trans_a, M, n, K, alpha, A, lda, bt, n, beta, C + j, ldc);
+    }
+}
+
+}  // namespace ctg::kernels
