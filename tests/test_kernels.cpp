@@ -1,7 +1,9 @@
 // Every SIMD kernel against its scalar reference on the same inputs.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <limits>
 #include <thread>
 #include <random>
@@ -144,6 +146,47 @@ TEST_CASE("gemm() takes the register kernel where it measured faster, and it agr
             kernels::gemm_reference(ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, Bm.data(), tb ? K : N, 0.0f, C2.data(), N);
             for (std::size_t i = 0; i < M * N; ++i) CHECK(C1[i] == Approx(C2[i]).epsilon(1e-5).margin(2e-3));
         }
+}
+
+TEST_CASE("scratch frames nest, stay aligned and valid, and allocate only past the reservation", "[kernels]") {
+    std::thread([] {  // a thread of its own: an empty stack
+        using kernels::scratch;
+        using kernels::scratch_stack;
+        auto& stack = scratch_stack::here();
+        stack.reserve(scratch_stack::scratch_reserve_bytes);
+        const long before = allocation_count().load();
+        {
+            scratch<float> a(1000);
+            std::fill(a.data(), a.data() + 1000, 1.0f);
+            {
+                scratch<double> b(3);
+                scratch<float> c(10);
+                CHECK(reinterpret_cast<std::uintptr_t>(b.data()) % 64 == 0);
+                CHECK(reinterpret_cast<std::uintptr_t>(c.data()) % 64 == 0);
+                CHECK(reinterpret_cast<std::byte*>(c.data()) >= reinterpret_cast<std::byte*>(b.data() + 3));
+                CHECK(reinterpret_cast<std::byte*>(b.data()) >= reinterpret_cast<std::byte*>(a.data() + 1000));
+            }
+            scratch<float> d(10);  // reuses what b and c gave back
+            CHECK(reinterpret_cast<std::byte*>(d.data()) == reinterpret_cast<std::byte*>(a.data()) + 4032);
+            CHECK(allocation_count().load() == before);
+            {
+                // Past the reservation: a block of its own; a's memory stays where it was.
+                scratch<float> big(scratch_stack::scratch_reserve_bytes / sizeof(float));
+                std::fill(big.data(), big.data() + scratch_stack::scratch_reserve_bytes / sizeof(float), 2.0f);
+                CHECK(allocation_count().load() == before + 1);
+                scratch<float> after(16);  // fits in the new block
+                CHECK(allocation_count().load() == before + 1);
+            }
+            CHECK(std::all_of(a.data(), a.data() + 1000, [](float v) { return v == 1.0f; }));
+        }
+        // The stack kept its largest block: the same frames again allocate nothing.
+        const long settled = allocation_count().load();
+        {
+            scratch<float> a(1000);
+            scratch<float> big(scratch_stack::scratch_reserve_bytes / sizeof(float));
+        }
+        CHECK(allocation_count().load() == settled);
+    }).join();
 }
 
 TEST_CASE("transpose: the 16 x 16 register blocks and their edges", "[kernels]") {

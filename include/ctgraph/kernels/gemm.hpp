@@ -93,7 +93,8 @@ inline void gemm_serial(bool trans_a, bool trans_b, std::size_t M, std::size_t N
         // product, through A^T and C^T in a scratch buffer (two transposes of M K and N M elements).
         // Measured with kernels::gemm, 1 thread: 16x128x128 8.1 -> 5.6 us, 16x384x256 48 -> 39 us;
         // from 32 rows on the transposes cost more than they save (32x128x384: 40 -> 43 us).
-        T *at = thread_buffer<T, struct transposed_operands_buffer>(M * (K + N)), *ct = at + M * K;
+        scratch<T> buffer(M * (K + N));
+        T *at = buffer.data(), *ct = at + M * K;
         for (std::size_t i = 0; i < M; ++i)
             for (std::size_t k = 0; k < K; ++k) at[k * M + i] = A[i * lda + k];
         if constexpr (std::is_same_v<T, float>)

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -35,6 +36,84 @@
 #endif
 
 namespace ctg::kernels {
+
+/// Scratch memory of the calling thread for kernels (a product's transposed panel, attention's
+/// score gradient on a pool task), taken and given back in stack order through kernels::scratch.
+/// A kernel's scratch never overlaps that of the kernel that called it, and steady-state calls
+/// allocate nothing: each thread of the pool reserves `scratch_reserve_bytes` when it starts and a
+/// caller when it submits a job, so which thread happens to claim a task with an edge case first
+/// does not decide when memory is allocated (a per-thread buffer grown on first use did: a worker
+/// that first met a product's column tail in the 15th step of a benchmark allocated there). A frame
+/// that does not fit gets a block of its own; the smaller blocks are released when the stack is
+/// empty again.
+class scratch_stack {
+public:
+    static constexpr std::size_t scratch_reserve_bytes = std::size_t(1) << 20;
+    static constexpr std::size_t align = 64;
+
+    static scratch_stack& here() {
+        thread_local scratch_stack stack;
+        return stack;
+    }
+
+    /// Makes sure `bytes` fit without allocating (only while no frame is taken).
+    void reserve(std::size_t bytes) {
+        if (depth_ == 0 && (blocks_.empty() || blocks_.back().size < bytes)) add_block(bytes);
+    }
+
+    struct mark {
+        std::size_t block, top;  // where the frame starts
+    };
+    std::byte* push(std::size_t bytes, mark& m) {
+        bytes = (bytes + align - 1) / align * align;
+        if (blocks_.empty() || top_ + bytes > blocks_.back().size)
+            add_block(std::max({bytes, scratch_reserve_bytes, blocks_.empty() ? 0 : 2 * blocks_.back().size}));
+        m = {blocks_.size() - 1, top_};
+        top_ += bytes;
+        ++depth_;
+        return blocks_.back().data.get() + m.top;
+    }
+    void pop(const mark& m) {
+        // Frames end in stack order: a frame in an older block means the current one is empty.
+        top_ = m.block + 1 == blocks_.size() ? m.top : 0;
+        if (--depth_ == 0 && blocks_.size() > 1) blocks_.erase(blocks_.begin(), blocks_.end() - 1);  // keep the largest
+    }
+
+private:
+    struct block {
+        struct release {
+            void operator()(std::byte* p) const { std::free(p); }
+        };
+        std::unique_ptr<std::byte, release> data;
+        std::size_t size;
+    };
+    void add_block(std::size_t bytes) {
+        bytes = (bytes + align - 1) / align * align;
+        auto* p = static_cast<std::byte*>(std::aligned_alloc(align, bytes));  // untouched pages cost no memory
+        if (!p) throw std::bad_alloc();
+        allocation_count().fetch_add(1, std::memory_order_relaxed);
+        blocks_.push_back({std::unique_ptr<std::byte, block::release>(p), bytes});
+        top_ = 0;
+    }
+    std::vector<block> blocks_;
+    std::size_t top_ = 0, depth_ = 0;
+};
+
+/// n elements of T (64-byte aligned, uninitialised) of the calling thread's scratch_stack until
+/// this object's scope ends; scopes nest.
+template <class T>
+class scratch {
+public:
+    explicit scratch(std::size_t n) : p_(reinterpret_cast<T*>(scratch_stack::here().push(n * sizeof(T), mark_))) {}
+    ~scratch() { scratch_stack::here().pop(mark_); }
+    scratch(const scratch&) = delete;
+    scratch& operator=(const scratch&) = delete;
+    T* data() const { return p_; }
+
+private:
+    scratch_stack::mark mark_;
+    T* p_;
+};
 
 class thread_pool {
 public:
@@ -85,6 +164,7 @@ public:
             for (std::size_t i = 0; i < n; ++i) fn(ctx, i);
             return;
         }
+        scratch_stack::here().reserve(scratch_stack::scratch_reserve_bytes);  // see scratch_stack
         job_fn_ = fn;
         job_ctx_ = ctx;
         job_size_.store(n, std::memory_order_relaxed);
@@ -154,6 +234,7 @@ private:
 
     void worker() {
         in_task() = true;
+        scratch_stack::here().reserve(scratch_stack::scratch_reserve_bytes);
         std::uint64_t seen = state_.load(std::memory_order_acquire) >> 32;
         // Spin this many pauses (~0.1-0.5 ms) for the next job before sleeping.
         constexpr int spin_limit = 1 << 13;
@@ -261,15 +342,5 @@ inline void for_items(std::size_t count, std::size_t total_work, std::size_t min
         body(std::size_t(0), count);
 }
 
-/// A buffer of at least n elements of T owned by the calling thread, for a task's scratch (the
-/// same thread's next call reuses it: allocated once per thread and size reached). Each Purpose
-/// (a tag type of the caller) has its own buffer, so a kernel's scratch never overwrites that of
-/// the kernel that called it (attention's score gradient lives in one while it calls gemm()).
-template <class T, class Purpose>
-inline T* thread_buffer(std::size_t n) {
-    thread_local aligned_vector<T> buffer;
-    if (buffer.size() < n) buffer.resize(n);
-    return buffer.data();
-}
-
 }  // namespace ctg::kernels
+

@@ -48,10 +48,6 @@ inline bool use_register_gemm(bool trans_a, bool trans_b, std::size_t M, std::si
 
 namespace detail {
 
-struct row_tail_buffer;  // thread_buffer purposes
-struct column_tail_buffer;
-struct panel_buffer;
-
 // Rows and columns of the register tile: 8 x 2 vectors of C (8 x 32 floats) in 16 registers.
 inline constexpr std::size_t tile_rows = 8;
 template <class T>
@@ -96,10 +92,9 @@ inline void register_panels(std::size_t M, std::size_t N, std::size_t K, T alpha
                             const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
     constexpr std::size_t R = tile_rows, NR = tile_cols<T>;
     const std::size_t full = M - M % R, rest = M % R;
-    T *a_rest = nullptr, *c_rest = nullptr;
+    scratch<T> buffer(rest ? R * K + R * NR : 0);
+    T *a_rest = buffer.data(), *c_rest = a_rest + R * K;
     if (rest) {
-        a_rest = thread_buffer<T, row_tail_buffer>(R * K + R * NR);
-        c_rest = a_rest + R * K;
         for (std::size_t r = 0; r < R; ++r)
             for (std::size_t k = 0; k < K; ++k) {
                 const T a = r < rest ? (A_T ? A[k * lda + full + r] : A[(full + r) * lda + k]) : T(0);
@@ -132,8 +127,8 @@ inline void register_gemm_b(bool trans_a, std::size_t M, std::size_t N, std::siz
     if (j) panels(j, alpha, B, ldb, beta, C, ldc);
     if (!nt) return;
     if (nt <= W / 4) {
-        T* col = thread_buffer<T, column_tail_buffer>(K + M);  // one column of B, contiguous; M results
-        T* out = col + K;
+        scratch<T> buffer(K + M);  // one column of B, contiguous; M results
+        T *col = buffer.data(), *out = col + K;
         for (std::size_t c = j; c < N; ++c) {
             for (std::size_t k = 0; k < K; ++k) col[k] = B[k * ldb + c];
             if (trans_a) combine_rows(K, M, col, A, lda, out);  // out[i] = sum_k B[k, c] A[k, i]
@@ -143,8 +138,8 @@ inline void register_gemm_b(bool trans_a, std::size_t M, std::size_t N, std::siz
         }
         return;
     }
-    T* pb = thread_buffer<T, column_tail_buffer>(K * NR + M * NR);
-    T* pc = pb + K * NR;
+    scratch<T> buffer(K * NR + M * NR);
+    T *pb = buffer.data(), *pc = pb + K * NR;
     for (std::size_t k = 0; k < K; ++k)
         for (std::size_t c = 0; c < NR; ++c) pb[k * NR + c] = c < nt ? B[k * ldb + j + c] : T(0);
     panels(NR, T(1), pb, NR, T(0), pc, NR);
@@ -209,7 +204,8 @@ inline void register_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t
         return;
     }
     constexpr std::size_t panel = detail::tile_cols<T>;
-    T* bt = thread_buffer<T, detail::panel_buffer>(K * panel);
+    scratch<T> panel_buffer(K * panel);
+    T* bt = panel_buffer.data();
     for (std::size_t j = 0; j < N; j += panel) {
         const std::size_t n = N - j < panel ? N - j : panel;
         transpose(n, K, B + j * ldb, ldb, bt, n);  // rows j.. of B become columns of a K x n panel

@@ -77,7 +77,8 @@ struct scaled_dot_weights_op {
         // matrices uses its thread's own buffer (kept: allocated once per thread and size).
         kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
             const bool whole = f0 == 0 && f1 == s.matrices;
-            T* gs = whole ? io.scratch.template as<T>() : kernels::thread_buffer<T, struct score_gradient>(s.n * s.m);
+            kernels::scratch<T> own(whole ? 0 : s.n * s.m);
+            T* gs = whole ? io.scratch.template as<T>() : own.data();
             for (std::size_t f = f0; f < f1; ++f) {
                 const std::size_t off = f * s.n * s.m;
                 for (std::size_t i = 0; i < s.n; ++i)  // gS written whole (fresh): no clearing pass
