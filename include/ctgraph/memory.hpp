@@ -1,5 +1,6 @@
 // ctgraph/memory.hpp: 64-byte aligned storage (one AVX-512 register, one cache line).
 #pragma once
+#include <array>
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -74,6 +75,35 @@ inline std::size_t place_by_lifetime(std::size_t n, const lifetime* blocks, std:
         offset[a] = off;
         extent = std::max(extent, off + blocks[a].size);
     }
+    return extent;
+}
+
+/// The memory of a forward-only pass over N nodes (an inference program, a scan/repeat step that
+/// keeps no frame for backward), first fit by lifetime: node i's value, when `placed(i)`, is live
+/// from its forward to until[i] and takes value_elems(i) elements; its op scratch (scratch_elems(i),
+/// possibly 0) is live during its forward only. Writes val_off and scr_off (elements from 0) and
+/// returns the extent. Sizes come already rounded (each caller's element type decides how).
+template <std::size_t N, class Placed, class ValueElems, class ScratchElems>
+inline std::size_t place_forward_frame(const std::array<std::size_t, N>& until, Placed&& placed, ValueElems&& value_elems,
+                                       ScratchElems&& scratch_elems, std::array<std::size_t, N>& val_off,
+                                       std::array<std::size_t, N>& scr_off) {
+    std::array<lifetime, 2 * N> blocks{};
+    std::array<std::size_t, 2 * N> owner{}, offset{};  // owner: i for node i's value, N + i for its scratch
+    std::array<std::pair<std::size_t, std::size_t>, 2 * N> taken{};
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < N; ++i) {
+        if (placed(i)) {
+            blocks[n] = {i, until[i], value_elems(i)};
+            owner[n++] = i;
+        }
+        scr_off[i] = 0;
+        if (const std::size_t s = scratch_elems(i)) {
+            blocks[n] = {i, i, s};
+            owner[n++] = N + i;
+        }
+    }
+    const std::size_t extent = place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
+    for (std::size_t a = 0; a < n; ++a) (owner[a] < N ? val_off[owner[a]] : scr_off[owner[a] - N]) = offset[a];
     return extent;
 }
 

@@ -577,22 +577,14 @@ private:
     std::size_t place_values_by_lifetime(const std::array<std::size_t, N>& scratch, std::array<std::size_t, N>& val_off,
                                          std::array<std::size_t, N>& scr_off, std::size_t base) const {
         static_assert(std::none_of(G::needs_grad.begin(), G::needs_grad.end(), [](bool b) { return b; }));
-        std::array<detail::lifetime, 2 * N> blocks{};
-        std::array<std::size_t, 2 * N> owner{}, offset{};  // owner: i for node i's value, N + i for its scratch
-        std::array<std::pair<std::size_t, std::size_t>, 2 * N> taken{};
-        std::size_t n = 0;
+        const std::size_t extent = detail::place_forward_frame(
+            value_until, [](std::size_t i) { return G::kind[i] == leaf_kind::none && !G::aliases[i]; },
+            [this](std::size_t i) { return round_up_elems<T>(shapes_[i].size()); },
+            [&scratch](std::size_t i) { return round_up_elems<T>(scratch[i]); }, val_off, scr_off);
         for (std::size_t i = 0; i < N; ++i) {
-            if (G::kind[i] == leaf_kind::none && !G::aliases[i]) {
-                blocks[n] = {i, value_until[i], round_up_elems<T>(shapes_[i].size())};
-                owner[n++] = i;
-            }
-            if (scratch[i]) {
-                blocks[n] = {i, i, round_up_elems<T>(scratch[i])};
-                owner[n++] = N + i;
-            }
+            if (G::kind[i] == leaf_kind::none && !G::aliases[i]) val_off[i] += base;
+            scr_off[i] += base;
         }
-        const std::size_t extent = detail::place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
-        for (std::size_t a = 0; a < n; ++a) (owner[a] < N ? val_off[owner[a]] : scr_off[owner[a] - N]) = base + offset[a];
         return extent;
     }
 

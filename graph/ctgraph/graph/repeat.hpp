@@ -153,7 +153,7 @@ struct repeat_op {
     }
     static std::size_t scratch_size(const rshape&, const auto& x, bool forward_only) { return plan(x, forward_only).total; }
     template <class T, std::size_t K>
-    static layout plan_of(const op_io<T, K>& c) {
+    static const layout& plan_of(const op_io<T, K>& c) {
         std::array<rshape, K> xs{};
         for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
         return detail::remembered_plan<layout>(xs, c.run.forward_only, [](const auto& x, bool f) { return plan(x, f); });
@@ -205,7 +205,7 @@ struct repeat_op {
     // ---------------------------------------------------------------- forward
     template <class T, std::size_t K>
     static void forward(op_io<T, K>& c) {
-        const layout Ly = plan_of(c);
+        const layout& Ly = plan_of(c);
         layer_views v;
         for (std::size_t l = 0; l < std::size_t(L); ++l) {
             values_at(v, c, Ly, l);
@@ -216,7 +216,7 @@ struct repeat_op {
     // ---------------------------------------------------------------- backward
     template <class T, std::size_t K>
     static void backward(op_io<T, K>& c) {
-        const layout Ly = plan_of(c);
+        const layout& Ly = plan_of(c);
         T* base = c.scratch.template as<T>();
         T* adj_block = base + Ly.adjoints_off();
         layer_views v;

@@ -261,21 +261,11 @@ struct cell_frame {
                 const std::size_t o = std::size_t(G::operands[i][0]);
                 until[o] = std::max(until[o], until[i]);
             }
-        std::array<lifetime, 2 * N> blocks{};
-        std::array<std::size_t, 2 * N> owner{}, offset{};
-        std::array<std::pair<std::size_t, std::size_t>, 2 * N> taken{};
-        std::size_t n = 0;
-        for (std::size_t i = 0; i < N; ++i) {
-            if (!Info::computed[i]) continue;
-            if (i != Info::out && !G::aliases[i]) {
-                blocks[n] = {i, until[i], round_up_elems<double>(shapes[i].size())};
-                owner[n++] = i;
-            }
-            blocks[n] = {i, i, round_up_elems<double>(scr_size[i])};
-            owner[n++] = N + i;
-        }
-        per_step = place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
-        for (std::size_t a = 0; a < n; ++a) (owner[a] < N ? val_off[owner[a]] : scr_off[owner[a] - N]) = offset[a];
+        per_step = place_forward_frame(
+            until, [](std::size_t i) { return Info::computed[i] && i != Info::out && !G::aliases[i]; },
+            [this](std::size_t i) { return round_up_elems<double>(shapes[i].size()); },
+            [this](std::size_t i) { return Info::computed[i] ? round_up_elems<double>(scr_size[i]) : std::size_t(0); },
+            val_off, scr_off);
         adj_block = 0;
     }
 
@@ -309,9 +299,10 @@ private:
 /// plan(xs, forward_only) remembered per op type and thread: scan and repeat keep no state and plan
 /// their cell from the operand shapes at every call (a decoding step calls each once per token);
 /// the same shapes give the same layout, so only new shapes plan again (first-fit placement was
-/// 2 % of a decoded token).
+/// 2 % of a decoded token). The reference stays valid until the same op type plans again on this
+/// thread, which cannot happen inside its own call (an op cannot contain itself).
 template <class Layout, std::size_t K, class Plan>
-Layout remembered_plan(const std::array<rshape, K>& xs, bool forward_only, Plan&& plan) {
+const Layout& remembered_plan(const std::array<rshape, K>& xs, bool forward_only, Plan&& plan) {
     struct entry {
         std::array<rshape, K> shapes{};
         bool forward_only = false, valid = false;
@@ -424,7 +415,7 @@ struct scan_op {
 
     static std::size_t scratch_size(const rshape&, const auto& x, bool forward_only) { return plan(x, forward_only).total; }
     template <class T, std::size_t K>
-    static layout<K> plan_of(const op_io<T, K>& c) {
+    static const layout<K>& plan_of(const op_io<T, K>& c) {
         std::array<rshape, K> xs{};
         for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
         return detail::remembered_plan<layout<K>>(xs, c.run.forward_only, [](const auto& x, bool f) { return plan(x, f); });
@@ -473,7 +464,7 @@ struct scan_op {
     // ---------------------------------------------------------------- forward
     template <class T, std::size_t K>
     static void forward(op_io<T, K>& c) {
-        const layout<K> L = plan_of(c);
+        const layout<K>& L = plan_of(c);
         T* base = c.scratch.template as<T>();
         T* zeros = base + L.zeros_off();
         std::fill(zeros, zeros + L.zeros, T(0));
@@ -500,7 +491,7 @@ struct scan_op {
     // ---------------------------------------------------------------- backward (BPTT)
     template <class T, std::size_t K>
     static void backward(op_io<T, K>& c) {
-        const layout<K> L = plan_of(c);
+        const layout<K>& L = plan_of(c);
         T* base = c.scratch.template as<T>();
         T* adj_block = base + L.frames_size(L.steps);
         T* gy = c.gy_data();
