@@ -129,13 +129,18 @@ TEMPLATE_TEST_CASE("register GEMM kernel matches the reference loop on every til
                         }
 }
 
-TEST_CASE("gemm() takes the register kernel where it measured faster, and it agrees there", "[kernels]") {
-    CHECK(kernels::use_register_gemm<float>(false, false, 128, 64, 128));        // an attention head's P V
-    CHECK(kernels::use_register_gemm<float>(false, true, 64, 64, 32));           // A B^T from 2^17
-    CHECK_FALSE(kernels::use_register_gemm<float>(false, false, 16, 128, 128));  // OpenBLAS's small kernels
-    CHECK_FALSE(kernels::use_register_gemm<float>(false, false, 2048, 1536, 384));  // A from L3, many panels
-    CHECK_FALSE(kernels::use_register_gemm<float>(true, false, 384, 1536, 2048));   // A^T from L3
-    // Through gemm() on one thread, at a size that takes it, in every layout.
+TEST_CASE("the register kernel is chosen where it measured faster, and gemm() agrees there", "[kernels]") {
+    CHECK(kernels::register_gemm_faster<float>(false, false, 128, 64, 128));        // an attention head's P V
+    CHECK(kernels::register_gemm_faster<float>(false, true, 64, 64, 32));           // A B^T from 2^17
+    CHECK_FALSE(kernels::register_gemm_faster<float>(false, false, 16, 128, 128));  // OpenBLAS's small kernels
+    CHECK_FALSE(kernels::register_gemm_faster<float>(false, false, 2048, 1536, 384));  // A from L3, many panels
+    CHECK_FALSE(kernels::register_gemm_faster<float>(true, false, 384, 1536, 2048));   // A^T from L3
+#if defined(__OPTIMIZE__)
+    CHECK(kernels::use_register_gemm<float>(false, false, 128, 64, 128));
+#else
+    CHECK_FALSE(kernels::use_register_gemm<float>(false, false, 128, 64, 128));  // Debug: OpenBLAS
+#endif
+    // Through gemm() on one thread, at a size that takes it (optimised builds), in every layout.
     pool_threads pool(1);
     for (bool ta : {false, true})
         for (bool tb : {false, true}) {

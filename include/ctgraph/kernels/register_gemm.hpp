@@ -27,7 +27,7 @@
 
 namespace ctg::kernels {
 
-/// Where gemm() uses the register kernel instead of OpenBLAS, from bench/gemm-shapes on this
+/// Where the register kernel is faster than OpenBLAS, from bench/gemm-shapes on this
 /// machine (1 thread, float): from 2^20 multiply-adds, the size from which OpenBLAS 0.3.21 packs
 /// its operands (its unpacked small-matrix kernels are faster below: 113-116 against 99-111
 /// GFLOP/s), and from 2^17 for A B^T, which OpenBLAS's small kernels run at 65-86 GFLOP/s (ours:
@@ -40,12 +40,25 @@ inline constexpr std::size_t register_gemm_min_mnk = std::size_t(1) << 20;
 inline constexpr std::size_t register_gemm_min_mnk_nt = std::size_t(1) << 17;
 
 template <class T>
-inline bool use_register_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K) {
+inline bool register_gemm_faster(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K) {
     const std::size_t mnk = M * N * K;
     if (mnk < (trans_b && !trans_a ? register_gemm_min_mnk_nt : register_gemm_min_mnk) || N < batch<T>::size)
         return false;
     const bool a_in_l2 = M * K * sizeof(T) <= (std::size_t(1) << 20);
     return a_in_l2 || (!trans_a && N <= 512);
+}
+
+/// Whether gemm() uses the register kernel: where it measured faster, in an optimised build. A
+/// build without optimisation (Debug) compiles the kernel's loops as written, tens of times
+/// slower than OpenBLAS (optimised whatever the build): CI's Debug tests took 585 instead of 269 s.
+template <class T>
+inline bool use_register_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K) {
+#if defined(__OPTIMIZE__)
+    return register_gemm_faster<T>(trans_a, trans_b, M, N, K);
+#else
+    (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K;
+    return false;
+#endif
 }
 
 namespace detail {
