@@ -206,6 +206,11 @@ TEST_CASE("transpose: the 16 x 16 register blocks and their edges", "[kernels]")
                 for (std::size_t r = 0; r < rows; ++r) CHECK(dst[c * ldd + r] == src[r * lds + c]);
                 for (std::size_t r = rows; r < ldd; ++r) CHECK(dst[c * ldd + r] == -7.0f);
             }
+            kernels::transpose(rows, cols, src.data(), lds, dst.data(), ldd, true);  // accumulates
+            for (std::size_t c = 0; c < cols; ++c) {
+                for (std::size_t r = 0; r < rows; ++r) CHECK(dst[c * ldd + r] == 2 * src[r * lds + c]);
+                for (std::size_t r = rows; r < ldd; ++r) CHECK(dst[c * ldd + r] == -7.0f);
+            }
         }
 }
 

@@ -95,14 +95,15 @@ inline void gemm_serial(bool trans_a, bool trans_b, std::size_t M, std::size_t N
         // from 32 rows on the transposes cost more than they save (32x128x384: 40 -> 43 us).
         scratch<T> buffer(M * (K + N));
         T *at = buffer.data(), *ct = at + M * K;
-        for (std::size_t i = 0; i < M; ++i)
-            for (std::size_t k = 0; k < K; ++k) at[k * M + i] = A[i * lda + k];
+        transpose(M, K, A, lda, at, M);
         if constexpr (std::is_same_v<T, float>)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(N), int(M), int(K), 1.0f, B, int(ldb), at, int(M), 0.0f, ct, int(M));
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(N), int(M), int(K), alpha, B, int(ldb), at, int(M), 0.0f, ct, int(M));
         else
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(N), int(M), int(K), 1.0, B, int(ldb), at, int(M), 0.0, ct, int(M));
-        for (std::size_t i = 0; i < M; ++i)
-            for (std::size_t j = 0; j < N; ++j) C[i * ldc + j] = scaled(ct[j * M + i], C[i * ldc + j]);
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(N), int(M), int(K), alpha, B, int(ldb), at, int(M), 0.0, ct, int(M));
+        if (beta != T(0) && beta != T(1))
+            for (std::size_t i = 0; i < M; ++i)
+                for (std::size_t j = 0; j < N; ++j) C[i * ldc + j] *= beta;
+        transpose(N, M, ct, M, C, ldc, beta != T(0));  // C (+)= (C^T)^T; C not read at beta 0
         return;
     }
     if (trans_a && !trans_b && K == 1) {  // an outer product (attention's context VJP): no BLAS call

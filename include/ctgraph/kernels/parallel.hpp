@@ -58,7 +58,10 @@ public:
 
     /// Makes sure `bytes` fit without allocating (only while no frame is taken).
     void reserve(std::size_t bytes) {
-        if (depth_ == 0 && (blocks_.empty() || blocks_.back().size < bytes)) add_block(bytes);
+        if (depth_ == 0 && (blocks_.empty() || blocks_.back().size < bytes)) {
+            blocks_.clear();  // nothing is taken: the smaller block goes
+            add_block(bytes);
+        }
     }
 
     struct mark {

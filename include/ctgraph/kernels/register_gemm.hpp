@@ -164,9 +164,12 @@ inline void register_gemm_b(bool trans_a, std::size_t M, std::size_t N, std::siz
 
 }  // namespace detail
 
-/// dst (cols x rows, row-major, stride ldd) = src^T, src being rows x cols with stride lds.
+/// dst (cols x rows, row-major, stride ldd) = src^T, or += when `accumulate`; src is rows x cols
+/// with stride lds. The one transpose of the project: the transpose op, gemm()'s few-row A B^T path
+/// and the register kernel's B^T panels.
 template <class T>
-inline void transpose(std::size_t rows, std::size_t cols, const T* src, std::size_t lds, T* dst, std::size_t ldd) {
+inline void transpose(std::size_t rows, std::size_t cols, const T* src, std::size_t lds, T* dst, std::size_t ldd,
+                      bool accumulate = false) {
     std::size_t r0 = 0;
 #if defined(__AVX512F__)
     if constexpr (std::is_same_v<T, float>) {
@@ -197,15 +200,19 @@ inline void transpose(std::size_t rows, std::size_t cols, const T* src, std::siz
                         x[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
                         x[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
                     }
-                    for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + (c0 + i) * ldd + r0, x[i]);
+                    for (int i = 0; i < 16; ++i) {
+                        float* d = dst + (c0 + i) * ldd + r0;
+                        _mm512_storeu_ps(d, accumulate ? _mm512_add_ps(_mm512_loadu_ps(d), x[i]) : x[i]);
+                    }
                 }
                 for (; c0 < cols; ++c0)
-                    for (std::size_t r = r0; r < r0 + 16; ++r) dst[c0 * ldd + r] = src[r * lds + c0];
+                    for (std::size_t r = r0; r < r0 + 16; ++r)
+                        dst[c0 * ldd + r] = (accumulate ? dst[c0 * ldd + r] : 0.0f) + src[r * lds + c0];
             }
     }
 #endif
     for (; r0 < rows; ++r0)
-        for (std::size_t c = 0; c < cols; ++c) dst[c * ldd + r0] = src[r0 * lds + c];
+        for (std::size_t c = 0; c < cols; ++c) dst[c * ldd + r0] = (accumulate ? dst[c * ldd + r0] : T(0)) + src[r0 * lds + c];
 }
 
 /// C (M x N) = alpha * op(A) op(B) + beta * C, row-major, on the calling thread; the same contract

@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/register_gemm.hpp"
 #include "ctgraph/op.hpp"
 
 namespace ctg {
@@ -19,22 +20,12 @@ struct transpose_op {
         r[A::rank - 2] = A::dims[A::rank - 1];
         return r;
     }
-    // dst (n x m) op= src (m x n), per batch, in cache-sized tiles.
+    // dst (n x m) = or += src (m x n), per batch (kernels::transpose).
     template <class T, bool Accumulate>
     static void transpose(const rshape& in, const T* src, T* dst) {
         const std::size_t m = in[-2], n = in[-1], batches = in.size() / (m * n);
-        constexpr std::size_t tile = 32;
-        for (std::size_t b = 0; b < batches; ++b) {
-            const T* s = src + b * m * n;
-            T* d = dst + b * m * n;
-            for (std::size_t i0 = 0; i0 < m; i0 += tile)
-                for (std::size_t j0 = 0; j0 < n; j0 += tile)
-                    for (std::size_t i = i0; i < std::min(m, i0 + tile); ++i)
-                        for (std::size_t j = j0; j < std::min(n, j0 + tile); ++j) {
-                            if constexpr (Accumulate) d[j * m + i] += s[i * n + j];
-                            else d[j * m + i] = s[i * n + j];
-                        }
-        }
+        for (std::size_t b = 0; b < batches; ++b)
+            kernels::transpose(m, n, src + b * m * n, n, dst + b * m * n, m, Accumulate);
     }
     template <class T>
     static void forward(op_io<T, 1>& c) { transpose<T, false>(c.x[0].shape, c.x_data(0), c.y_data()); }
