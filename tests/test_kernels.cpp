@@ -83,15 +83,19 @@ TEMPLATE_TEST_CASE("GEMM (OpenBLAS and the small-shape paths) matches the refere
             for (TestType alpha : {TestType(1), TestType(0.5)})
                 for (TestType beta : {TestType(0), TestType(1), TestType(0.5)})
                     for (bool ta : {false, true})
-                        for (bool tb : {false, true}) {
+                        for (bool tb : {false, true})
+                            for (bool with_bias : {false, true}) {
                             const std::size_t N = 33;
                             auto A = random_vector<TestType>(M * K, 1), Bm = random_vector<TestType>(K * N, 2);
                             auto C1 = random_vector<TestType>(M * N, 3), C2 = C1;
+                            const auto bias_values = random_vector<TestType>(N, 4);
+                            const TestType* bias = with_bias ? bias_values.data() : nullptr;
                             if (beta == TestType(0)) std::fill(C1.begin(), C1.end(), std::numeric_limits<TestType>::quiet_NaN());
                             const std::size_t lda = ta ? M : K, ldb = tb ? K : N;
-                            kernels::gemm(ta, tb, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, C1.data(), N);
-                            kernels::gemm_reference(ta, tb, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, C2.data(), N);
-                            INFO("M " << M << " K " << K << " ta " << ta << " tb " << tb << " alpha " << alpha << " beta " << beta);
+                            kernels::gemm(ta, tb, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, C1.data(), N, bias);
+                            kernels::gemm_reference(ta, tb, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, C2.data(), N, bias);
+                            INFO("M " << M << " K " << K << " ta " << ta << " tb " << tb << " alpha " << alpha << " beta " << beta
+                                      << " bias " << with_bias);
                             // float: K products of values up to 3 in magnitude, summed in another order
                             const double margin = (std::is_same_v<TestType, float> ? 1e-5 : 1e-13) * double(K);
                             for (std::size_t i = 0; i < M * N; ++i) CHECK(C1[i] == Approx(C2[i]).epsilon(1e-5).margin(margin));
@@ -110,15 +114,19 @@ TEMPLATE_TEST_CASE("register GEMM kernel matches the reference loop on every til
             for (std::size_t K : {1, 17, 130})
                 for (TestType beta : {TestType(0), TestType(1), TestType(0.5)})
                     for (bool ta : {false, true})
-                        for (bool tb : {false, true}) {
+                        for (bool tb : {false, true})
+                            for (bool with_bias : {false, true}) {  // a linear layer's bias, added as C is stored
                             const std::size_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
                             auto A = random_vector<TestType>((ta ? K : M) * lda, 1), Bm = random_vector<TestType>((tb ? N : K) * ldb, 2);
                             auto C0 = random_vector<TestType>(M * ldc, 3);
+                            const auto bias_values = random_vector<TestType>(N, 4);
+                            const TestType* bias = with_bias ? bias_values.data() : nullptr;
                             if (beta == TestType(0)) std::fill(C0.begin(), C0.end(), std::numeric_limits<TestType>::quiet_NaN());
                             auto C1 = C0, Cref = C0;
-                            kernels::register_gemm(ta, tb, M, N, K, TestType(1.5), A.data(), lda, Bm.data(), ldb, beta, C1.data(), ldc);
-                            kernels::gemm_reference(ta, tb, M, N, K, TestType(1.5), A.data(), lda, Bm.data(), ldb, beta, Cref.data(), ldc);
-                            INFO("M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb << " beta " << beta);
+                            kernels::register_gemm(ta, tb, M, N, K, TestType(1.5), A.data(), lda, Bm.data(), ldb, beta, C1.data(), ldc, bias);
+                            kernels::gemm_reference(ta, tb, M, N, K, TestType(1.5), A.data(), lda, Bm.data(), ldb, beta, Cref.data(), ldc, bias);
+                            INFO("M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb << " beta " << beta
+                                      << " bias " << with_bias);
                             const double margin = (std::is_same_v<TestType, float> ? 1e-5 : 1e-13) * double(K);
                             for (std::size_t i = 0; i < M; ++i) {
                                 for (std::size_t j = 0; j < N; ++j)
@@ -145,10 +153,10 @@ TEST_CASE("the register kernel is chosen where it measured faster, and gemm() ag
     for (bool ta : {false, true})
         for (bool tb : {false, true}) {
             const std::size_t M = 130, N = 65, K = 131;
-            auto A = random_vector<float>(M * K, 4), Bm = random_vector<float>(K * N, 5);
+            auto A = random_vector<float>(M * K, 4), Bm = random_vector<float>(K * N, 5), bias = random_vector<float>(N, 6);
             std::vector<float> C1(M * N), C2(M * N);
-            kernels::gemm(ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, Bm.data(), tb ? K : N, 0.0f, C1.data(), N);
-            kernels::gemm_reference(ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, Bm.data(), tb ? K : N, 0.0f, C2.data(), N);
+            kernels::gemm(ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, Bm.data(), tb ? K : N, 0.0f, C1.data(), N, bias.data());
+            kernels::gemm_reference(ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, Bm.data(), tb ? K : N, 0.0f, C2.data(), N, bias.data());
             for (std::size_t i = 0; i < M * N; ++i) CHECK(C1[i] == Approx(C2[i]).epsilon(1e-5).margin(2e-3));
         }
 }
@@ -309,15 +317,17 @@ TEMPLATE_TEST_CASE("GEMM split over two threads matches the reference loop and t
                     auto C0 = random_vector<TestType>(M * ldc, 3);
                     if (beta == TestType(0)) std::fill(C0.begin(), C0.end(), std::numeric_limits<TestType>::quiet_NaN());
                     auto C1 = C0, C2 = C0, Cref = C0;
+                    const auto bias_values = random_vector<TestType>(N, 4);
+                    const TestType* bias = tb ? bias_values.data() : nullptr;  // row and column blocks both take it
                     {
                         pool_threads pool(2);
-                        kernels::gemm(ta, tb, M, N, K, TestType(1.5), A.data(), lda, Bm.data(), ldb, beta, C2.data(), ldc);
+                        kernels::gemm(ta, tb, M, N, K, TestType(1.5), A.data(), lda, Bm.data(), ldb, beta, C2.data(), ldc, bias);
                     }
                     {
                         pool_threads pool(1);
-                        kernels::gemm(ta, tb, M, N, K, TestType(1.5), A.data(), lda, Bm.data(), ldb, beta, C1.data(), ldc);
+                        kernels::gemm(ta, tb, M, N, K, TestType(1.5), A.data(), lda, Bm.data(), ldb, beta, C1.data(), ldc, bias);
                     }
-                    kernels::gemm_reference(ta, tb, M, N, K, TestType(1.5), A.data(), lda, Bm.data(), ldb, beta, Cref.data(), ldc);
+                    kernels::gemm_reference(ta, tb, M, N, K, TestType(1.5), A.data(), lda, Bm.data(), ldb, beta, Cref.data(), ldc, bias);
                     INFO("M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb << " beta " << beta);
                     const double margin = (std::is_same_v<TestType, float> ? 1e-5 : 1e-13) * double(K);
                     for (std::size_t i = 0; i < M; ++i)

@@ -17,6 +17,8 @@ const check_config cfg{.dims = {{'B', 2}, {'T', 3}}};
 TEST_CASE("gradcheck: layer norm and positional encodings", "[gradcheck][transformer]") {
     CHECK(check_gradients(layer_norm(X{}, param<"g", D>{}, param<"b", D>{}), cfg) > 0);
     CHECK(check_gradients(layer_norm(X{} * param<"w", D, D>{}, param<"g", D>{}, param<"b", D>{}), cfg) > 0);
+    // gamma and beta computed (their adjoints are then the engine's, written first by layer norm)
+    CHECK(check_gradients(layer_norm(X{}, tanh(param<"g", D>{}), mul(param<"b", D>{}, param<"s", D>{})), cfg) > 0);
     CHECK(check_gradients(sinusoidal_positions<5>(X{}), cfg) > 0);
     CHECK(check_gradients(learned_positions(X{}, param<"pos", 5, D>{}), cfg) > 0);
 }

@@ -8,6 +8,7 @@
 // threads split a product on ctgraph's pool (kernels/parallel.hpp). `gemm_reference` is the plain
 // triple loop the tests compare them with.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -31,7 +32,7 @@ namespace ctg::kernels {
 template <class T>
 inline void gemm_reference(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
                            const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C,
-                           std::size_t ldc) {
+                           std::size_t ldc, const T* bias = nullptr) {
     for (std::size_t i = 0; i < M; ++i)
         for (std::size_t j = 0; j < N; ++j) {
             T acc = 0;
@@ -40,7 +41,7 @@ inline void gemm_reference(bool trans_a, bool trans_b, std::size_t M, std::size_
                 T b = trans_b ? B[j * ldb + k] : B[k * ldb + j];
                 acc += a * b;
             }
-            C[i * ldc + j] = alpha * acc + (beta == T(0) ? T(0) : beta * C[i * ldc + j]);
+            C[i * ldc + j] = alpha * acc + (bias ? bias[j] : T(0)) + (beta == T(0) ? T(0) : beta * C[i * ldc + j]);
         }
 }
 
@@ -72,9 +73,28 @@ namespace detail {
 // One thread's product: the small-shape paths, else OpenBLAS.
 template <class T>
 inline void gemm_serial(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
-                        std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
+                        std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc,
+                        const T* bias = nullptr) {
     if (K == 0 || scalar_only()) {
-        gemm_reference(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        gemm_reference(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+        return;
+    }
+    if (bias) {
+        // The register kernel adds the bias as it stores C (no pass of its own); other paths: the
+        // bias is written into C first and the product accumulates onto it (OpenBLAS reads C at
+        // beta 1 anyway), or, for one row or beta != 0, added after.
+        if constexpr (std::is_same_v<T, float>)
+            if (use_register_gemm<T>(trans_a, trans_b, M, N, K)) {
+                register_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+                return;
+            }
+        if (beta == T(0) && M > 1) {
+            for (std::size_t i = 0; i < M; ++i) std::copy(bias, bias + N, C + i * ldc);
+            gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, T(1), C, ldc);
+        } else {
+            gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            for (std::size_t i = 0; i < M; ++i) add_to(N, bias, C + i * ldc);
+        }
         return;
     }
     if (M == 1 && !trans_a && !trans_b && alpha == T(1) && beta == T(0)) {
@@ -130,14 +150,18 @@ inline void gemm_serial(bool trans_a, bool trans_b, std::size_t M, std::size_t N
 /// microsecond of hand-over, the rnn's 16 x 128 x 128 step (0.5 MFLOP, ~5 us) already gains.
 inline constexpr std::uint64_t parallel_gemm_min_flops = std::uint64_t(1) << 18;
 
-/// C (M x N) = alpha * op(A) (M x K) * op(B) (K x N) + beta * C; all row-major. On a pool of P > 1
+/// C (M x N) = alpha * op(A) (M x K) * op(B) (K x N) + beta * C, plus `bias` (N values, optional:
+/// a linear layer's) in every row; all row-major. On a pool of P > 1
 /// threads a product of at least parallel_gemm_min_flops is split into P row blocks (M >= N) or
 /// column blocks, each one thread's product; every element of C is computed by one thread from the
 /// same operands, so the result does not depend on a race.
 template <class T>
 inline void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
-                 std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
+                 std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc, const T* bias = nullptr) {
     if (M == 0 || N == 0) return;
+#ifdef CTG_GEMM_PROFILE
+    gprof::timer prof_timer{{int(std::is_same_v<T, float> && use_register_gemm<T>(trans_a, trans_b, M, N, K)), trans_a, trans_b, int(M), int(N), int(K)}};
+#endif
     const std::uint64_t flops = 2ULL * M * N * K;
     gemm_flop_counter().fetch_add(flops, std::memory_order_relaxed);
     const std::size_t P = std::size_t(kernel_pool().threads_here());  // 1 inside a task (an attention head's)
@@ -146,19 +170,19 @@ inline void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::
         if (M >= N && M >= 2 * row_align) {
             parallel_ranges(M, P, row_align, [&](std::size_t m0, std::size_t m1) {
                 detail::gemm_serial(trans_a, trans_b, m1 - m0, N, K, alpha, trans_a ? A + m0 : A + m0 * lda, lda, B, ldb,
-                                    beta, C + m0 * ldc, ldc);
+                                    beta, C + m0 * ldc, ldc, bias);
             });
             return;
         }
         if (N >= 2 * col_align) {
             parallel_ranges(N, P, col_align, [&](std::size_t n0, std::size_t n1) {
                 detail::gemm_serial(trans_a, trans_b, M, n1 - n0, K, alpha, A, lda, trans_b ? B + n0 * ldb : B + n0, ldb,
-                                    beta, C + n0, ldc);
+                                    beta, C + n0, ldc, bias ? bias + n0 : nullptr);
             });
             return;
         }
     }
-    detail::gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    detail::gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 }
 
 }  // namespace ctg::kernels

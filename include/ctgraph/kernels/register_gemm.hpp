@@ -68,12 +68,12 @@ inline constexpr std::size_t tile_rows = 8;
 template <class T>
 inline constexpr std::size_t tile_cols = 2 * batch<T>::size;
 
-// C[8 x 2W] = alpha * sum_k A(r, k) B[k, .] + beta * C, where A(r, k) = A[k * lda + r] when
-// A_T (A^T is stored), else A[r * lda + k]. (One runtime-strided tile for both ran A^T products
-// 10 % slower: the constant offsets of A_T's eight broadcasts matter.)
+// C[8 x 2W] = alpha * sum_k A(r, k) B[k, .] + beta * C (+ bias[.] in every row), where A(r, k) =
+// A[k * lda + r] when A_T (A^T is stored), else A[r * lda + k]. (One runtime-strided tile for both
+// ran A^T products 10 % slower: the constant offsets of A_T's eight broadcasts matter.)
 template <class T, bool A_T>
 inline void register_tile(std::size_t K, const T* A, std::size_t lda, const T* B, std::size_t ldb, T alpha, T beta,
-                          T* C, std::size_t ldc) {
+                          T* C, std::size_t ldc, const T* bias = nullptr) {
     using V = batch<T>;
     constexpr std::size_t W = V::size, R = tile_rows;
     V acc[R][2];
@@ -86,25 +86,28 @@ inline void register_tile(std::size_t K, const T* A, std::size_t lda, const T* B
             acc[r][1] = xsimd::fma(ar, b1, acc[r][1]);
         }
     }
+    const V bias0 = bias ? V::load_unaligned(bias) : V(T(0)), bias1 = bias ? V::load_unaligned(bias + W) : V(T(0));
     for (std::size_t r = 0; r < R; ++r)
         for (std::size_t v = 0; v < 2; ++v) {
             T* c = C + r * ldc + v * W;
-            V out = acc[r][v] * V(alpha);
+            V out = xsimd::fma(acc[r][v], V(alpha), v ? bias1 : bias0);
             if (beta != T(0)) out = xsimd::fma(V(beta), V::load_unaligned(c), out);  // C is not read at beta 0
             out.store_unaligned(c);
         }
 }
 
-// c = alpha * v + beta * c, c not read at beta 0.
+// c = alpha * v + beta * c (+ bias), c not read at beta 0.
 template <class T>
-inline void put_scaled(T& c, T v, T alpha, T beta) { c = alpha * v + (beta == T(0) ? T(0) : beta * c); }
+inline void put_scaled(T& c, T v, T alpha, T beta, T bias = T(0)) {
+    c = alpha * v + bias + (beta == T(0) ? T(0) : beta * c);
+}
 
 // C (M x N, N a multiple of tile_cols) = alpha * op(A) B + beta * C, one column panel at a time
 // (B's K x 32 panel stays in cache across the row tiles). The last M % 8 rows of A are copied
 // into a zero-padded 8-row block once (in A's layout), and their tiles go through a scratch tile.
 template <class T, bool A_T>
 inline void register_panels(std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A, std::size_t lda,
-                            const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
+                            const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc, const T* bias) {
     constexpr std::size_t R = tile_rows, NR = tile_cols<T>;
     const std::size_t full = M - M % R, rest = M % R;
     scratch<T> buffer(rest ? R * K + R * NR : 0);
@@ -116,13 +119,27 @@ inline void register_panels(std::size_t M, std::size_t N, std::size_t K, T alpha
                 (A_T ? a_rest[k * R + r] : a_rest[r * K + k]) = a;
             }
     }
+    const bool prefetch_c = M * N * sizeof(T) > (std::size_t(256) << 10);
     for (std::size_t j = 0; j < N; j += NR) {
-        for (std::size_t i = 0; i < full; i += R)
-            register_tile<T, A_T>(K, A_T ? A + i : A + i * lda, lda, B + j, ldb, alpha, beta, C + i * ldc + j, ldc);
+        for (std::size_t i = 0; i < full; i += R) {
+            // The next tile's rows of C, requested now (for writing) so that they arrive while this
+            // tile computes: in a training step a large C is usually not in cache (a layer's
+            // output), and the tile's stores waited for their lines (gpt-s at 1 thread: 32.2 ->
+            // 30.6 ms). A C of the size of L2's share (an attention head's scores) is left alone.
+            const bool same_panel = i + R < full;
+            if (const std::size_t nj = same_panel ? j : j + NR; prefetch_c && nj < N)
+                for (std::size_t r = 0, next = same_panel ? i + R : 0; r < R; ++r) {
+                    __builtin_prefetch(C + (next + r) * ldc + nj, 1, 3);
+                    __builtin_prefetch(C + (next + r) * ldc + nj + NR - 1, 1, 3);
+                }
+            register_tile<T, A_T>(K, A_T ? A + i : A + i * lda, lda, B + j, ldb, alpha, beta, C + i * ldc + j, ldc,
+                                  bias ? bias + j : nullptr);
+        }
         if (rest) {
             register_tile<T, A_T>(K, a_rest, A_T ? R : K, B + j, ldb, T(1), T(0), c_rest, NR);
             for (std::size_t r = 0; r < rest; ++r)
-                for (std::size_t c = 0; c < NR; ++c) put_scaled(C[(full + r) * ldc + j + c], c_rest[r * NR + c], alpha, beta);
+                for (std::size_t c = 0; c < NR; ++c)
+                    put_scaled(C[(full + r) * ldc + j + c], c_rest[r * NR + c], alpha, beta, bias ? bias[j + c] : T(0));
         }
     }
 }
@@ -132,14 +149,15 @@ inline void register_panels(std::size_t M, std::size_t N, std::size_t K, T alpha
 // else as one zero-padded panel computed into a scratch block.
 template <class T>
 inline void register_gemm_b(bool trans_a, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
-                            std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
+                            std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc, const T* bias) {
     constexpr std::size_t W = batch<T>::size, NR = tile_cols<T>;
-    const auto panels = [&](std::size_t n, T alpha_, const T* b, std::size_t ldb_, T beta_, T* c, std::size_t ldc_) {
-        if (trans_a) register_panels<T, true>(M, n, K, alpha_, A, lda, b, ldb_, beta_, c, ldc_);
-        else register_panels<T, false>(M, n, K, alpha_, A, lda, b, ldb_, beta_, c, ldc_);
+    const auto panels = [&](std::size_t n, T alpha_, const T* b, std::size_t ldb_, T beta_, T* c, std::size_t ldc_,
+                            const T* bias_) {
+        if (trans_a) register_panels<T, true>(M, n, K, alpha_, A, lda, b, ldb_, beta_, c, ldc_, bias_);
+        else register_panels<T, false>(M, n, K, alpha_, A, lda, b, ldb_, beta_, c, ldc_, bias_);
     };
     const std::size_t j = N - N % NR, nt = N - j;
-    if (j) panels(j, alpha, B, ldb, beta, C, ldc);
+    if (j) panels(j, alpha, B, ldb, beta, C, ldc, bias);
     if (!nt) return;
     if (nt <= W / 4) {
         scratch<T> buffer(K + M);  // one column of B, contiguous; M results
@@ -149,7 +167,7 @@ inline void register_gemm_b(bool trans_a, std::size_t M, std::size_t N, std::siz
             if (trans_a) combine_rows(K, M, col, A, lda, out);  // out[i] = sum_k B[k, c] A[k, i]
             else
                 for (std::size_t i = 0; i < M; ++i) out[i] = reduce_sum(K, A + i * lda, col, [](auto a, auto b) { return a * b; });
-            for (std::size_t i = 0; i < M; ++i) put_scaled(C[i * ldc + c], out[i], alpha, beta);
+            for (std::size_t i = 0; i < M; ++i) put_scaled(C[i * ldc + c], out[i], alpha, beta, bias ? bias[c] : T(0));
         }
         return;
     }
@@ -157,9 +175,10 @@ inline void register_gemm_b(bool trans_a, std::size_t M, std::size_t N, std::siz
     T *pb = buffer.data(), *pc = pb + K * NR;
     for (std::size_t k = 0; k < K; ++k)
         for (std::size_t c = 0; c < NR; ++c) pb[k * NR + c] = c < nt ? B[k * ldb + j + c] : T(0);
-    panels(NR, T(1), pb, NR, T(0), pc, NR);
+    panels(NR, T(1), pb, NR, T(0), pc, NR, nullptr);
     for (std::size_t i = 0; i < M; ++i)
-        for (std::size_t c = 0; c < nt; ++c) put_scaled(C[i * ldc + j + c], pc[i * NR + c], alpha, beta);
+        for (std::size_t c = 0; c < nt; ++c)
+            put_scaled(C[i * ldc + j + c], pc[i * NR + c], alpha, beta, bias ? bias[j + c] : T(0));
 }
 
 }  // namespace detail
@@ -215,14 +234,15 @@ inline void transpose(std::size_t rows, std::size_t cols, const T* src, std::siz
         for (std::size_t c = 0; c < cols; ++c) dst[c * ldd + r0] = (accumulate ? dst[c * ldd + r0] : T(0)) + src[r0 * lds + c];
 }
 
-/// C (M x N) = alpha * op(A) op(B) + beta * C, row-major, on the calling thread; the same contract
-/// as gemm_reference. op(B) = B^T is transposed into a per-thread buffer, 2 vectors of columns of
-/// C (32 floats) at a time, so the buffer stays in L1.
+/// C (M x N) = alpha * op(A) op(B) + beta * C (+ `bias`, N values, in every row), row-major, on the
+/// calling thread; the same contract as gemm_reference. op(B) = B^T is transposed into a per-thread
+/// buffer, 2 vectors of columns of C (32 floats) at a time, so the buffer stays in L1.
 template <class T>
 inline void register_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
-                          std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
+                          std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc,
+                          const T* bias = nullptr) {
     if (!trans_b) {
-        detail::register_gemm_b(trans_a, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        detail::register_gemm_b(trans_a, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
         return;
     }
     constexpr std::size_t panel = detail::tile_cols<T>;
@@ -231,7 +251,7 @@ inline void register_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t
     for (std::size_t j = 0; j < N; j += panel) {
         const std::size_t n = N - j < panel ? N - j : panel;
         transpose(n, K, B + j * ldb, ldb, bt, n);  // rows j.. of B become columns of a K x n panel
-        detail::register_gemm_b(trans_a, M, n, K, alpha, A, lda, bt, n, beta, C + j, ldc);
+        detail::register_gemm_b(trans_a, M, n, K, alpha, A, lda, bt, n, beta, C + j, ldc, bias ? bias + j : nullptr);
     }
 }
 

@@ -2,11 +2,10 @@
 //
 //   affine(x, W, b): x (..., in), W (in, out), b (out) -> (..., out)
 //
-// The same value as matmul(x, W) + b, in one node instead of two: forward writes the bias into
-// every row and lets the GEMM accumulate onto it (OpenBLAS clears C for beta = 0 anyway, so the
-// bias costs no pass of its own); one output tensor and one adjoint are kept instead of two (a
-// Transformer layer's four linear layers: about a fifth of its activation memory). A single row
-// (a decoding step) takes the register vector-matrix product, then adds b.
+// The same value as matmul(x, W) + b, in one node instead of two: gemm() adds the bias as the
+// register kernel stores C (or, on OpenBLAS's path, writes it into C for the product to accumulate
+// onto); one output tensor and one adjoint are kept instead of two (a Transformer layer's four
+// linear layers: about a fifth of its activation memory).
 // VJP: dx += dY W^T (beta = 0 when fresh), dW += x^T dY, db += column sums of dY.
 // Tested against the composed matmul + add and by finite differences (tests/test_gradcheck_structural.cpp).
 #pragma once
@@ -40,14 +39,7 @@ struct affine_op {
     static void forward(op_io<T, 3>& c) {
         const std::size_t M = c.x[0].shape.rows(), K = c.x[0].shape.cols(), N = c.x[1].shape.d[1];
         const T *x = c.x_data(0), *w = c.x_data(1), *b = c.x_data(2);
-        T* y = c.y_data();
-        if (M == 1) {
-            kernels::gemm(false, false, M, N, K, T(1), x, K, w, N, T(0), y, N);
-            kernels::add_to(N, b, y);
-            return;
-        }
-        for (std::size_t r = 0; r < M; ++r) std::copy(b, b + N, y + r * N);
-        kernels::gemm(false, false, M, N, K, T(1), x, K, w, N, T(1), y, N);
+        kernels::gemm(false, false, M, N, K, T(1), x, K, w, N, T(0), c.y_data(), N, b);
     }
     template <class T>
     static void backward(op_io<T, 3>& c) {
