@@ -127,6 +127,53 @@ TEST_CASE("forward and backward match a hand computation", "[engine]") {
     CHECK(prog.grad<"b">()(2) == 0.0);
 }
 
+TEST_CASE("zero_grad is lazy: the next backward assigns, and nothing stale is ever seen", "[engine]") {
+    // W is used twice (its second writer adds to what the first assigned); V belongs to another
+    // program of the same store, which this program's backward must zero.
+    using Y = input<"y", B, 3>;
+    auto loss = mse_loss(tanh(X{} * W{}) * W{} + param<"b", 3>{}, Y{});
+    const xt::xtensor<double, 2> x{{1, -2, 0.5}, {0.3, 0.7, -1}}, y{{0.1, 0.2, 0.3}, {-0.5, 0, 1}};
+    auto run = [&](auto& p) {
+        p.template feed<"x">(x);
+        p.template feed<"y">(y);
+        p.forward();
+        p.backward();
+    };
+    auto ref = compile<double>(loss);
+    ref.params().init(3);
+    run(ref);
+    const auto gw = xt::eval(ref.grad<"W">()), gb = xt::eval(ref.grad<"b">());
+
+    auto prog = compile<double>(loss);
+    prog.params().values() = ref.params().values();
+    auto other = program_for<double, options{}, decltype(mean(tanh(X{} * param<"V", 3, 3>{})))>(prog.shared_params());
+    other.params().init("V", [](auto&, std::size_t i) { return 0.1 * double(i); });
+    for (int k = 0; k < 3; ++k) run(prog);  // stale sums in W and b
+    other.feed<"x">(x);
+    other.forward();
+    other.backward();  // and in V
+    const auto v_slot = prog.params().slot("V");
+    CHECK(prog.params().grad(v_slot)[1] != 0.0);
+
+    prog.zero_grad();
+    CHECK(prog.params().zero_pending());
+    run(prog);
+    CHECK_FALSE(prog.params().zero_pending());
+    CHECK(xt::allclose(prog.grad<"W">(), gw, 1e-15, 0));
+    CHECK(xt::allclose(prog.grad<"b">(), gb, 1e-15, 0));
+    for (std::size_t i = 0; i < 9; ++i) CHECK(prog.params().grad(v_slot)[i] == 0.0);  // the other program's
+
+    run(prog);  // no zero_grad in between: backward adds
+    CHECK(xt::allclose(prog.grad<"W">(), 2.0 * gw, 1e-15, 0));
+
+    // Read before any backward: the pending zero is carried out on access.
+    prog.zero_grad();
+    for (double g : prog.params().grads()) CHECK(g == 0.0);
+    CHECK_FALSE(prog.params().zero_pending());
+    run(prog);
+    CHECK(xt::allclose(prog.grad<"b">(), gb, 1e-15, 0));
+}
+
 TEST_CASE("the arena is planned once per size and reused", "[engine]") {
     auto prog = compile<float>(mean(tanh(X{} * W{})));
     prog.params().init(1);

@@ -224,6 +224,15 @@ public:
         // below) and those no VJP writes are zeroed here.
         for (std::size_t i : zeroed_up_front)
             if (const std::size_t n = adj_[i].size()) std::memset(adj_[i].ptr, 0, n * sizeof(T));
+        // After zero_grad(), parameters' gradients too are written by their first writer; the store
+        // zeroes the rest (this program's parameters no VJP writes, other programs').
+        const bool params_fresh = store_->zero_pending();
+        if (params_fresh)
+            store_->settle_zero([this](std::size_t slot) {
+                for (std::size_t p = 0; p < G::num_params; ++p)
+                    if (param_slot_[p] == slot && param_written_fresh[p]) return true;
+                return false;
+            });
         for (std::size_t o = 0; o < num_outputs; ++o) {
             const std::size_t i = output_nodes[o];
             if (!G::needs_grad[i]) continue;
@@ -231,7 +240,7 @@ public:
             if (G::rank[i] == 0) g[0] += T(1);
             else kernels::add_to(adj_[i].size(), seeds_[o].data(), g);
         }
-        run_backward(on_final, std::make_index_sequence<N>{});
+        run_backward(on_final, params_fresh, std::make_index_sequence<N>{});
         if constexpr (!std::is_same_v<std::decay_t<OnFinal>, detail::no_final_hook>) {
             finalize(N, on_final);  // parameters nothing reads
             // The store's other parameters (another program's), as optimizer.step(store) would.
@@ -352,16 +361,30 @@ public:
 
 private:
     // ---------------------------------------------------------------- adjoint writes
-    // The arena's adjoints (not the parameters' gradients, which accumulate in the store) are written
-    // by their first writer in backward order; outputs are seeded instead.
-    static constexpr auto adj_writes = [] {
+    // The arena's adjoints are written by their first writer in backward order; outputs are seeded
+    // instead. Parameters' gradients accumulate in the store (adj_writes), except in the first
+    // backward after zero_grad() (adj_writes_after_zero: their first writer assigns too).
+    static constexpr auto adj_write_table(bool params_owned) {
         std::array<bool, N> owned{}, runs{};
         for (std::size_t i = 0; i < N; ++i) {
             runs[i] = G::needs_grad[i];
-            owned[i] = G::needs_grad[i] && G::kind[i] != leaf_kind::param;
+            owned[i] = G::needs_grad[i] && (params_owned || G::kind[i] != leaf_kind::param);
         }
         for (std::size_t i : output_nodes) owned[i] = false;
         return detail::adj_write_modes(G::arity, G::operands, owned, runs);
+    }
+    static constexpr auto adj_writes = adj_write_table(false);
+    static constexpr auto adj_writes_after_zero = adj_write_table(true);
+    /// Parameter p's gradient is written by a first writer in adj_writes_after_zero.
+    static constexpr std::array<bool, G::num_params> param_written_fresh = [] {
+        std::array<bool, G::num_params> r{};
+        for (std::size_t p = 0; p < G::num_params; ++p) {
+            const std::size_t i = G::param_nodes[p];
+            bool out = false;
+            for (std::size_t o : output_nodes) out = out || o == i;
+            r[p] = G::needs_grad[i] && !out && !adj_writes_after_zero.orphan[i];
+        }
+        return r;
     }();
     /// Adjoints backward zeroes before the first VJP: the outputs' (seeded) and those no VJP writes.
     static constexpr bool zeroed_at_start(std::size_t i) {
@@ -593,7 +616,7 @@ private:
         for (std::size_t p = 0; p < G::num_params; ++p) {
             const std::size_t i = G::param_nodes[p];
             val_[i].ptr = store_->value(param_slot_[p]);
-            adj_[i].ptr = store_->grad(param_slot_[p]);
+            adj_[i].ptr = store_->grad_storage(param_slot_[p]);  // (a pending zero_grad stays pending)
         }
         for (std::size_t k = 0; k < G::num_inputs; ++k) {
             const std::size_t i = G::input_nodes[k];
@@ -607,9 +630,10 @@ private:
     }
 
     // ---------------------------------------------------------------- execution
-    detail::exec_state state() const {
+    detail::exec_state state(bool params_fresh = false) const {
         return {val_.data(), adj_.data(), scratch_.data(), shapes_.data(), G::needs_grad.data(), G::is_index.data(), G::label.data(),
-                &G::operands[0][0], G::max_arity, {training_, dropout_seed_, passes_, Opt.inference}, &adj_writes.mode[0][0]};
+                &G::operands[0][0], G::max_arity, {training_, dropout_seed_, passes_, Opt.inference},
+                params_fresh ? &adj_writes_after_zero.mode[0][0] : &adj_writes.mode[0][0]};
     }
     template <std::size_t... I>
     void run_forward(std::index_sequence<I...>) {
@@ -619,8 +643,8 @@ private:
     // After each node's VJP, the parameters it completes (a constant test per node, folded away
     // where there are none; nothing at all without a hook).
     template <class OnFinal, std::size_t... I>
-    void run_backward(OnFinal& on_final, std::index_sequence<I...>) {
-        const detail::exec_state s = state();
+    void run_backward(OnFinal& on_final, bool params_fresh, std::index_sequence<I...>) {
+        const detail::exec_state s = state(params_fresh);
         constexpr bool hook = !std::is_same_v<std::decay_t<OnFinal>, detail::no_final_hook>;
         ((detail::exec_backward<detail::op_of_t<node_t<N - 1 - I>>, G::arity[N - 1 - I], G::needs_grad[N - 1 - I], T,
                                 Opt.detect_anomaly>(s, N - 1 - I),
