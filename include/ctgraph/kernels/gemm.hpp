@@ -21,6 +21,7 @@ extern "C" {
 __attribute__((weak)) int blas_thread_shutdown_(void);
 }
 
+#include "ctgraph/kernels/gemm_profile.hpp"
 #include "ctgraph/kernels/parallel.hpp"
 #include "ctgraph/kernels/register_gemm.hpp"
 #include "ctgraph/kernels/simd.hpp"
@@ -159,8 +160,9 @@ template <class T>
 inline void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
                  std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc, const T* bias = nullptr) {
     if (M == 0 || N == 0) return;
-#ifdef CTG_GEMM_PROFILE
-    gprof::timer prof_timer{{int(std::is_same_v<T, float> && use_register_gemm<T>(trans_a, trans_b, M, N, K)), trans_a, trans_b, int(M), int(N), int(K)}};
+#if defined(CTG_GEMM_PROFILE)  // per-shape timing: see kernels/gemm_profile.hpp
+    const profile::gemm_timer timer(
+        {std::is_same_v<T, float> && use_register_gemm<T>(trans_a, trans_b, M, N, K), trans_a, trans_b, M, N, K});
 #endif
     const std::uint64_t flops = 2ULL * M * N * K;
     gemm_flop_counter().fetch_add(flops, std::memory_order_relaxed);
