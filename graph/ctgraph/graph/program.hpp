@@ -111,6 +111,11 @@ public:
         }
         sorted_slots_ = param_slot_;
         std::sort(sorted_slots_.begin(), sorted_slots_.begin() + G::num_params);
+        for (std::size_t p = 0; p < G::num_params; ++p)
+            if (param_written_fresh[p]) {
+                if (fresh_slots_.size() <= param_slot_[p]) fresh_slots_.resize(param_slot_[p] + 1, false);
+                fresh_slots_[param_slot_[p]] = true;
+            }
     }
 
     // ---------------------------------------------------------------- parameters
@@ -228,11 +233,7 @@ public:
         // zeroes the rest (this program's parameters no VJP writes, other programs').
         const bool params_fresh = store_->zero_pending();
         if (params_fresh)
-            store_->settle_zero([this](std::size_t slot) {
-                for (std::size_t p = 0; p < G::num_params; ++p)
-                    if (param_slot_[p] == slot && param_written_fresh[p]) return true;
-                return false;
-            });
+            store_->settle_zero([this](std::size_t slot) { return slot < fresh_slots_.size() && fresh_slots_[slot]; });
         for (std::size_t o = 0; o < num_outputs; ++o) {
             const std::size_t i = output_nodes[o];
             if (!G::needs_grad[i]) continue;
@@ -700,6 +701,7 @@ private:
     std::shared_ptr<parameter_store<T>> store_;
     std::array<std::size_t, G::num_params + 1> param_slot_{};
     std::array<std::size_t, G::num_params + 1> sorted_slots_{};  // the same, ascending
+    std::vector<bool> fresh_slots_;  // store slots whose gradient a first writer assigns after zero_grad
     std::array<input_slot, G::num_inputs + 1> inputs_{};
     aligned_vector<T> arena_;
     std::array<view, N> val_{}, adj_{}, scratch_{};
