@@ -247,17 +247,26 @@ TEST_CASE("max and sum reductions handle every length", "[kernels]") {
 }
 
 TEST_CASE("combine_rows: SIMD register blocks match the scalar loop", "[kernels]") {
-    for (std::size_t width : {1, 15, 16, 64, 65, 200})
-        for (std::size_t count : {1, 7, 32}) {
-            const std::size_t stride = width + 3;
-            auto w = random_vector<float>(count, 4), rows = random_vector<float>(count * stride, 5);
-            std::vector<float> fast(width), slow(width);
-            kernels::combine_rows(count, width, w.data(), rows.data(), stride, fast.data());
-            kernels::scalar_only() = true;
-            kernels::combine_rows(count, width, w.data(), rows.data(), stride, slow.data());
-            kernels::scalar_only() = false;
-            for (std::size_t c = 0; c < width; ++c) CHECK(fast[c] == Approx(slow[c]).epsilon(1e-5).margin(1e-5));
-        }
+    // Widths reach every block: 8-batch blocks, each rest of 1 to 7 batches, scalar tails.
+    for (std::size_t width : {1, 15, 16, 32, 48, 64, 65, 80, 96, 112, 128, 200, 255, 257})
+        for (std::size_t count : {1, 2, 7, 32})
+            for (bool with_bias : {false, true}) {
+                const std::size_t stride = width + 3;
+                auto w = random_vector<float>(count, 4), rows = random_vector<float>(count * stride, 5);
+                auto bias = random_vector<float>(width, 6);
+                const float* b = with_bias ? bias.data() : nullptr;
+                std::vector<float> fast(width), slow(width);
+                kernels::combine_rows(count, width, w.data(), rows.data(), stride, fast.data(), b);
+                kernels::scalar_only() = true;
+                kernels::combine_rows(count, width, w.data(), rows.data(), stride, slow.data(), b);
+                kernels::scalar_only() = false;
+                for (std::size_t c = 0; c < width; ++c) {
+                    double exact = with_bias ? bias[c] : 0.0;
+                    for (std::size_t r = 0; r < count; ++r) exact += double(w[r]) * rows[r * stride + c];
+                    CHECK(slow[c] == Approx(exact).epsilon(1e-5).margin(1e-4));
+                    CHECK(fast[c] == Approx(slow[c]).epsilon(1e-5).margin(1e-5));
+                }
+            }
 }
 
 TEST_CASE("thread pool: every task runs once, nested and concurrent jobs run serially", "[kernels][threads]") {

@@ -80,6 +80,10 @@ inline void gemm_serial(bool trans_a, bool trans_b, std::size_t M, std::size_t N
         gemm_reference(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
         return;
     }
+    if (M == 1 && !trans_a && !trans_b && alpha == T(1) && beta == T(0)) {
+        combine_rows(K, N, A, B, ldb, C, bias);  // a vector times a matrix (a decoding step): no BLAS call overhead
+        return;
+    }
     if (bias) {
         // The register kernel adds the bias as it stores C (no pass of its own); other paths: the
         // bias is written into C first and the product accumulates onto it (OpenBLAS reads C at
@@ -96,10 +100,6 @@ inline void gemm_serial(bool trans_a, bool trans_b, std::size_t M, std::size_t N
             gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
             for (std::size_t i = 0; i < M; ++i) add_to(N, bias, C + i * ldc);
         }
-        return;
-    }
-    if (M == 1 && !trans_a && !trans_b && alpha == T(1) && beta == T(0)) {
-        combine_rows(K, N, A, B, ldb, C);  // a vector times a matrix (a decoding step): no BLAS call overhead
         return;
     }
     auto scaled = [alpha, beta](T v, T c) { return alpha * v + (beta == T(0) ? T(0) : beta * c); };  // C never read at beta 0

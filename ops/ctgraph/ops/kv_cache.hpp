@@ -115,9 +115,10 @@ struct cached_attention_op {
                     return exp(v - decltype(v)(mx));
                 }, static_cast<const T*>(scores));
                 const T inv = T(1) / kernels::sum(n, static_cast<const T*>(scores));
-                for (std::size_t j = 0; j < n; ++j) scores[j] *= inv;  // the weights
-                kernels::combine_rows(n, dh, static_cast<const T*>(scores), static_cast<const T*>(vb + off), D,
-                                      y + b * D + off);
+                // The weights' normalisation applied to the dh outputs instead of the n weights.
+                T* out = y + b * D + off;
+                kernels::combine_rows(n, dh, static_cast<const T*>(scores), static_cast<const T*>(vb + off), D, out);
+                kernels::map(dh, out, [inv](auto v) { return v * decltype(v)(inv); }, static_cast<const T*>(out));
             }
         }
     }
