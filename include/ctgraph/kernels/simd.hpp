@@ -73,16 +73,24 @@ inline void map_into(bool fresh, std::size_t n, T* out, F&& f, const In*... in) 
     else map(n, out, [&f](auto acc, auto... v) { return acc + f(v...); }, static_cast<const T*>(out), in...);
 }
 
-/// Returns sum_i f(x[i], y[i]).
+/// Returns sum_i f(x[i], y[i]). Four accumulators over consecutive batches: one would make the
+/// loop a chain of dependent adds (4 cycles each), the cost of a softmax row's sums.
 template <class T, class F>
 inline T reduce_sum(std::size_t n, const T* x, const T* y, F&& f) {
     std::size_t i = 0;
     T s = 0;
     if (!scalar_only()) {
-        constexpr std::size_t W = batch<T>::size;
-        batch<T> acc(T(0));
-        for (; i + W <= n; i += W) acc += f(batch<T>::load_unaligned(x + i), batch<T>::load_unaligned(y + i));
-        s = xsimd::hadd(acc);
+        using V = batch<T>;
+        constexpr std::size_t W = V::size;
+        V a0(T(0)), a1(T(0)), a2(T(0)), a3(T(0));
+        for (; i + 4 * W <= n; i += 4 * W) {
+            a0 += f(V::load_unaligned(x + i), V::load_unaligned(y + i));
+            a1 += f(V::load_unaligned(x + i + W), V::load_unaligned(y + i + W));
+            a2 += f(V::load_unaligned(x + i + 2 * W), V::load_unaligned(y + i + 2 * W));
+            a3 += f(V::load_unaligned(x + i + 3 * W), V::load_unaligned(y + i + 3 * W));
+        }
+        for (; i + W <= n; i += W) a0 += f(V::load_unaligned(x + i), V::load_unaligned(y + i));
+        s = xsimd::hadd((a0 + a1) + (a2 + a3));
     }
     for (; i < n; ++i) s += f(x[i], y[i]);
     return s;
@@ -94,18 +102,26 @@ inline T sum(std::size_t n, const T* x) {
     return reduce_sum(n, x, x, [](auto a, auto) { return a; });
 }
 
-/// Returns max_i x[i] (n >= 1). xsimd 8.1 has no horizontal max: store the batch and finish in scalar.
+/// Returns max_i x[i] (n >= 1), with four accumulators as reduce_sum. xsimd 8.1 has no horizontal
+/// max: store the batch and finish in scalar.
 template <class T>
 inline T max(std::size_t n, const T* x) {
     std::size_t i = 0;
     T m = x[0];
     if (!scalar_only()) {
-        constexpr std::size_t W = batch<T>::size;
+        using V = batch<T>;
+        constexpr std::size_t W = V::size;
         if (n >= W) {
-            batch<T> acc = batch<T>::load_unaligned(x);
-            for (i = W; i + W <= n; i += W) acc = xsimd::max(acc, batch<T>::load_unaligned(x + i));
+            V a0 = V::load_unaligned(x), a1 = a0, a2 = a0, a3 = a0;
+            for (i = W; i + 4 * W <= n; i += 4 * W) {
+                a0 = xsimd::max(a0, V::load_unaligned(x + i));
+                a1 = xsimd::max(a1, V::load_unaligned(x + i + W));
+                a2 = xsimd::max(a2, V::load_unaligned(x + i + 2 * W));
+                a3 = xsimd::max(a3, V::load_unaligned(x + i + 3 * W));
+            }
+            for (; i + W <= n; i += W) a0 = xsimd::max(a0, V::load_unaligned(x + i));
             alignas(64) T lanes[W];
-            acc.store_aligned(lanes);
+            xsimd::max(xsimd::max(a0, a1), xsimd::max(a2, a3)).store_aligned(lanes);
             m = lanes[0];
             for (std::size_t k = 1; k < W; ++k) m = lanes[k] > m ? lanes[k] : m;
         }
