@@ -163,17 +163,23 @@ public:
     void run_erased(std::size_t n, task_fn fn, void* ctx) {
         if (n == 0) return;
         std::unique_lock lock(job_mutex_, std::defer_lock);
-        if (n == 1 || size_ == 1 || in_task() || !lock.try_lock()) {
+        if (n == 1 || n >= publishing || size_ == 1 || in_task() || !lock.try_lock()) {  // (2^32 tasks: serial)
             for (std::size_t i = 0; i < n; ++i) fn(ctx, i);
             return;
         }
         scratch_stack::here().reserve(scratch_stack::scratch_reserve_bytes);  // see scratch_stack
+        // Two stores of the state: the new epoch marked `publishing` first, so that no claim on the
+        // last job's epoch can succeed once the new job's size is visible (a late worker that read
+        // the new size and compared it with the last epoch's index claimed a task of the new job
+        // under the old epoch: it ran twice, and the caller counted one task too many as done),
+        // then the job's fields, then the epoch with its first task.
+        const std::uint64_t epoch = (state_.load(std::memory_order_relaxed) >> 32) + 1;
+        state_.store(epoch << 32 | publishing, std::memory_order_seq_cst);
         job_fn_ = fn;
         job_ctx_ = ctx;
-        job_size_.store(n, std::memory_order_relaxed);
         done_.store(0, std::memory_order_relaxed);
-        const std::uint64_t epoch = (state_.load(std::memory_order_relaxed) >> 32) + 1;
-        state_.store(epoch << 32, std::memory_order_seq_cst);  // publishes fn, ctx, size (release)
+        job_size_.store(n, std::memory_order_release);  // read (acquire) after the publishing mark
+        state_.store(epoch << 32, std::memory_order_release);  // publishes fn, ctx, size
         signal_.fetch_add(1, std::memory_order_seq_cst);
         if (sleepers_.load(std::memory_order_seq_cst) > 0) signal_.notify_all();
         in_task() = true;
@@ -217,7 +223,14 @@ private:
         std::uint64_t s = state_.load(std::memory_order_acquire);
         while ((s >> 32) == epoch) {
             const std::size_t i = std::size_t(s & 0xffffffffu);
-            if (i >= job_size_.load(std::memory_order_relaxed)) break;  // this epoch's (stored before the state), else the CAS fails
+            if (i == publishing) {  // the caller is writing the job's fields
+                pause();
+                s = state_.load(std::memory_order_acquire);
+                continue;
+            }
+            // This epoch's size, or (read late) a newer job's: its release follows the newer
+            // epoch's publishing mark, so the CAS below then fails.
+            if (i >= job_size_.load(std::memory_order_acquire)) break;
             if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
                 if (!failed_.load(std::memory_order_relaxed)) {  // after a failure the rest are skipped
                     try {
@@ -281,6 +294,7 @@ private:
     void (*job_fn_)(void*, std::size_t) = nullptr;
     void* job_ctx_ = nullptr;
     std::atomic<std::size_t> job_size_{0};
+    static constexpr std::uint64_t publishing = 0xffffffffu;  // the next-task half while a job is being set up
     alignas(64) std::atomic<std::uint64_t> state_{0};  // epoch << 32 | next task
     alignas(64) std::atomic<std::size_t> done_{0};      // tasks the workers finished this epoch
     alignas(64) std::atomic<std::uint32_t> signal_{0};  // bumped per job; sleepers wait on it
