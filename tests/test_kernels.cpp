@@ -163,6 +163,54 @@ TEST_CASE("the register kernel is chosen where it measured faster, and gemm() ag
         }
 }
 
+TEST_CASE("both register-kernel policies: gemm() matches the reference on every path; the choice can be named", "[kernels]") {
+    struct restore {
+        kernels::register_gemm_policy before = kernels::get_register_gemm_policy();
+        ~restore() { kernels::set_register_gemm_policy(before); }
+    } restore_policy;
+    pool_threads pool(1);
+    struct shape {
+        bool ta, tb;
+        std::size_t M, N, K;
+    };
+    // the rnn's recurrent step and its VJP (OpenBLAS and the few-row A B^T path under `table`), a
+    // head's products, one row, an outer product, N below one vector, tails in every dimension
+    const shape shapes[] = {{false, false, 16, 128, 128}, {false, true, 16, 128, 128}, {true, false, 128, 128, 16},
+                            {false, true, 64, 64, 32},    {false, false, 1, 70, 33},   {true, false, 9, 40, 1},
+                            {false, false, 20, 12, 30},   {true, true, 37, 45, 19},    {false, true, 3, 100, 64}};
+    for (auto policy : {kernels::register_gemm_policy::table, kernels::register_gemm_policy::everywhere}) {
+        kernels::set_register_gemm_policy(policy);
+        CHECK(kernels::get_register_gemm_policy() == policy);
+#if defined(__OPTIMIZE__)
+        // below the table's crossover: OpenBLAS by the table, the register kernel everywhere else
+        CHECK(kernels::use_register_gemm<float>(false, false, 16, 128, 128) == (policy == kernels::register_gemm_policy::everywhere));
+        CHECK_FALSE(kernels::use_register_gemm<float>(false, false, 64, 8, 64));  // N under one vector: never
+        CHECK_FALSE(kernels::use_register_gemm<double>(false, false, 256, 256, 256));  // double: OpenBLAS
+#endif
+        for (const auto& s : shapes)
+            for (float beta : {0.0f, 0.5f}) {
+                auto A = random_vector<float>(s.M * s.K, 11), Bm = random_vector<float>(s.K * s.N, 12);
+                auto C1 = random_vector<float>(s.M * s.N, 13);
+                auto C2 = C1;
+                const std::size_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+                kernels::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda, Bm.data(), ldb, beta, C1.data(), s.N);
+                kernels::gemm_reference(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda, Bm.data(), ldb, beta, C2.data(), s.N);
+                for (std::size_t i = 0; i < C1.size(); ++i) CHECK(C1[i] == Approx(C2[i]).epsilon(1e-5).margin(1e-4));
+            }
+    }
+    // CTG_REGISTER_GEMM names the policy instead of measuring it; anything else is an error
+    const char* saved = std::getenv("CTG_REGISTER_GEMM");
+    const std::string saved_value = saved ? saved : "";
+    ::setenv("CTG_REGISTER_GEMM", "table", 1);
+    CHECK(kernels::detail::measure_register_gemm_policy() == kernels::register_gemm_policy::table);
+    ::setenv("CTG_REGISTER_GEMM", "everywhere", 1);
+    CHECK(kernels::detail::measure_register_gemm_policy() == kernels::register_gemm_policy::everywhere);
+    ::setenv("CTG_REGISTER_GEMM", "fastest", 1);
+    CHECK_THROWS_WITH(kernels::detail::measure_register_gemm_policy(), Catch::Contains("CTG_REGISTER_GEMM='fastest'"));
+    if (saved) ::setenv("CTG_REGISTER_GEMM", saved_value.c_str(), 1);
+    else ::unsetenv("CTG_REGISTER_GEMM");
+}
+
 TEST_CASE("scratch frames nest, stay aligned and valid, and allocate only past the reservation", "[kernels]") {
     std::thread([] {  // a thread of its own: an empty stack
         using kernels::scratch;

@@ -10,9 +10,15 @@
 #pragma once
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <string_view>
 #include <type_traits>
+#include <vector>
 
 extern "C" {
 #include <cblas.h>
@@ -69,6 +75,84 @@ inline thread_pool& kernel_pool() {
     return pool;
 }
 
+/// Where gemm() multiplies with the register kernel instead of OpenBLAS (float, optimised builds).
+enum class register_gemm_policy {
+    table,       ///< where register_gemm_faster says (measured where OpenBLAS runs at the machine's full vector rate)
+    everywhere,  ///< every product it tiles (N of one vector or more): OpenBLAS runs narrower vectors than the machine
+};
+
+namespace detail {
+
+// Times the register kernel against OpenBLAS on one product below the table's crossover (64^3: the
+// table says OpenBLAS) and chooses `everywhere` when the register kernel is over 1.5x faster. What
+// it detects: Debian's OpenBLAS 0.3.21 runs its Haswell (AVX2) kernels on a Zen 5 (it does not know
+// the CPU), which executes AVX-512 at twice the AVX2 rate; there the register kernel won on every
+// shape of bench/gemm-shapes, 1.2-2.9x (64^3: 2.1-2.6x). Where AVX-512 runs at the AVX2 rate (Zen
+// 4), or OpenBLAS has AVX-512 kernels of its own, the ratio is about 1 or below, far from the
+// threshold, so the choice does not flip between processes (a resumed run must compute what the
+// uninterrupted one did, bit for bit). Best of 7 rounds of 8 calls each, about 0.1 ms once per
+// process. CTG_REGISTER_GEMM=table|everywhere skips the measurement.
+inline register_gemm_policy measure_register_gemm_policy() {
+    if (const char* v = std::getenv("CTG_REGISTER_GEMM")) {
+        const std::string_view choice(v);
+        if (choice == "table") return register_gemm_policy::table;
+        if (choice == "everywhere") return register_gemm_policy::everywhere;
+        throw std::invalid_argument("CTG_REGISTER_GEMM='" + std::string(choice) + "': expected 'table' or 'everywhere'");
+    }
+    constexpr std::size_t n = 64, calls = 8;
+    std::vector<float> a(n * n), b(n * n), c(n * n);
+    for (std::size_t i = 0; i < n * n; ++i) {
+        a[i] = float(i % 7) * 0.25f - 0.75f;
+        b[i] = float(i % 5) * 0.5f - 1.0f;
+    }
+    const auto best_of = [&](auto&& product) {
+        double best = 1e30;
+        for (int round = 0; round < 7; ++round) {
+            const auto t0 = std::chrono::steady_clock::now();
+            for (std::size_t i = 0; i < calls; ++i) product();
+            best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        return best;
+    };
+    const auto blas = [&] {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f, a.data(), int(n), b.data(),
+                    int(n), 0.0f, c.data(), int(n));
+    };
+    const auto reg = [&] { register_gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); };
+    blas(), reg();  // first touches, OpenBLAS's first-call set-up
+    const double t_blas = best_of(blas), t_reg = best_of(reg);
+    return t_blas > 1.5 * t_reg ? register_gemm_policy::everywhere : register_gemm_policy::table;
+}
+
+inline std::atomic<register_gemm_policy>& register_gemm_policy_slot() {
+    static std::atomic<register_gemm_policy> slot{measure_register_gemm_policy()};
+    return slot;
+}
+
+}  // namespace detail
+
+/// This process's register_gemm_policy: measured at the first call (see
+/// detail::measure_register_gemm_policy), or as set. Setting it is for tests and benchmarks of
+/// both paths; results of the two differ in the last bits (sums in another order).
+inline register_gemm_policy get_register_gemm_policy() { return detail::register_gemm_policy_slot().load(std::memory_order_relaxed); }
+inline void set_register_gemm_policy(register_gemm_policy p) { detail::register_gemm_policy_slot().store(p, std::memory_order_relaxed); }
+
+/// Whether gemm() multiplies op(A) (M x K) by op(B) (K x N) with the register kernel: float, in an
+/// optimised build, where the policy says. A build without optimisation (Debug) compiles the
+/// kernel's loops as written, tens of times slower than OpenBLAS (optimised whatever the build):
+/// CI's Debug tests took 585 instead of 269 s.
+template <class T>
+inline bool use_register_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K) {
+#if defined(__OPTIMIZE__)
+    if (!std::is_same_v<T, float> || scalar_only()) return false;
+    if (get_register_gemm_policy() == register_gemm_policy::everywhere) return N >= batch<T>::size;
+    return register_gemm_faster<T>(trans_a, trans_b, M, N, K);
+#else
+    (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K;
+    return false;
+#endif
+}
+
 namespace detail {
 
 // One thread's product: the small-shape paths, else OpenBLAS.
@@ -108,12 +192,16 @@ inline void gemm_serial(bool trans_a, bool trans_b, std::size_t M, std::size_t N
             C[j] = scaled(reduce_sum(K, A, B + j * ldb, [](auto a, auto b) { return a * b; }), C[j]);
         return;
     }
-    if (!trans_a && trans_b && M <= 16 && M < N && K >= 64) {
-        // A B^T with few rows (a VJP's dX = dY W^T over a small batch: the rnn's recurrent step):
-        // OpenBLAS's NT kernels run these at about 55 % of its NN rate, so compute C^T = B A^T, an NN
-        // product, through A^T and C^T in a scratch buffer (two transposes of M K and N M elements).
-        // Measured with kernels::gemm, 1 thread: 16x128x128 8.1 -> 5.6 us, 16x384x256 48 -> 39 us;
-        // from 32 rows on the transposes cost more than they save (32x128x384: 40 -> 43 us).
+    const bool register_everywhere = get_register_gemm_policy() == register_gemm_policy::everywhere &&
+                                     use_register_gemm<T>(trans_a, trans_b, M, N, K);
+    if (!trans_a && trans_b && M <= 16 && M < N && K >= 64 && !register_everywhere) {
+        // A B^T with few rows (a VJP's dX = dY W^T over a small batch: the rnn's recurrent step),
+        // unless the register kernel takes every product (it runs them at 2.1x OpenBLAS's rate
+        // then, transposing B into its panel). OpenBLAS's NT kernels run these at about 55 % of
+        // its NN rate, so compute C^T = B A^T, an NN product, through A^T and C^T in a scratch
+        // buffer (two transposes of M K and N M elements). Measured with kernels::gemm, 1 thread:
+        // 16x128x128 8.1 -> 5.6 us, 16x384x256 48 -> 39 us; from 32 rows on the transposes cost
+        // more than they save (32x128x384: 40 -> 43 us).
         scratch<T> buffer(M * (K + N));
         T *at = buffer.data(), *ct = at + M * K;
         transpose(M, K, A, lda, at, M);

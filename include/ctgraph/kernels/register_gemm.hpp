@@ -8,7 +8,8 @@
 // tile of C (float; 8 x 16 in double) in 16 vector registers, loads B's row of the tile and
 // broadcasts A's 8 elements per step of k, and runs these shapes at 103-115 GFLOP/s
 // (bench/gemm_shapes.cpp prints both side by side). gemm() (kernels/gemm.hpp) calls it where it
-// measured faster: `use_register_gemm`.
+// measured faster: `use_register_gemm`. On a machine with full-width AVX-512 units (Zen 5) and an
+// OpenBLAS that runs its AVX2 kernels there, it is faster everywhere (1.2-2.9x).
 //
 // One tile function (two: A or A^T, the broadcast reads an element wherever it is) serves every
 // case, which keeps the compile cost of each element type small: the last rows and columns go
@@ -27,8 +28,10 @@
 
 namespace ctg::kernels {
 
-/// Where the register kernel is faster than OpenBLAS, from bench/gemm-shapes on this
-/// machine (1 thread, float): from 2^20 multiply-adds, the size from which OpenBLAS 0.3.21 packs
+/// Where the register kernel is faster than OpenBLAS on a machine whose OpenBLAS kernels run at
+/// its full vector rate, from bench/gemm-shapes (1 thread, float) on the 2-core Zen 4 VM of the
+/// first sessions (AVX-512 at the rate of AVX2 there: OpenBLAS's Haswell kernels ran at the
+/// machine's peak): from 2^20 multiply-adds, the size from which OpenBLAS 0.3.21 packs
 /// its operands (its unpacked small-matrix kernels are faster below: 113-116 against 99-111
 /// GFLOP/s), and from 2^17 for A B^T, which OpenBLAS's small kernels run at 65-86 GFLOP/s (ours:
 /// 81-99). Not when A is re-read from L3 for many panels of C: A over 1 MiB (2048 x 384 floats)
@@ -36,6 +39,8 @@ namespace ctg::kernels {
 /// whose columns the broadcasts then read a cache line each (61 against 100). (gpt-s's 512 x 128 x
 /// 1024 weight gradient, A^T of 2 MiB, ran 5 % faster alone but 15 % slower inside a training
 /// step, where A comes from memory: OpenBLAS reads it once to pack it, this kernel once a panel.)
+/// gemm() follows this table or, where OpenBLAS runs narrower vectors than the machine can, uses
+/// the register kernel everywhere: kernels::register_gemm_policy (kernels/gemm.hpp).
 inline constexpr std::size_t register_gemm_min_mnk = std::size_t(1) << 20;
 inline constexpr std::size_t register_gemm_min_mnk_nt = std::size_t(1) << 17;
 
@@ -46,19 +51,6 @@ inline bool register_gemm_faster(bool trans_a, bool trans_b, std::size_t M, std:
         return false;
     const bool a_in_l2 = M * K * sizeof(T) <= (std::size_t(1) << 20);
     return a_in_l2 || (!trans_a && N <= 512);
-}
-
-/// Whether gemm() uses the register kernel: where it measured faster, in an optimised build. A
-/// build without optimisation (Debug) compiles the kernel's loops as written, tens of times
-/// slower than OpenBLAS (optimised whatever the build): CI's Debug tests took 585 instead of 269 s.
-template <class T>
-inline bool use_register_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K) {
-#if defined(__OPTIMIZE__)
-    return register_gemm_faster<T>(trans_a, trans_b, M, N, K);
-#else
-    (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K;
-    return false;
-#endif
 }
 
 namespace detail {
