@@ -36,6 +36,7 @@ template <class Out>
 std::vector<double> run_attention(Out out, int threads, bool plan_at_one = false) {
     const std::size_t batch = 12;  // 12 x 64 rows of 48: the masked softmax rows split too
     auto prog = compile<double, options{.input_grads = true}>(sum(mul(out, G{})));
+    prog.params().init(3);  // a score's own parameters (the same values at every thread count)
     const auto q = random_values(batch * n * d, 1), k = random_values(batch * m * d, 2), v = random_values(batch * m * dv, 3),
                g = random_values(batch * n * dv, 4);
     prog.feed("q", q.data(), rshape{3, {batch, n, d}});
@@ -53,6 +54,8 @@ std::vector<double> run_attention(Out out, int threads, bool plan_at_one = false
     for (auto a : {prog.template input_grad<"q">(), prog.template input_grad<"k">()}) r.insert(r.end(), a.begin(), a.end());
     auto gv = prog.template input_grad<"v">();
     r.insert(r.end(), gv.begin(), gv.end());
+    const auto& gp = prog.params().grads();  // a score's own parameters
+    r.insert(r.end(), gp.begin(), gp.end());
     return r;
 }
 
@@ -72,6 +75,12 @@ TEST_CASE("attention: per-matrix tasks at two threads equal one thread", "[threa
     SECTION("dot score (masked softmax rows)") {
         auto out = attention(Q{}, K{}, V{}, dot_score{}, local_window<3>{});
         check_close(run_attention(out, 1), run_attention(out, 2));
+    }
+    SECTION("additive score (matrices as tasks; w's gradient summed per matrix, then in order)") {
+        auto out = attention(Q{}, K{}, V{}, additive_score<"add_", d, d, 32>{}, causal{});
+        const auto one = run_attention(out, 1), two = run_attention(out, 2);
+        REQUIRE(one.size() == two.size());
+        for (std::size_t i = 0; i < one.size(); ++i) CHECK(one[i] == two[i]);  // the same sums, bit for bit
     }
 }
 

@@ -7,10 +7,12 @@
 // recomputes them, pair by pair, instead of storing them:
 //   u = gS_ij * w * (1 - t^2) with t = tanh(Qp_i + Kp_j):  gQp_i += u, gKp_j += u, gw += gS_ij * t
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <string_view>
 
 #include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/parallel.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/op.hpp"
 
@@ -76,16 +78,22 @@ struct additive_scores_op {
         }
     }
 
+    // Work below this many tanh evaluations stays on one thread (a split costs about a microsecond).
+    static constexpr std::size_t parallel_min_tanh = std::size_t(1) << 15;
+
     template <class T>
     static void forward(op_io<T, 3>& io) {
         const rshape &qs = io.x[0].shape, &ks = io.x[1].shape;
         const std::size_t n = qs[-2], m = ks[-2], a = qs[-1], matrices = qs.rows() / n;
         const T *q = io.x_data(0), *k = io.x_data(1), *w = io.x_data(2);
         T* s = io.y_data();
-        for (std::size_t f = 0; f < matrices; ++f)
-            for (std::size_t i = 0; i < n; ++i)
-                for (std::size_t j = 0; j < m; ++j)
-                    s[(f * n + i) * m + j] = score(a, q + (f * n + i) * a, k + (f * m + j) * a, w);
+        // every score is one thread's: the matrices in ranges (attention heads, batch rows)
+        kernels::for_items(matrices, matrices * n * m * a, parallel_min_tanh, [&](std::size_t f0, std::size_t f1) {
+            for (std::size_t f = f0; f < f1; ++f)
+                for (std::size_t i = 0; i < n; ++i)
+                    for (std::size_t j = 0; j < m; ++j)
+                        s[(f * n + i) * m + j] = score(a, q + (f * n + i) * a, k + (f * m + j) * a, w);
+        });
     }
     template <class T>
     static void backward(op_io<T, 3>& io) {
@@ -94,14 +102,24 @@ struct additive_scores_op {
         const rshape &qs = io.x[0].shape, &ks = io.x[1].shape;
         const std::size_t n = qs[-2], m = ks[-2], a = qs[-1], matrices = qs.rows() / n;
         const T *q = io.x_data(0), *k = io.x_data(1), *w = io.x_data(2), *gs = io.gy_data();
-        for (std::size_t f = 0; f < matrices; ++f)
-            for (std::size_t i = 0; i < n; ++i)
-                for (std::size_t j = 0; j < m; ++j) {
-                    const T g = gs[(f * n + i) * m + j];
-                    if (g == T(0)) continue;  // a masked or fully ignored pair contributes nothing
-                    const std::size_t qi = (f * n + i) * a, kj = (f * m + j) * a;
-                    pair_backward(a, g, q + qi, k + kj, w, gq ? gq + qi : nullptr, gk ? gk + kj : nullptr, gw);
-                }
+        // gQp and gKp rows belong to one matrix each, so matrices run in parallel; w's gradient
+        // is summed per matrix, then over the matrices in order: the same result on any number of
+        // threads.
+        kernels::scratch<T> partial(gw ? matrices * a : 0);
+        if (gw) std::fill(partial.data(), partial.data() + matrices * a, T(0));
+        kernels::for_items(matrices, matrices * n * m * a, parallel_min_tanh, [&](std::size_t f0, std::size_t f1) {
+            for (std::size_t f = f0; f < f1; ++f)
+                for (std::size_t i = 0; i < n; ++i)
+                    for (std::size_t j = 0; j < m; ++j) {
+                        const T g = gs[(f * n + i) * m + j];
+                        if (g == T(0)) continue;  // a masked or fully ignored pair contributes nothing
+                        const std::size_t qi = (f * n + i) * a, kj = (f * m + j) * a;
+                        pair_backward(a, g, q + qi, k + kj, w, gq ? gq + qi : nullptr, gk ? gk + kj : nullptr,
+                                      gw ? partial.data() + f * a : nullptr);
+                    }
+        });
+        if (gw)
+            for (std::size_t f = 0; f < matrices; ++f) kernels::add_to(a, partial.data() + f * a, gw);
     }
 };
 }  // namespace ops
