@@ -1,10 +1,13 @@
 // ctgraph/kernels/gemm.hpp: row-major matrix products.
 //
 // C = alpha * op(A) op(B) + beta * C, op = identity or transpose. One thread's product is
-// OpenBLAS's cblas_?gemm for small shapes (its unpacked small-matrix kernels run at this machine's
-// peak), ctgraph's register kernel (kernels/register_gemm.hpp) from about a million multiply-adds
-// on (where OpenBLAS packs its operands first), and kernels::combine_rows for a single row times a
-// matrix (a decoding step: OpenBLAS's call overhead was 2/3 of a cached decoding step). More
+// OpenBLAS's cblas_?gemm or ctgraph's register kernel (kernels/register_gemm.hpp), as
+// register_gemm_policy chooses: where OpenBLAS runs at the machine's full vector rate (Zen 4), its
+// unpacked small-matrix kernels for small shapes and the register kernel from about a million
+// multiply-adds on (where OpenBLAS packs its operands first); where it runs narrower vectors than
+// the machine (its AVX2 kernels on a Zen 5), the register kernel for every float product. A single
+// row times a matrix is kernels::combine_rows (a decoding step: OpenBLAS's call overhead was 2/3
+// of a cached decoding step). More
 // threads split a product on ctgraph's pool (kernels/parallel.hpp). `gemm_reference` is the plain
 // triple loop the tests compare them with.
 #pragma once
