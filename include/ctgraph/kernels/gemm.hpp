@@ -195,8 +195,8 @@ inline void gemm_serial(bool trans_a, bool trans_b, std::size_t M, std::size_t N
             C[j] = scaled(reduce_sum(K, A, B + j * ldb, [](auto a, auto b) { return a * b; }), C[j]);
         return;
     }
-    const bool register_everywhere = get_register_gemm_policy() == register_gemm_policy::everywhere &&
-                                     use_register_gemm<T>(trans_a, trans_b, M, N, K);
+    const bool register_everywhere = use_register_gemm<T>(trans_a, trans_b, M, N, K) &&  // (Debug: never measured)
+                                     get_register_gemm_policy() == register_gemm_policy::everywhere;
     if (!trans_a && trans_b && M <= 16 && M < N && K >= 64 && !register_everywhere) {
         // A B^T with few rows (a VJP's dX = dY W^T over a small batch: the rnn's recurrent step),
         // unless the register kernel takes every product (it runs them at 2.1x OpenBLAS's rate
