@@ -75,21 +75,34 @@ struct matmul_op {
         const T *a = c.x_data(0), *b = c.x_data(1), *gy = c.gy_data();
         T *ga = c.gx_data(0), *gb = c.gx_data(1);
         // beta = 0 writes a fresh adjoint; a shared weight's (sb == 0) sums over the batches.
+        auto grad_a = [&](std::size_t i) {  // (M x K) += (M x N)(N x K)
+            const T beta_a = c.fresh(0) && (i == 0 || s.sa) ? T(0) : T(1);
+            kernels::gemm(false, true, s.M, s.K, s.N, T(1), gy + i * s.sy, s.N, b + i * s.sb, s.N, beta_a, ga + i * s.sa, s.K);
+        };
+        auto grad_b = [&](std::size_t i) {  // (K x N) += (K x M)(M x N)
+            const T beta_b = c.fresh(1) && (i == 0 || s.sb) ? T(0) : T(1);
+            kernels::gemm(true, false, s.K, s.N, s.M, T(1), a + i * s.sa, s.K, gy + i * s.sy, s.N, beta_b, gb + i * s.sb, s.N);
+        };
         auto batches = [&](std::size_t i0, std::size_t i1) {
             for (std::size_t i = i0; i < i1; ++i) {
-                const T beta_a = c.fresh(0) && (i == 0 || s.sa) ? T(0) : T(1);
-                const T beta_b = c.fresh(1) && (i == 0 || s.sb) ? T(0) : T(1);
-                if (ga)  // (M x K) += (M x N)(N x K)
-                    kernels::gemm(false, true, s.M, s.K, s.N, T(1), gy + i * s.sy, s.N, b + i * s.sb, s.N, beta_a, ga + i * s.sa, s.K);
-                if (gb)  // (K x N) += (K x M)(M x N)
-                    kernels::gemm(true, false, s.K, s.N, s.M, T(1), a + i * s.sa, s.K, gy + i * s.sy, s.N, beta_b, gb + i * s.sb, s.N);
+                if (ga) grad_a(i);
+                if (gb) grad_b(i);
             }
         };
         // As tasks only when every batch writes adjoints of its own (no operand broadcast over them).
-        if (s.sa && s.sb)
+        if (s.sa && s.sb && s.batches > 1) {
             kernels::for_items(s.batches, 2 * s.work(), kernels::parallel_gemm_min_flops, batches);
-        else
-            batches(0, s.batches);
+            return;
+        }
+        // On two threads the two products (the same flops) are the two tasks: one hand-over instead
+        // of one per split product, each product whole (an rnn step's 16 x 128 x 128 VJPs).
+        if (ga && gb && kernels::kernel_pool().threads_here() == 2 && 2 * s.work() >= kernels::parallel_gemm_min_flops) {
+            kernels::kernel_pool().run(2, [&](std::size_t which) {
+                for (std::size_t i = 0; i < s.batches; ++i) which == 0 ? grad_a(i) : grad_b(i);
+            });
+            return;
+        }
+        batches(0, s.batches);
     }
 };
 }  // namespace ops
