@@ -90,10 +90,11 @@ namespace detail {
 // table says OpenBLAS) and chooses `everywhere` when the register kernel is over 1.5x faster. What
 // it detects: Debian's OpenBLAS 0.3.21 runs its Haswell (AVX2) kernels on a Zen 5 (it does not know
 // the CPU), which executes AVX-512 at twice the AVX2 rate; there the register kernel won on every
-// shape of bench/gemm-shapes, 1.2-2.9x (64^3: 2.1-2.6x). Where AVX-512 runs at the AVX2 rate (Zen
-// 4), or OpenBLAS has AVX-512 kernels of its own, the ratio is about 1 or below, far from the
+// shape of bench/gemm-shapes but one (N of one vector: 1.0x), 1.2-2.9x (64^3: 2.1x). Where AVX-512
+// runs at the AVX2 rate (Zen 4), or OpenBLAS has AVX-512 kernels of its own, the ratio is about 1
+// or below (the Zen 4 table: 0.9-1.0 on 128 x 64 x 64, not timed at 64^3 there), far from the
 // threshold, so the choice does not flip between processes (a resumed run must compute what the
-// uninterrupted one did, bit for bit). Best of 7 rounds of 8 calls each, about 0.1 ms once per
+// uninterrupted one did, bit for bit). Best of 7 rounds of 8 calls each, 0.4 ms once per
 // process. CTG_REGISTER_GEMM=table|everywhere skips the measurement.
 inline register_gemm_policy measure_register_gemm_policy() {
     if (const char* v = std::getenv("CTG_REGISTER_GEMM")) {
@@ -276,6 +277,20 @@ inline void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::
         }
     }
     detail::gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+}
+
+/// Two independent products of equal flops, such as a product's two VJPs (dA = dC B^T and
+/// dB = A^T dC): on a pool of two threads, one task each (one hand-over instead of one per split
+/// product, each product whole, so with the bits of one thread); otherwise one after the other,
+/// each split as gemm() splits it. `first` and `second` call gemm().
+template <class First, class Second>
+inline void gemm_pair(std::uint64_t flops_each, First&& first, Second&& second) {
+    if (kernel_pool().threads_here() == 2 && 2 * flops_each >= parallel_gemm_min_flops && !scalar_only()) {
+        kernel_pool().run(2, [&](std::size_t which) { which == 0 ? first() : second(); });
+        return;
+    }
+    first();
+    second();
 }
 
 }  // namespace ctg::kernels

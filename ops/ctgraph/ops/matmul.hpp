@@ -94,12 +94,9 @@ struct matmul_op {
             kernels::for_items(s.batches, 2 * s.work(), kernels::parallel_gemm_min_flops, batches);
             return;
         }
-        // On two threads the two products (the same flops) are the two tasks: one hand-over instead
-        // of one per split product, each product whole (an rnn step's 16 x 128 x 128 VJPs).
-        if (ga && gb && kernels::kernel_pool().threads_here() == 2 && 2 * s.work() >= kernels::parallel_gemm_min_flops) {
-            kernels::kernel_pool().run(2, [&](std::size_t which) {
-                for (std::size_t i = 0; i < s.batches; ++i) which == 0 ? grad_a(i) : grad_b(i);
-            });
+        if (ga && gb) {  // the two VJP products, as a pair (an rnn step's 16 x 128 x 128 ones)
+            kernels::gemm_pair(s.work(), [&] { for (std::size_t i = 0; i < s.batches; ++i) grad_a(i); },
+                               [&] { for (std::size_t i = 0; i < s.batches; ++i) grad_b(i); });
             return;
         }
         batches(0, s.batches);
