@@ -9,7 +9,7 @@
 // broadcasts A's 8 elements per step of k, and runs these shapes at 103-115 GFLOP/s
 // (bench/gemm_shapes.cpp prints both side by side). gemm() (kernels/gemm.hpp) calls it where it
 // measured faster: `use_register_gemm`. On a machine with full-width AVX-512 units (Zen 5) and an
-// OpenBLAS that runs its AVX2 kernels there, it is faster everywhere (1.2-2.9x).
+// OpenBLAS that runs its AVX2 kernels there, it is as fast or faster everywhere (1.0-2.9x; 1.0 only with N of one vector).
 //
 // One tile function (two: A or A^T, the broadcast reads an element wherever it is) serves every
 // case, which keeps the compile cost of each element type small: the last rows and columns go
