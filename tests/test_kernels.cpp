@@ -14,6 +14,8 @@
 
 #include <ctgraph/ctgraph.hpp>
 
+#include "pool_threads.hpp"
+
 using namespace ctg;
 
 namespace {
@@ -54,12 +56,7 @@ void simd_matches_scalar(E e, double lo, double hi, double tol) {
 }
 using X = input<"x", dyn('B'), 37>;
 
-// Sets the kernel pool's size for one test and restores it.
-struct pool_threads {
-    int before = num_threads();
-    explicit pool_threads(int k) { set_num_threads(k); }
-    ~pool_threads() { set_num_threads(before); }
-};
+using ctg::testing::pool_threads;
 }  // namespace
 
 TEST_CASE("SIMD element-wise kernels match the scalar path", "[kernels]") {
@@ -108,10 +105,11 @@ TEMPLATE_TEST_CASE("register GEMM kernel matches the reference loop on every til
     // Called directly, so every shape runs it (gemm() uses it above a size only). Rows: whole
     // 8-row tiles and the 4/2/1 tails; columns: two-vector panels, a one-vector panel, tails of one
     // column (dot products / weighted row sums) and of more (a zero-padded panel); A and B^T in
-    // either layout (B^T through the 16 x 16 transposes and their edges); strides wider than the
+    // either layout (B^T through the 16 x 16 transposes and their edges, or, for A B^T with fewer
+    // than 8 or 9-15 rows, as dot products in 4 x 4 blocks and their edges); strides wider than the
     // matrices; C only written inside its rows, and not read at beta 0 (NaN there).
     constexpr std::size_t W = kernels::batch<TestType>::size;
-    for (std::size_t M : {1, 3, 8, 15, 37})
+    for (std::size_t M : {1, 3, 5, 8, 12, 15, 37})
         for (std::size_t N : {std::size_t(1), W - 1, W, 2 * W + 1, 2 * W + W / 2, 4 * W + 3})
             for (std::size_t K : {1, 17, 130})
                 for (TestType beta : {TestType(0), TestType(1), TestType(0.5)})

@@ -9,6 +9,8 @@
 
 #include <ctgraph/ctgraph.hpp>
 
+#include "pool_threads.hpp"
+
 #include "transformer_fixture.hpp"
 
 using namespace ctg;
@@ -25,11 +27,7 @@ std::vector<double> random_values(std::size_t count, unsigned seed) {
     return testing::tfm::random_values(count, seed, -1, 1);  // the shared fixture's generator
 }
 
-struct pool_threads {
-    int before = num_threads();
-    explicit pool_threads(int k) { set_num_threads(k); }
-    ~pool_threads() { set_num_threads(before); }
-};
+using ctg::testing::pool_threads;
 
 // Loss, then dL/dq, dL/dk, dL/dv of sum(out * g) for a fresh program planned at `threads`.
 template <class Out>
@@ -125,4 +123,26 @@ TEST_CASE("an Elman training step at two threads equals one thread (a step's two
         auto h = scan<H>([](auto state, auto x) { return tanh(state * param<"W_h", H, H>{} + x * param<"W_x", X, H>{}); }, Xs{});
         return mean(mul(h, h));
     }, X);
+}
+
+TEST_CASE("softmax cross-entropy over row blocks: the same loss and gradient at one and two threads, bit for bit", "[threads]") {
+    using Z = input<"z", B, 65>;
+    using Y = index_input<"y", B>;
+    const std::size_t rows = 1000;  // 16 blocks of 64 rows (the last one short), over the split threshold
+    const auto z = random_values(rows * 65, 9);
+    std::vector<index_t> y(rows);
+    for (std::size_t r = 0; r < rows; ++r) y[r] = r % 7 == 3 ? index_t(-100) : index_t((r * 31) % 65);  // some ignored
+    std::vector<double> results[2];
+    for (int threads : {1, 2}) {
+        pool_threads pool(threads);
+        auto prog = compile<double, options{.input_grads = true}>(softmax_cross_entropy(Z{}, Y{}));
+        prog.feed("z", z.data(), rshape{2, {rows, 65}});
+        prog.feed("y", y.data(), rshape{1, {rows}});
+        results[threads - 1].push_back(prog.forward());
+        prog.backward();
+        auto g = prog.template input_grad<"z">();
+        results[threads - 1].insert(results[threads - 1].end(), g.begin(), g.end());
+    }
+    REQUIRE(results[0].size() == results[1].size());
+    for (std::size_t i = 0; i < results[0].size(); ++i) CHECK(results[0][i] == results[1][i]);
 }

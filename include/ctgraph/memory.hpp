@@ -50,6 +50,12 @@ constexpr std::size_t round_up_elems(std::size_t n) {
     return (n + per - 1) / per * per;
 }
 
+/// Rounds an element count up so the next buffer starts on a 64-byte boundary whatever the element
+/// type (16 floats, 128 bytes of doubles): for layouts planned before T is known (scan's and repeat's
+/// frames). Rounding to 8 elements put half of a float frame's rows off the cache line, and a
+/// kernel's loads then split across two lines (a few-row A B^T ran at half its rate).
+constexpr std::size_t round_up_lines(std::size_t n) { return round_up_elems<float>(n); }
+
 namespace detail {
 
 /// A buffer needed from step `first` to step `last` (both included) of a pass, `size` elements.

@@ -30,6 +30,20 @@
 //     // c.y at c.x[0]'s memory and forward must only copy when the two differ (a cell's result).
 //     static constexpr bool aliases_operand = true;
 //
+//     // optional: whether row r of the result (its first axis) comes from row r of every operand
+//     // whose first axis is the batch and from the whole of the others, given the operand shapes (as
+//     // check). A scan whose cell's ops all say so runs its batch in parts on the pool's threads, each
+//     // part through every time step (see graph/scan.hpp); an op without it keeps its scan whole.
+//     // Element-wise ops, products by a weight, gates and last-axis norms (rank >= 2) say true; an op
+//     // that reads across rows (reverse_time, a reduction over the batch) or numbers its elements
+//     // (dropout's masks) must not.
+//     template <class... S> static consteval bool rows_independent();
+//     // optional: operand 1 is a weight (K, N) whose adjoint this op adds as x^T dy, with x = operand
+//     // 0 as (rows, K) and dy = the result's adjoint as (rows, N) (matmul, affine). When a scan's
+//     // step reads a weight only through such an op, the scan sums the weight's adjoint over all
+//     // steps as one product after the loop (inner dimension steps x rows) instead of one small
+//     // product per step, calling the op's backward with that adjoint null.
+//     static constexpr bool weight_adjoint_is_xt_dy = true;
 //     // optional: elements of op-private memory kept from forward to backward (saved statistics).
 //     static std::size_t scratch_size(const ctg::rshape& y, const std::array<ctg::rshape, K>& x);
 //     // optional: extra text for printing (an axis, a constant).

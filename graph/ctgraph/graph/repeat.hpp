@@ -146,7 +146,7 @@ struct repeat_op {
             if (extra_nodes[e] >= 0) known[nk++] = {std::size_t(extra_nodes[e]), x[1 + e], sliced(e) ? 1u : 0u};
         for (std::size_t j = 0; j < info::num_hoisted; ++j) known[nk++] = {info::hoisted[j], x[first_hoisted + j], 0};
         Ly.plan(known.data(), nk, forward_only);
-        Ly.state = round_up_elems<double>(x[0].size());
+        Ly.state = round_up_lines(x[0].size());
         for (std::size_t p = 0; p < P; ++p) Ly.param_size[p] = Ly.shapes[info::step_params[p]].size();
         Ly.total = forward_only ? Ly.adjoints_off() : Ly.state_adj_off(2);
         return Ly;
@@ -156,7 +156,7 @@ struct repeat_op {
     static const layout& plan_of(const op_io<T, K>& c) {
         std::array<rshape, K> xs{};
         for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
-        return detail::remembered_plan<layout>(xs, c.run.forward_only, [](const auto& x, bool f) { return plan(x, f); });
+        return detail::remembered_plan<layout>(xs, c.run.forward_only, 1, [](const auto& x, bool f, std::size_t) { return plan(x, f); });
     }
 
     static constexpr bool sliced(std::size_t e) { return (SlicedMask >> e) & 1; }
@@ -246,7 +246,7 @@ struct repeat_op {
                     v.adj[std::size_t(extra_nodes[e])].ptr = slice(c.gx[1 + e], e, l, sizeof(T));
             for (std::size_t j = 0; j < info::num_hoisted; ++j)
                 if (c.gx[first_hoisted + j]) v.adj[info::hoisted[j]].ptr = c.gx[first_hoisted + j].ptr;
-            detail::run_cell_backward<info, T>(exec_of(v, Ly, c.run, l), std::make_index_sequence<N>{});
+            detail::run_cell_backward<info, T>(exec_of(v, Ly, c.run, l), [](std::size_t) {}, std::make_index_sequence<N>{});
         }
     }
 };

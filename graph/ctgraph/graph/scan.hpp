@@ -26,9 +26,24 @@
 // receiving none. The cell must treat batch rows independently (every built-in cell does).
 //
 // A state with several parts (LSTM's h and c) is one tensor: concat them, slice inside the cell.
+//
+// Batch parts (threads): when every op of the cell declares rows_independent (op.hpp) and the batch
+// is a dimension letter found only as the first axis of what the cell computes, a pool of k threads
+// runs the batch as k equal parts (at least 8 rows each), each part through every step on a thread
+// of its own: one hand-over per pass instead of one per step and product. Weights are shared; each
+// part sums their adjoints on its own and the sums are added in part order. A cell that reads
+// across rows (reverse_time), numbers its elements (dropout) or uses an op that does not declare
+// rows_independent runs whole, as does a batch with less than 16 rows or weights over 2^17 elements
+// (which every part would stream from L3 at every step).
+//
+// Weight adjoints after the loop: a weight W read by one product x W only (matmul, affine: ops
+// declaring weight_adjoint_is_xt_dy) gets sum_t x_t^T dy_t as one product after the steps, from
+// each step's x_t and dy_t kept in the scratch, instead of one product per step whose inner
+// dimension is the batch.
 #pragma once
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <span>
 #include <string>
@@ -37,6 +52,8 @@
 #include "ctgraph/graph/analysis.hpp"
 #include "ctgraph/graph/exec.hpp"
 #include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/gemm.hpp"
+#include "ctgraph/kernels/parallel.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/memory.hpp"
 #include "ctgraph/op.hpp"
@@ -217,10 +234,10 @@ struct cell_frame {
             if (!Info::computed[i]) continue;
             if (i != Info::out && !G::aliases[i]) {  // an aliasing node reads its operand's memory
                 val_off[i] = off;
-                off += round_up_elems<double>(shapes[i].size());
+                off += round_up_lines(shapes[i].size());
             }
             scr_off[i] = off;
-            off += round_up_elems<double>(scr_size[i]);
+            off += round_up_lines(scr_size[i]);
         }
         per_step = off;
         place_adjoints();
@@ -244,7 +261,7 @@ struct cell_frame {
         std::array<std::pair<std::size_t, std::size_t>, N> taken{};
         for (std::size_t a = 0; a < n; ++a) {
             const std::size_t j = order[a];
-            blocks[a] = {N - Info::first_writer[j], N - j, round_up_elems<double>(shapes[j].size())};
+            blocks[a] = {N - Info::first_writer[j], N - j, round_up_lines(shapes[j].size())};
         }
         adj_block = place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
         for (std::size_t a = 0; a < n; ++a) adj_off[order[a]] = offset[a];
@@ -263,8 +280,8 @@ struct cell_frame {
             }
         per_step = place_forward_frame(
             until, [](std::size_t i) { return Info::computed[i] && i != Info::out && !G::aliases[i]; },
-            [this](std::size_t i) { return round_up_elems<double>(shapes[i].size()); },
-            [this](std::size_t i) { return Info::computed[i] ? round_up_elems<double>(scr_size[i]) : std::size_t(0); },
+            [this](std::size_t i) { return round_up_lines(shapes[i].size()); },
+            [this](std::size_t i) { return Info::computed[i] ? round_up_lines(scr_size[i]) : std::size_t(0); },
             val_off, scr_off);
         adj_block = 0;
     }
@@ -301,17 +318,20 @@ private:
 /// the same shapes give the same layout, so only new shapes plan again (first-fit placement was
 /// 2 % of a decoded token). The reference stays valid until the same op type plans again on this
 /// thread, which cannot happen inside its own call (an op cannot contain itself).
+/// `parts` (scan's batch parts) is part of the key; plan(xs, forward_only, parts).
 template <class Layout, std::size_t K, class Plan>
-const Layout& remembered_plan(const std::array<rshape, K>& xs, bool forward_only, Plan&& plan) {
+const Layout& remembered_plan(const std::array<rshape, K>& xs, bool forward_only, std::size_t parts, Plan&& plan) {
     struct entry {
         std::array<rshape, K> shapes{};
+        std::size_t parts = 0;
         bool forward_only = false, valid = false;
         Layout layout{};
     };
     thread_local entry last;
-    if (!last.valid || last.forward_only != forward_only || !(last.shapes == xs)) {
-        last.layout = plan(xs, forward_only);
+    if (!last.valid || last.forward_only != forward_only || last.parts != parts || !(last.shapes == xs)) {
+        last.layout = plan(xs, forward_only, parts);
         last.shapes = xs;
+        last.parts = parts;
         last.forward_only = forward_only;
         last.valid = true;
     }
@@ -324,12 +344,14 @@ void run_cell_forward(const exec_state& s, std::index_sequence<I...>) {
     using G = typename Info::G;
     ((Info::computed[I] ? exec_forward<op_of_t<typename G::template node_t<I>>, G::arity[I], T>(s, I) : void()), ...);
 }
-template <class Info, class T, std::size_t... I>
-void run_cell_backward(const exec_state& s, std::index_sequence<I...>) {
+/// after(i) runs right after node i's VJP, while its adjoint is still intact (scan keeps some).
+template <class Info, class T, class After, std::size_t... I>
+void run_cell_backward(const exec_state& s, After&& after, std::index_sequence<I...>) {
     using G = typename Info::G;
     constexpr std::size_t M = sizeof...(I);
-    ((Info::computed[M - 1 - I] ? exec_backward<op_of_t<typename G::template node_t<M - 1 - I>>, G::arity[M - 1 - I],
-                                                !G::is_index[M - 1 - I], T>(s, M - 1 - I)
+    ((Info::computed[M - 1 - I] ? (exec_backward<op_of_t<typename G::template node_t<M - 1 - I>>, G::arity[M - 1 - I],
+                                                 !G::is_index[M - 1 - I], T>(s, M - 1 - I),
+                                   after(M - 1 - I))
                                 : void()),
      ...);
 }
@@ -346,6 +368,72 @@ constexpr int find_role_impl(std::index_sequence<I...>) {
         if (hits[i]) return int(i);
     return -1;
 }
+
+/// Scans run in batch parts so far in this process (tests and benchmarks read it).
+inline std::atomic<long>& scan_parts_runs() {
+    static std::atomic<long> n{0};
+    return n;
+}
+
+/// Whether a scan may run its batch in parts, each part through every step on a thread of its own
+/// (see scan's file comment), and what each part reads. The state's first axis must be a dimension
+/// letter (the batch, `b`); every op the step runs must declare rows_independent for its operand
+/// shapes (op.hpp); every computed node, and every operand that has `b`, must have it as its first
+/// axis and nowhere else. Invariants without `b` (the weights) are shared by the parts; their
+/// adjoints are summed per part and added in part order.
+template <class Info, int StateNode, int InputNode>
+struct batch_parts {
+    using G = typename Info::G;
+    static constexpr std::size_t N = Info::N;
+    static constexpr char b = StateNode >= 0 ? G::dims[std::size_t(StateNode)][0].sym : 0;
+
+    static constexpr bool has_batch(std::size_t j) {
+        for (std::size_t a = 0; a < G::rank[j]; ++a)
+            if (G::dims[j][a].sym == b) return true;
+        return false;
+    }
+    static constexpr bool batch_first_only(std::size_t j) {
+        if (G::rank[j] == 0 || G::dims[j][0].sym != b) return false;
+        for (std::size_t a = 1; a < G::rank[j]; ++a)
+            if (G::dims[j][a].sym == b) return false;
+        return true;
+    }
+    template <std::size_t I, std::size_t... K>
+    static constexpr bool op_says(std::index_sequence<K...>) {
+        using Op = op_of_t<typename G::template node_t<I>>;
+        if constexpr (requires {
+                          Op::template rows_independent<
+                              typename G::template node_t<std::size_t(G::operands[I][K])>::shape...>();
+                      })
+            return Op::template rows_independent<typename G::template node_t<std::size_t(G::operands[I][K])>::shape...>();
+        else
+            return false;
+    }
+    template <std::size_t... I>
+    static constexpr std::array<bool, N> ops_say(std::index_sequence<I...>) {
+        return {op_says<I>(std::make_index_sequence<G::arity[I]>{})...};
+    }
+    static constexpr bool ok = [] {
+        if (b == 0) return false;
+        constexpr std::array<bool, N> says = ops_say(std::make_index_sequence<N>{});
+        for (std::size_t i = 0; i < N; ++i) {
+            if (!Info::computed[i]) continue;
+            if (!says[i] || !batch_first_only(i)) return false;
+            for (std::size_t k = 0; k < G::arity[i]; ++k) {
+                const std::size_t j = std::size_t(G::operands[i][k]);
+                if (has_batch(j) && !batch_first_only(j)) return false;
+            }
+        }
+        return InputNode < 0 || batch_first_only(std::size_t(InputNode));
+    }();
+    /// Hoisted invariant j (Info::hoisted[j]) has the batch axis: each part reads (and writes the
+    /// adjoint of) its own rows of it.
+    static constexpr std::array<bool, Info::num_hoisted + 1> rows = [] {
+        std::array<bool, Info::num_hoisted + 1> r{};
+        for (std::size_t j = 0; j < Info::num_hoisted; ++j) r[j] = b != 0 && has_batch(Info::hoisted[j]);
+        return r;
+    }();
+};
 
 }  // namespace detail
 
@@ -379,25 +467,123 @@ struct scan_op {
         return std::to_string(N) + "-node cell" + (HasH0 ? ", h0" : "") + (HasLengths ? ", lengths" : "");
     }
 
+    // ---------------------------------------------------------------- batch parts
+    // When the cell treats rows independently (detail::batch_parts), the batch is cut into `parts`
+    // equal parts of at least min_part_rows rows, and each part runs every step as one task of the
+    // pool: no hand-over per time step (a recurrent step's product, 16 x 128 x 128, takes ~2 us,
+    // too short to split across threads). As many parts as the pool has threads here; the count is
+    // chosen at forward and stored in the scratch for backward. The scratch is sized for any count
+    // the batch allows, so resizing the pool between planning and a step stays in bounds.
+    using parts_info = detail::batch_parts<info, state_node, input_node>;
+    static constexpr std::size_t min_part_rows = 8, max_parts = 8;
+    // Shared invariants (weights) over this many elements: every part would stream them from L3 at
+    // every step; a product split per step reads each weight once (measured in bench/, see
+    // docs/performance.md).
+    static constexpr std::size_t max_shared_elems = std::size_t(1) << 17;
+    static constexpr std::size_t header = 16;  // scratch elements holding the part count (a cache line)
+
+    template <std::size_t K>
+    static bool parts_allowed(const std::array<rshape, K>& x, std::size_t parts) {
+        if (parts == 1) return true;
+        if constexpr (!parts_info::ok) {
+            return false;
+        } else {
+            const std::size_t batch = x[0].d[1];
+            if (parts > max_parts || batch % parts != 0 || batch / parts < min_part_rows) return false;
+            std::size_t shared = 0;
+            for (std::size_t j = 0; j < info::num_hoisted; ++j)
+                if (!parts_info::rows[j]) shared += x[first_hoisted + j].size();
+            return shared <= max_shared_elems;
+        }
+    }
+    template <std::size_t K>
+    static std::size_t choose_parts(const std::array<rshape, K>& x) {
+        const std::size_t threads = std::size_t(kernels::thread_pool::instance().threads_here());
+        for (std::size_t p = std::min(threads, max_parts); p > 1; --p)
+            if (parts_allowed(x, p)) return p;
+        return 1;
+    }
+
+    // ---------------------------------------------------------------- weight adjoints after the loop
+    // A hoisted weight W (rank 2) read by one product x W only (an op declaring
+    // weight_adjoint_is_xt_dy: matmul, affine) gets its adjoint sum_t x_t^T dy_t as one product over
+    // all steps after the loop: each step keeps its x_t and dy_t (the product's result adjoint) and
+    // runs the op's VJP with W's adjoint null. A recurrent weight's per-step product has the batch
+    // (or a part of it) as inner dimension, 8-16: 104-187 GFLOP/s against 219-237 for the one
+    // product over 512-1024 rows (128 x 128, 1 thread).
+    template <std::size_t I>
+    static constexpr bool declares_xt_dy() {
+        using Op = detail::op_of_t<typename G::template node_t<I>>;
+        if constexpr (requires { Op::weight_adjoint_is_xt_dy; }) return Op::weight_adjoint_is_xt_dy; else return false;
+    }
+    template <std::size_t... I>
+    static constexpr std::array<bool, N> xt_dy_ops(std::index_sequence<I...>) { return {declares_xt_dy<I>()...}; }
+    static constexpr std::array<bool, N> deferred = [] {
+        constexpr std::array<bool, N> xt_dy = xt_dy_ops(std::make_index_sequence<N>{});
+        std::array<bool, N> d{};
+        for (std::size_t i = 0; i < N; ++i) {
+            if (!info::computed[i] || !xt_dy[i] || G::arity[i] < 2) continue;
+            const std::size_t w = std::size_t(G::operands[i][1]);
+            if (!info::hoisted_mask[w] || !info::has_adjoint[w] || G::rank[w] != 2) continue;
+            bool only_here = true;  // no other computed node reads W, nor does this one twice
+            for (std::size_t k = 0; k < N; ++k)
+                for (std::size_t a = 0; info::computed[k] && a < G::arity[k]; ++a)
+                    if (std::size_t(G::operands[k][a]) == w && !(k == i && a == 1)) only_here = false;
+            d[i] = only_here;
+        }
+        return d;
+    }();
+    /// Hoisted invariant j is a weight of a deferred product: null adjoint during the steps.
+    static constexpr std::array<bool, info::num_hoisted + 1> deferred_weight = [] {
+        std::array<bool, info::num_hoisted + 1> r{};
+        for (std::size_t i = 0; i < N; ++i)
+            for (std::size_t j = 0; deferred[i] && j < info::num_hoisted; ++j)
+                r[j] = r[j] || info::hoisted[j] == std::size_t(G::operands[i][1]);
+        return r;
+    }();
+    static constexpr std::size_t hoisted_index(std::size_t node) {
+        for (std::size_t j = 0; j < info::num_hoisted; ++j)
+            if (info::hoisted[j] == node) return j;
+        return 0;
+    }
+
     // ---------------------------------------------------------------- sizes
-    // Everything below is derived from the operand shapes, identically in scratch_size, forward and
-    // backward (the op keeps no state of its own).
+    // Everything below is derived from the operand shapes and the part count, identically in
+    // scratch_size, forward and backward (the op keeps no state of its own but the part count).
     template <std::size_t K>
     struct layout : detail::cell_frame<info> {
-        std::size_t steps = 0, zeros = 0, h0_adj = 0, total = 0;
-        std::size_t x_stride = 0, y_stride = 0;
-        // scratch = [frames][adjoint block][zeros (the initial state)][h0's adjoint rows]
+        std::size_t steps = 0, zeros = 0, h0_adj = 0, part_total = 0;
+        std::size_t parts = 1, batch = 0, rows = 0;  // rows per part
+        std::size_t x_stride = 0, y_stride = 0;      // elements of one step of xs and of hs (all parts)
+        std::size_t part_x = 0, part_y = 0;          // one part's elements of a step of xs, of hs
+        // A part's sums of the shared invariants' adjoints (parts after the first), at these offsets.
+        std::array<std::size_t, info::num_hoisted + 1> grad_off{};
+        std::size_t h0_grad_off = 0, grads = 0;
+        // Deferred products' kept x_t and dy_t: node i's from kept_off[i], x of all steps then dy.
+        std::array<std::size_t, N> kept_off{};
+        std::size_t kept = 0;
+        // scratch = [header][part 0]...[part parts-1]; part = [frames][adjoint block][zeros (the
+        // initial state)][h0's adjoint rows][adjoint sums][kept x_t, dy_t]
+        std::size_t part_base(std::size_t p) const { return header + p * part_total; }
         std::size_t zeros_off() const { return this->frames_size(steps) + this->adj_block; }
+        std::size_t grads_off() const { return zeros_off() + zeros + h0_adj; }
+        std::size_t kept_base() const { return grads_off() + grads; }
+        std::size_t total() const { return header + parts * part_total; }
     };
 
     template <std::size_t K>
-    static layout<K> plan(const std::array<rshape, K>& x, bool forward_only) {
+    static layout<K> plan(const std::array<rshape, K>& x, bool forward_only, std::size_t parts) {
         layout<K> L;
         using binding = typename detail::cell_frame<info>::binding;
-        // The cell's dimension letters come from the operands' runtime shapes.
-        std::array<binding, info::num_hoisted + 3> known{};
+        // The cell's dimension letters come from the operands' runtime shapes; with parts, the
+        // batch letter is bound first to a part's rows (the first binding of a letter wins).
+        std::array<binding, info::num_hoisted + 4> known{};
         std::size_t nk = 0;
         L.steps = x[0].rank ? x[0].d[0] : 0;
+        L.batch = x[0].d[1];
+        L.parts = parts;
+        L.rows = L.batch / parts;
+        if (parts > 1) known[nk++] = {std::size_t(state_node), rshape{1, {L.rows}}, 0};
         if constexpr (input_node >= 0) known[nk++] = {std::size_t(input_node), x[0], 1};
         for (std::size_t j = 0; j < info::num_hoisted; ++j) known[nk++] = {info::hoisted[j], x[first_hoisted + j], 0};
         if constexpr (HasH0 && !H0Rows) known[nk++] = {std::size_t(state_node), x[1], 0};
@@ -405,20 +591,49 @@ struct scan_op {
             if (G::dims[state_node][0].sym) known[nk++] = {std::size_t(state_node), rshape{1, {x[len_index].d[0]}}, 0};
         }
         L.plan(known.data(), nk, forward_only);
-        L.zeros = round_up_elems<double>(L.shapes[info::out].size());
+        L.zeros = round_up_lines(L.shapes[info::out].size());
         L.h0_adj = H0Rows ? L.zeros : 0;
-        L.total = L.zeros_off() + L.zeros + L.h0_adj;
+        if (parts > 1) {
+            for (std::size_t j = 0; j < info::num_hoisted; ++j)
+                if (!parts_info::rows[j] && info::has_adjoint[info::hoisted[j]]) {
+                    L.grad_off[j] = L.grads;
+                    L.grads += round_up_lines(L.shapes[info::hoisted[j]].size());
+                }
+            L.h0_grad_off = L.grads;
+            if constexpr (H0Rows) L.grads += round_up_lines(x[1].size());
+        }
+        if (!forward_only)
+            for (std::size_t i = 0; i < N; ++i)
+                if (deferred[i]) {
+                    L.kept_off[i] = L.kept;
+                    L.kept += round_up_lines(L.steps * (L.shapes[std::size_t(G::operands[i][0])].size() + L.shapes[i].size()));
+                }
+        L.part_total = L.kept_base() + L.kept;
         L.x_stride = L.steps ? x[0].size() / L.steps : 0;
-        L.y_stride = L.shapes[info::out].size();
+        L.part_x = L.x_stride / parts;
+        L.part_y = L.shapes[info::out].size();
+        L.y_stride = L.part_y * parts;
         return L;
     }
 
-    static std::size_t scratch_size(const rshape&, const auto& x, bool forward_only) { return plan(x, forward_only).total; }
+    static std::size_t scratch_size(const rshape&, const auto& x, bool forward_only) {
+        std::size_t most = 0;
+        for (std::size_t p = 1; p <= max_parts; ++p)
+            if (parts_allowed(x, p)) most = std::max(most, plan(x, forward_only, p).total());
+        return most;
+    }
     template <class T, std::size_t K>
-    static const layout<K>& plan_of(const op_io<T, K>& c) {
+    static const layout<K>& plan_of(const op_io<T, K>& c, std::size_t parts) {
         std::array<rshape, K> xs{};
         for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
-        return detail::remembered_plan<layout<K>>(xs, c.run.forward_only, [](const auto& x, bool f) { return plan(x, f); });
+        return detail::remembered_plan<layout<K>>(xs, c.run.forward_only, parts,
+                                                  [](const auto& x, bool f, std::size_t n) { return plan(x, f, n); });
+    }
+    template <class T, std::size_t K>
+    static std::array<rshape, K> shapes_of(const op_io<T, K>& c) {
+        std::array<rshape, K> xs{};
+        for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
+        return xs;
     }
 
     // ---------------------------------------------------------------- views of one step
@@ -427,10 +642,16 @@ struct scan_op {
         std::array<view, N> val{}, adj{}, scr{};
     };
 
+    /// Operand k's data as part p reads it: its rows of an operand with the batch axis.
+    template <class U>
+    static U* rows_of_part(void* base, std::size_t part_elems, std::size_t p) {
+        return static_cast<U*>(base) + p * part_elems;
+    }
+
     template <class T, std::size_t K>
-    static void values_at(step_views<T, K>& v, const op_io<T, K>& c, const layout<K>& L, std::size_t t) {
-        T* base = c.scratch.template as<T>();
-        T* y = c.y_data();
+    static void values_at(step_views<T, K>& v, const op_io<T, K>& c, const layout<K>& L, std::size_t t, std::size_t p) {
+        T* base = c.scratch.template as<T>() + L.part_base(p);
+        T* y = c.y_data() + p * L.part_y;
         for (std::size_t i = 0; i < N; ++i) {
             v.val[i].shape = L.shapes[i];
             v.adj[i].shape = L.shapes[i];
@@ -438,18 +659,27 @@ struct scan_op {
             if (info::computed[i])
                 v.val[i].ptr = i == info::out ? y + t * L.y_stride : base + L.frame_off(t) + L.val_off[i];
         }
-        for (std::size_t j = 0; j < info::num_hoisted; ++j) v.val[info::hoisted[j]].ptr = c.x[first_hoisted + j].ptr;
+        for (std::size_t j = 0; j < info::num_hoisted; ++j) {
+            void* h = c.x[first_hoisted + j].ptr;
+            const std::size_t n = L.shapes[info::hoisted[j]].size();
+            if (parts_info::rows[j] && p > 0)
+                h = G::is_index[info::hoisted[j]] ? static_cast<void*>(rows_of_part<index_t>(h, n, p))
+                                                  : static_cast<void*>(rows_of_part<T>(h, n, p));
+            v.val[info::hoisted[j]].ptr = h;
+        }
         if constexpr (state_node >= 0) {
             T* zeros = base + L.zeros_off();
             // A one-row h0 was copied into every row of the zeros block by forward().
-            void* prev = t > 0 ? static_cast<void*>(y + (t - 1) * L.y_stride) : (HasH0 && !H0Rows) ? c.x[1].ptr : zeros;
+            void* prev = t > 0                  ? static_cast<void*>(y + (t - 1) * L.y_stride)
+                         : (HasH0 && !H0Rows) ? static_cast<void*>(rows_of_part<T>(c.x[1].ptr, L.part_y, p))
+                                              : zeros;
             v.val[state_node].ptr = prev;
         }
         if constexpr (input_node >= 0) {
             if constexpr (G::is_index[input_node])
-                v.val[input_node].ptr = c.x[0].template as<index_t>() + t * L.x_stride;
+                v.val[input_node].ptr = c.x[0].template as<index_t>() + t * L.x_stride + p * L.part_x;
             else
-                v.val[input_node].ptr = c.x[0].template as<T>() + t * L.x_stride;
+                v.val[input_node].ptr = c.x[0].template as<T>() + t * L.x_stride + p * L.part_x;
         }
         L.resolve_aliases(v.val);
     }
@@ -461,28 +691,43 @@ struct scan_op {
                 &info::adj_writes.mode[0][0]};
     }
 
+    /// Runs part(p) for every part: on the pool's threads when there are several.
+    template <class F>
+    static void for_parts(std::size_t parts, F&& part) {
+        if (parts == 1) part(std::size_t(0));
+        else kernels::thread_pool::instance().run(parts, part);
+    }
+
     // ---------------------------------------------------------------- forward
     template <class T, std::size_t K>
     static void forward(op_io<T, K>& c) {
-        const layout<K>& L = plan_of(c);
-        T* base = c.scratch.template as<T>();
+        const std::size_t parts = choose_parts(shapes_of(c));
+        std::memcpy(c.scratch.ptr, &parts, sizeof parts);  // for backward
+        const layout<K>& L = plan_of(c, parts);
+        check_lengths<T, K>(c, L);
+        if (parts > 1) detail::scan_parts_runs().fetch_add(1, std::memory_order_relaxed);
+        for_parts(parts, [&](std::size_t p) { forward_part(c, L, p); });
+    }
+
+    template <class T, std::size_t K>
+    static void forward_part(const op_io<T, K>& c, const layout<K>& L, std::size_t p) {
+        T* base = c.scratch.template as<T>() + L.part_base(p);
         T* zeros = base + L.zeros_off();
         std::fill(zeros, zeros + L.zeros, T(0));
         if constexpr (H0Rows) {  // the initial state: h0 repeated for every sequence
             const std::size_t w = c.x[1].size();
-            for (std::size_t r = 0; r * w < L.y_stride; ++r) std::copy(c.x_data(1), c.x_data(1) + w, zeros + r * w);
+            for (std::size_t r = 0; r * w < L.part_y; ++r) std::copy(c.x_data(1), c.x_data(1) + w, zeros + r * w);
         }
-        check_lengths<T, K>(c, L);
         step_views<T, K> v;
-        const std::size_t rows = rows_of(L), width = rows ? L.y_stride / rows : 0;
+        const std::size_t width = L.rows ? L.part_y / L.rows : 0;
         for (std::size_t t = 0; t < L.steps; ++t) {
-            values_at(v, c, L, t);
+            values_at(v, c, L, t, p);
             detail::run_cell_forward<info, T>(exec_of(v, L, c.run, t), std::make_index_sequence<N>{});
             if constexpr (HasLengths) {
-                const index_t* len = c.x[len_index].template as<index_t>();
+                const index_t* len = c.x[len_index].template as<index_t>() + p * L.rows;
                 const T* prev = static_cast<const T*>(v.val[state_node].ptr);
-                T* cur = c.y_data() + t * L.y_stride;
-                for (std::size_t b = 0; b < rows; ++b)
+                T* cur = c.y_data() + t * L.y_stride + p * L.part_y;
+                for (std::size_t b = 0; b < L.rows; ++b)
                     if (index_t(t) >= len[b]) std::copy(prev + b * width, prev + (b + 1) * width, cur + b * width);
             }
         }
@@ -491,62 +736,105 @@ struct scan_op {
     // ---------------------------------------------------------------- backward (BPTT)
     template <class T, std::size_t K>
     static void backward(op_io<T, K>& c) {
-        const layout<K>& L = plan_of(c);
-        T* base = c.scratch.template as<T>();
+        std::size_t parts = 1;
+        std::memcpy(&parts, c.scratch.ptr, sizeof parts);  // as forward chose
+        const layout<K>& L = plan_of(c, parts);
+        for_parts(parts, [&](std::size_t p) { backward_part(c, L, p); });
+        // The shared invariants' adjoints: part 0 added into them, the others into sums of their
+        // own, added here in part order (the same sums for the same part count, run to run).
+        for (std::size_t p = 1; p < parts; ++p) {
+            const T* sums = c.scratch.template as<T>() + L.part_base(p) + L.grads_off();
+            for (std::size_t j = 0; j < info::num_hoisted; ++j)
+                if (!parts_info::rows[j] && info::has_adjoint[info::hoisted[j]] && c.gx[first_hoisted + j])
+                    kernels::add_to(c.gx[first_hoisted + j].size(), sums + L.grad_off[j], c.gx_data(first_hoisted + j));
+            if constexpr (H0Rows)
+                if (c.gx[1]) kernels::add_to(c.gx[1].size(), sums + L.h0_grad_off, c.gx_data(1));
+        }
+    }
+
+    template <class T, std::size_t K>
+    static void backward_part(const op_io<T, K>& c, const layout<K>& L, std::size_t p) {
+        T* base = c.scratch.template as<T>() + L.part_base(p);
         T* adj_block = base + L.frames_size(L.steps);
-        T* gy = c.gy_data();
+        T* sums = base + L.grads_off();
+        if (p > 0) std::fill(sums, sums + L.grads, T(0));
+        T* gy = c.gy_data() + p * L.part_y;
         step_views<T, K> v;
-        const std::size_t rows = rows_of(L), width = rows ? L.y_stride / rows : 0;
-        for (std::size_t t = L.steps; t-- > 0;) {
-            values_at(v, c, L, t);
+        const std::size_t width = L.rows ? L.part_y / L.rows : 0;
+        std::size_t t = L.steps;
+        T* kept = base + L.kept_base();
+        const auto keep = [&](std::size_t i) {  // a deferred product's x_t and dy_t, after its VJP
+            if (!deferred[i] || !c.gx[first_hoisted + hoisted_index(std::size_t(G::operands[i][1]))]) return;
+            const view& x = v.val[std::size_t(G::operands[i][0])];
+            const std::size_t nx = x.size(), ny = v.adj[i].size();
+            T* at = kept + L.kept_off[i];
+            std::memcpy(at + t * nx, x.ptr, nx * sizeof(T));
+            std::memcpy(at + L.steps * nx + t * ny, v.adj[i].ptr, ny * sizeof(T));
+        };
+        while (t-- > 0) {
+            values_at(v, c, L, t, p);
             L.zero_orphans(adj_block);
             for (std::size_t i = 0; i < N; ++i) {
                 v.adj[i].ptr = nullptr;
                 if (info::computed[i])
                     v.adj[i].ptr = i == info::out ? gy + t * L.y_stride : adj_block + L.adj_off[i];
             }
-            for (std::size_t j = 0; j < info::num_hoisted; ++j)
-                if (c.gx[first_hoisted + j]) v.adj[info::hoisted[j]].ptr = c.gx[first_hoisted + j].ptr;
+            for (std::size_t j = 0; j < info::num_hoisted; ++j) {
+                const view& g = c.gx[first_hoisted + j];
+                if (!g) continue;
+                v.adj[info::hoisted[j]].ptr = deferred_weight[j] ? nullptr
+                                              : parts_info::rows[j] ? rows_of_part<T>(g.ptr, L.shapes[info::hoisted[j]].size(), p)
+                                              : p == 0              ? g.ptr
+                                                                    : sums + L.grad_off[j];
+            }
             T* g_state = nullptr;  // t == 0 without a differentiable h0: nothing receives it
             if constexpr (state_node >= 0) {
-                T* h0_rows = adj_block + L.adj_block + L.zeros;
+                T* h0_rows = base + L.zeros_off() + L.zeros;
                 if (t > 0) g_state = gy + (t - 1) * L.y_stride;
                 else if (H0Rows && c.gx[1]) g_state = static_cast<T*>(std::memset(h0_rows, 0, L.h0_adj * sizeof(T)));
-                else if (HasH0 && c.gx[1]) g_state = c.gx_data(1);
+                else if (HasH0 && c.gx[1]) g_state = c.gx_data(1) + p * L.part_y;
                 v.adj[state_node].ptr = g_state;
             }
             if constexpr (input_node >= 0) {
-                if (!G::is_index[input_node] && c.gx[0]) v.adj[input_node].ptr = c.gx_data(0) + t * L.x_stride;
+                if (!G::is_index[input_node] && c.gx[0]) v.adj[input_node].ptr = c.gx_data(0) + t * L.x_stride + p * L.part_x;
             }
             if constexpr (HasLengths) {  // padding rows: the adjoint passes to the previous state
-                const index_t* len = c.x[len_index].template as<index_t>();
+                const index_t* len = c.x[len_index].template as<index_t>() + p * L.rows;
                 T* g_out = gy + t * L.y_stride;
-                for (std::size_t b = 0; b < rows; ++b)
+                for (std::size_t b = 0; b < L.rows; ++b)
                     if (index_t(t) >= len[b]) {
                         for (std::size_t k = 0; k < width; ++k) g_state[b * width + k] += g_out[b * width + k];
                         std::fill(g_out + b * width, g_out + (b + 1) * width, T(0));
                     }
             }
-            detail::run_cell_backward<info, T>(exec_of(v, L, c.run, t), std::make_index_sequence<N>{});
+            detail::run_cell_backward<info, T>(exec_of(v, L, c.run, t), keep, std::make_index_sequence<N>{});
             if constexpr (H0Rows) {  // the one-row h0's gradient sums over the sequences
                 if (t == 0 && c.gx[1]) {
                     const std::size_t w = c.x[1].size();
-                    for (std::size_t r = 0; r * w < L.y_stride; ++r) kernels::add_to(w, g_state + r * w, c.gx_data(1));
+                    T* into = p == 0 ? c.gx_data(1) : sums + L.h0_grad_off;
+                    for (std::size_t r = 0; r * w < L.part_y; ++r) kernels::add_to(w, g_state + r * w, into);
                 }
             }
+        }
+        // The deferred weights' adjoints: W (K x N) += [x_0; ...; x_T-1]^T [dy_0; ...; dy_T-1].
+        for (std::size_t i = 0; i < N; ++i) {
+            if (!deferred[i]) continue;
+            const std::size_t j = hoisted_index(std::size_t(G::operands[i][1]));
+            if (!c.gx[first_hoisted + j]) continue;
+            const rshape& w = L.shapes[info::hoisted[j]];
+            const std::size_t rows = L.steps * (L.shapes[std::size_t(G::operands[i][0])].size() / w.d[0]);
+            const T* x = kept + L.kept_off[i];
+            kernels::gemm(true, false, w.d[0], w.d[1], rows, T(1), x, w.d[0], x + rows * w.d[0], w.d[1], T(1),
+                          p == 0 ? c.gx_data(first_hoisted + j) : sums + L.grad_off[j], w.d[1]);
         }
     }
 
 private:
-    template <std::size_t K>
-    static std::size_t rows_of(const layout<K>& L) {
-        return L.shapes[info::out].rank ? L.shapes[info::out].d[0] : 1;
-    }
     template <class T, std::size_t K>
     static void check_lengths(const op_io<T, K>& c, const layout<K>& L) {
         if constexpr (HasLengths) {
             const index_t* len = c.x[len_index].template as<index_t>();
-            const std::size_t rows = rows_of(L);
+            const std::size_t rows = L.batch;
             if (c.x[len_index].size() != rows)
                 throw shape_error("ctg::scan: input '" + std::string(c.x_name[len_index]) + "' holds " +
                                   std::to_string(c.x[len_index].size()) + " lengths for a batch of " + std::to_string(rows));

@@ -21,6 +21,9 @@ namespace ctg {
 namespace ops {
 struct affine_op {
     static constexpr std::string_view name = "affine";
+    template <class X, class W, class B>
+    static consteval bool rows_independent() { return true; }  // see op.hpp
+    static constexpr bool weight_adjoint_is_xt_dy = true;  // see op.hpp
     static constexpr bool assigns_adjoints = true;
 
     template <class X, class W, class B>

@@ -12,6 +12,8 @@ namespace ctg {
 namespace ops {
 struct concat_op {
     static constexpr std::string_view name = "concat";
+    template <class A, class... R>
+    static consteval bool rows_independent() { return A::rank >= 2; }  // along the last axis (see op.hpp)
     static constexpr bool assigns_adjoints = true;
     template <class A, class... R>
     static consteval bool check() {

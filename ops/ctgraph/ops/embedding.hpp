@@ -15,6 +15,8 @@ namespace ops {
 struct embedding_op {
     static constexpr std::string_view name = "embedding";
     template <class Table, class Ids>
+    static consteval bool rows_independent() { return true; }  // id r gives row r (see op.hpp)
+    template <class Table, class Ids>
     static consteval bool check() { return Table::rank == 2 && Ids::rank + 1 <= max_rank; }
     template <class Table, class Ids>
     static consteval auto dims() {

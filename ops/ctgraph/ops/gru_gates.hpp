@@ -24,6 +24,8 @@ namespace ctg {
 namespace ops {
 struct gru_gates_op {
     static constexpr std::string_view name = "gru_gates";
+    template <class P, class Q, class Hs>
+    static consteval bool rows_independent() { return true; }  // per element of a row (see op.hpp)
     static constexpr bool assigns_adjoints = true;
 
     template <class P, class Q, class Hs>

@@ -20,6 +20,8 @@ namespace ctg {
 namespace ops {
 struct layer_norm_op {
     static constexpr std::string_view name = "layer_norm";
+    template <class X, class Gamma, class Beta>
+    static consteval bool rows_independent() { return X::rank >= 2; }  // along the last axis (see op.hpp)
     static constexpr double eps = 1e-5;
     static constexpr bool assigns_adjoints = true;
     template <class X, class Gamma, class Beta>

@@ -25,6 +25,8 @@ namespace ctg {
 namespace ops {
 struct lstm_gates_op {
     static constexpr std::string_view name = "lstm_gates";
+    template <class P, class Q, class S>
+    static consteval bool rows_independent() { return true; }  // per element of a row (see op.hpp)
     static constexpr bool assigns_adjoints = true;
 
     template <class P, class Q, class S>

@@ -18,6 +18,8 @@ namespace ops {
 template <dim... D>
 struct reshape_op {
     static constexpr std::string_view name = "reshape";
+    template <class A>
+    static consteval bool rows_independent() { return true; }  // with the batch first in both, rows stay rows (see op.hpp)
     static constexpr bool assigns_adjoints = true;
     static constexpr bool aliases_operand = true;  // the engine points y at x: no copy, no memory
     static constexpr std::array<dim, sizeof...(D)> target{D...};

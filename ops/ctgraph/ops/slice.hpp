@@ -14,6 +14,8 @@ template <long long Begin, long long End>
 struct slice_op {
     static constexpr std::string_view name = "slice";
     template <class A>
+    static consteval bool rows_independent() { return A::rank >= 2; }  // the last axis (see op.hpp)
+    template <class A>
     static consteval bool check() {
         if constexpr (A::rank == 0) return false;
         else return A::dims[A::rank - 1].is_static() && 0 <= Begin && Begin < End && End <= A::dims[A::rank - 1].n;

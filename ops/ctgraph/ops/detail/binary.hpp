@@ -51,6 +51,8 @@ struct binary_op {
     }
 
     static constexpr bool assigns_adjoints = true;
+    template <class A, class B>
+    static consteval bool rows_independent() { return true; }  // element-wise, rows repeated (see op.hpp)
 
     template <class T>
     static void forward(op_io<T, 2>& c) {

@@ -19,6 +19,8 @@ struct rowwise_op {
     static consteval bool check() { return A::rank >= 1; }
     template <class A>
     static consteval auto dims() { return A::dims; }
+    template <class A>
+    static consteval bool rows_independent() { return A::rank >= 2; }  // along the last axis (see op.hpp)
     template <class T>
     static void forward(op_io<T, 1>& c) {
         const std::size_t n = c.y.shape.cols(), rows = c.y.shape.rows();

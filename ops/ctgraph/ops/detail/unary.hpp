@@ -25,6 +25,8 @@ struct unary_op {
     static consteval auto dims() { return S::dims; }
 
     static constexpr bool assigns_adjoints = true;
+    template <class S>
+    static consteval bool rows_independent() { return true; }  // element-wise (see op.hpp)
 
     template <class T>
     static void forward(op_io<T, 1>& c) {
