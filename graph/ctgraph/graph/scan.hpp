@@ -37,9 +37,9 @@
 // (which every part would stream from L3 at every step).
 //
 // Weight adjoints after the loop: a weight W read by one product x W only (matmul, affine: ops
-// declaring weight_adjoint_is_xt_dy) gets sum_t x_t^T dy_t as one product after the steps, from
-// each step's x_t and dy_t kept in the scratch, instead of one product per step whose inner
-// dimension is the batch.
+// declaring weight_adjoint_is_xt_dy) whose x has fewer than 16 rows per step (a batch part of 8)
+// gets sum_t x_t^T dy_t as one product after the steps, from each step's x_t and dy_t kept in the
+// scratch, instead of one narrow product per step (its inner dimension is the rows).
 #pragma once
 #include <algorithm>
 #include <array>
@@ -518,6 +518,11 @@ struct scan_op {
     // runs the op's VJP with W's adjoint null. A recurrent weight's per-step product has the batch
     // (or a part of it) as inner dimension, 8-16: 104-187 GFLOP/s against 219-237 for the one
     // product over 512-1024 rows (128 x 128, 1 thread).
+    // Only where a step's product is narrow: x's rows per step (the product's inner dimension)
+    // under this. At 8 rows the per-step product ran at 104 GFLOP/s against 187 at 16 and 219 over
+    // all steps; from 16 rows on, keeping x_t and dy_t (and reading them back from beyond L2) cost
+    // more than it saved (s2s's GRUs, 32 rows: their backward 4-13 % slower).
+    static constexpr std::size_t defer_below_rows = 16;
     template <std::size_t I>
     static constexpr bool declares_xt_dy() {
         using Op = detail::op_of_t<typename G::template node_t<I>>;
@@ -540,14 +545,6 @@ struct scan_op {
         }
         return d;
     }();
-    /// Hoisted invariant j is a weight of a deferred product: null adjoint during the steps.
-    static constexpr std::array<bool, info::num_hoisted + 1> deferred_weight = [] {
-        std::array<bool, info::num_hoisted + 1> r{};
-        for (std::size_t i = 0; i < N; ++i)
-            for (std::size_t j = 0; deferred[i] && j < info::num_hoisted; ++j)
-                r[j] = r[j] || info::hoisted[j] == std::size_t(G::operands[i][1]);
-        return r;
-    }();
     static constexpr std::size_t hoisted_index(std::size_t node) {
         for (std::size_t j = 0; j < info::num_hoisted; ++j)
             if (info::hoisted[j] == node) return j;
@@ -566,7 +563,11 @@ struct scan_op {
         // A part's sums of the shared invariants' adjoints (parts after the first), at these offsets.
         std::array<std::size_t, info::num_hoisted + 1> grad_off{};
         std::size_t h0_grad_off = 0, grads = 0;
-        // Deferred products' kept x_t and dy_t: node i's from kept_off[i], x of all steps then dy.
+        // Products whose weight adjoint waits for the end of the loop (defer), their weights
+        // (defer_w, by hoisted index, null adjoint during the steps), and where their kept x_t and
+        // dy_t are: node i's from kept_off[i], x of all steps then dy of all steps.
+        std::array<bool, N> defer{};
+        std::array<bool, info::num_hoisted + 1> defer_w{};
         std::array<std::size_t, N> kept_off{};
         std::size_t kept = 0;
         // scratch = [header][part 0]...[part parts-1]; part = [frames][adjoint block][zeros (the
@@ -609,12 +610,15 @@ struct scan_op {
             L.h0_grad_off = L.grads;
             if constexpr (H0Rows) L.grads += round_up_lines(x[1].size());
         }
-        if (!forward_only)
-            for (std::size_t i = 0; i < N; ++i)
-                if (deferred[i]) {
-                    L.kept_off[i] = L.kept;
-                    L.kept += round_up_lines(L.steps * (L.shapes[std::size_t(G::operands[i][0])].size() + L.shapes[i].size()));
-                }
+        for (std::size_t i = 0; i < N && !forward_only; ++i) {
+            if (!deferred[i]) continue;
+            const std::size_t x = std::size_t(G::operands[i][0]), w = std::size_t(G::operands[i][1]);
+            if (L.shapes[x].size() / L.shapes[w].d[0] >= defer_below_rows) continue;
+            L.defer[i] = true;
+            L.defer_w[hoisted_index(w)] = true;
+            L.kept_off[i] = L.kept;
+            L.kept += round_up_lines(L.steps * (L.shapes[x].size() + L.shapes[i].size()));
+        }
         L.part_total = L.kept_base() + L.kept;
         L.x_stride = L.steps ? x[0].size() / L.steps : 0;
         L.part_x = L.x_stride / parts;
@@ -773,7 +777,7 @@ struct scan_op {
         std::size_t t = L.steps;
         T* kept = base + L.kept_base();
         const auto keep = [&](std::size_t i) {  // a deferred product's x_t and dy_t, after its VJP
-            if (!deferred[i] || !c.gx[first_hoisted + hoisted_index(std::size_t(G::operands[i][1]))]) return;
+            if (!L.defer[i] || !c.gx[first_hoisted + hoisted_index(std::size_t(G::operands[i][1]))]) return;
             const view& x = v.val[std::size_t(G::operands[i][0])];
             const std::size_t nx = x.size(), ny = v.adj[i].size();
             T* at = kept + L.kept_off[i];
@@ -791,7 +795,7 @@ struct scan_op {
             for (std::size_t j = 0; j < info::num_hoisted; ++j) {
                 const view& g = c.gx[first_hoisted + j];
                 if (!g) continue;
-                v.adj[info::hoisted[j]].ptr = deferred_weight[j] ? nullptr
+                v.adj[info::hoisted[j]].ptr = L.defer_w[j] ? nullptr
                                               : parts_info::rows[j] ? rows_of_part<T>(g.ptr, L.shapes[info::hoisted[j]].size(), p)
                                               : p == 0              ? g.ptr
                                                                     : sums + L.grad_off[j];
@@ -827,7 +831,7 @@ struct scan_op {
         }
         // The deferred weights' adjoints: W (K x N) += [x_0; ...; x_T-1]^T [dy_0; ...; dy_T-1].
         for (std::size_t i = 0; i < N; ++i) {
-            if (!deferred[i]) continue;
+            if (!L.defer[i]) continue;
             const std::size_t j = hoisted_index(std::size_t(G::operands[i][1]));
             if (!c.gx[first_hoisted + j]) continue;
             const rshape& w = L.shapes[info::hoisted[j]];
