@@ -434,3 +434,47 @@ TEST_CASE("element-wise maps split over two threads equal the one-thread result"
     }
     CHECK(one == two);  // the same kernel on the same elements: bit for bit
 }
+
+TEST_CASE("constant operands: A B^T multiplies by B's transpose kept from the scope's first call", "[kernels]") {
+    // Called through register_gemm directly (float): a declared B is transposed once into the
+    // scope's buffer; a B that is not declared, or declared with another shape or stride, takes
+    // the per-call path; the scope ends with the object and an outer scope answers again.
+    const std::size_t M = 8, N = 40, K = 33;
+    const auto A = random_vector<float>(M * K, 1), Bm = random_vector<float>(N * K, 2), other = random_vector<float>(N * K, 3);
+    std::vector<float> buffer(N * K, std::numeric_limits<float>::quiet_NaN()), inner_buffer(N * K);
+    auto product = [&](const std::vector<float>& b) {
+        std::vector<float> c(M * N);
+        kernels::register_gemm(false, true, M, N, K, 1.0f, A.data(), K, b.data(), K, 0.0f, c.data(), N);
+        return c;
+    };
+    auto reference = [&](const std::vector<float>& b) {
+        std::vector<float> c(M * N);
+        kernels::gemm_reference(false, true, M, N, K, 1.0f, A.data(), K, b.data(), K, 0.0f, c.data(), N);
+        return c;
+    };
+    auto check_close = [](const std::vector<float>& x, const std::vector<float>& y) {
+        for (std::size_t i = 0; i < x.size(); ++i) CHECK(x[i] == Approx(y[i]).epsilon(1e-5).margin(1e-5));
+    };
+    {
+        kernels::constant_operands constants;
+        constants.add(Bm.data(), N, K, buffer.data());
+        CHECK(constants.transposed(Bm.data(), K + 1, N, K) == nullptr);  // another stride: not this matrix
+        CHECK(constants.transposed(Bm.data(), K, N - 1, K) == nullptr);
+        CHECK(constants.transposed(other.data(), K, N, K) == nullptr);
+        check_close(product(Bm), reference(Bm));
+        CHECK(buffer[1] == Bm[K]);  // the transpose was kept: row 0 of B^T is column 0 of B
+        buffer[1] += 1.0f;          // and is what later calls multiply by
+        const auto changed = product(Bm);
+        CHECK(changed[1] == Approx(reference(Bm)[1] + A[0]).epsilon(1e-5));
+        check_close(product(other), reference(other));  // not declared: transposed per call
+        {
+            kernels::constant_operands inner;  // nested: the innermost scope is asked
+            inner.add(other.data(), N, K, inner_buffer.data());
+            check_close(product(other), reference(other));
+            check_close(product(Bm), reference(Bm));  // not in the inner scope: per call
+        }
+        CHECK(kernels::constant_operands::active() == &constants);
+    }
+    CHECK(kernels::constant_operands::active() == nullptr);
+    check_close(product(Bm), reference(Bm));
+}

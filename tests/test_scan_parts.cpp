@@ -153,3 +153,37 @@ TEST_CASE("scan parts: an inference program keeps one frame per part", "[scan][t
     REQUIRE(outs[0].size() == outs[1].size());
     for (std::size_t i = 0; i < outs[0].size(); ++i) CHECK(outs[0][i] == outs[1][i]);  // rows computed alike, bit for bit
 }
+
+TEST_CASE("scan parts in float: gradients agree with float64 at one and two threads", "[scan][threads]") {
+    // Wide enough for the register kernel (float products; its policy set to take them all), whose
+    // A B^T keeps the weights' transposes through a backward pass (kernels::constant_operands):
+    // float64 runs none of that, so this compares the two.
+    constexpr int Xw = 16, Hw = 48;
+    using Xs_ = input<"xs", T, B, Xw>;
+    using Gw = input<"gw", T, B, Hw>;
+    const std::size_t steps = 5, batch = 16;
+    const auto xs = values(steps * batch * Xw, 7), gw = values(steps * batch * Hw, 8);
+    const auto policy = kernels::get_register_gemm_policy();
+    kernels::set_register_gemm_policy(kernels::register_gemm_policy::everywhere);
+    auto grads = [&]<class F>(F, int threads) {
+        auto prog = compile<F, options{.input_grads = true}>(sum(mul(nn::gru<"g", Xw, Hw>::run(Xs_{}), Gw{})));
+        prog.params().init(5);
+        const std::vector<F> x(xs.begin(), xs.end()), g(gw.begin(), gw.end());
+        prog.feed("xs", x.data(), rshape{3, {steps, batch, std::size_t(Xw)}});
+        prog.feed("gw", g.data(), rshape{3, {steps, batch, std::size_t(Hw)}});
+        pool_threads pool(threads);
+        std::vector<double> r{double(prog.forward())};
+        prog.backward();
+        for (auto v : prog.params().grads()) r.push_back(double(v));
+        for (auto v : prog.template input_grad<"xs">()) r.push_back(double(v));
+        return r;
+    };
+    const auto exact = grads(double{}, 1);
+    for (int threads : {1, 2}) {
+        INFO(threads << " threads");
+        const auto single = grads(float{}, threads);
+        REQUIRE(single.size() == exact.size());
+        for (std::size_t i = 0; i < exact.size(); ++i) CHECK(single[i] == Approx(exact[i]).epsilon(1e-4).margin(1e-4));
+    }
+    kernels::set_register_gemm_policy(policy);
+}

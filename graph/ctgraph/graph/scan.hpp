@@ -545,6 +545,18 @@ struct scan_op {
         }
         return d;
     }();
+    /// Hoisted invariant j is the weight (operand 1, rank 2) of a product: its transpose is kept
+    /// for the VJPs' dX = dY W^T during backward (kernels::constant_operands).
+    static constexpr std::array<bool, info::num_hoisted + 1> product_weight = [] {
+        constexpr std::array<bool, N> xt_dy = xt_dy_ops(std::make_index_sequence<N>{});
+        std::array<bool, info::num_hoisted + 1> r{};
+        for (std::size_t i = 0; i < N; ++i)
+            for (std::size_t j = 0; info::computed[i] && xt_dy[i] && G::arity[i] >= 2 && j < info::num_hoisted; ++j) {
+                const std::size_t w = info::hoisted[j];
+                r[j] = r[j] || (w == std::size_t(G::operands[i][1]) && G::rank[w] == 2 && !G::is_index[w]);
+            }
+        return r;
+    }();
     static constexpr std::size_t hoisted_index(std::size_t node) {
         for (std::size_t j = 0; j < info::num_hoisted; ++j)
             if (info::hoisted[j] == node) return j;
@@ -570,12 +582,16 @@ struct scan_op {
         std::array<bool, info::num_hoisted + 1> defer_w{};
         std::array<std::size_t, N> kept_off{};
         std::size_t kept = 0;
+        // The product weights' transposes (product_weight), at transposed_off[j] from transposed_base().
+        std::array<std::size_t, info::num_hoisted + 1> transposed_off{};
+        std::size_t transposed = 0;
         // scratch = [header][part 0]...[part parts-1]; part = [frames][adjoint block][zeros (the
-        // initial state)][h0's adjoint rows][adjoint sums][kept x_t, dy_t]
+        // initial state)][h0's adjoint rows][adjoint sums][kept x_t, dy_t][transposed weights]
         std::size_t part_base(std::size_t p) const { return header + p * part_total; }
         std::size_t zeros_off() const { return this->frames_size(steps) + this->adj_block; }
         std::size_t grads_off() const { return zeros_off() + zeros + h0_adj; }
         std::size_t kept_base() const { return grads_off() + grads; }
+        std::size_t transposed_base() const { return kept_base() + kept; }
         std::size_t total() const { return header + parts * part_total; }
     };
 
@@ -619,7 +635,12 @@ struct scan_op {
             L.kept_off[i] = L.kept;
             L.kept += round_up_lines(L.steps * (L.shapes[x].size() + L.shapes[i].size()));
         }
-        L.part_total = L.kept_base() + L.kept;
+        for (std::size_t j = 0; j < info::num_hoisted && !forward_only; ++j)
+            if (product_weight[j]) {
+                L.transposed_off[j] = L.transposed;
+                L.transposed += round_up_lines(L.shapes[info::hoisted[j]].size());
+            }
+        L.part_total = L.transposed_base() + L.transposed;
         L.x_stride = L.steps ? x[0].size() / L.steps : 0;
         L.part_x = L.x_stride / parts;
         L.part_y = L.shapes[info::out].size();
@@ -774,6 +795,14 @@ struct scan_op {
         T* gy = c.gy_data() + p * L.part_y;
         step_views<T, K> v;
         const std::size_t width = L.rows ? L.part_y / L.rows : 0;
+        // Every step's dX = dY W^T multiplies by the same W: transposed once per pass, not per step.
+        kernels::constant_operands constants;
+        if constexpr (std::is_same_v<T, float>)
+            for (std::size_t j = 0; j < info::num_hoisted; ++j)
+                if (product_weight[j] && !parts_info::rows[j]) {
+                    const rshape& w = L.shapes[info::hoisted[j]];
+                    constants.add(c.x_data(first_hoisted + j), w.d[0], w.d[1], base + L.transposed_base() + L.transposed_off[j]);
+                }
         std::size_t t = L.steps;
         T* kept = base + L.kept_base();
         const auto keep = [&](std::size_t i) {  // a deferred product's x_t and dy_t, after its VJP

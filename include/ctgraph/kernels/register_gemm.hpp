@@ -16,7 +16,9 @@
 // through zero-padded copies, op(B) = B^T transposed into a per-thread
 // panel first, 32 rows of B at a time (16 x 16 blocks in AVX-512 registers).
 #pragma once
+#include <array>
 #include <cstddef>
+#include <type_traits>
 #include <utility>
 
 #include "ctgraph/kernels/parallel.hpp"
@@ -309,6 +311,53 @@ inline void transpose(std::size_t rows, std::size_t cols, const T* src, std::siz
         for (std::size_t c = 0; c < cols; ++c) dst[c * ldd + r0] = (accumulate ? dst[c * ldd + r0] : T(0)) + src[r0 * lds + c];
 }
 
+/// Matrices that do not change while an object of this type lives on the calling thread (a scan's
+/// weights during its backward pass): register_gemm's A B^T with such a B transposes it once, at
+/// its first use in the scope, into a buffer the owner provides, and multiplies by the transpose
+/// afterwards, instead of transposing B at every call (a recurrent step's dX = dY W^T for 8 rows x
+/// 128 x 128: the transpose was a third of the call). Scopes nest; the innermost one is asked.
+class constant_operands {
+public:
+    static constexpr std::size_t capacity = 8;
+    constant_operands() : outer_(active()) { active() = this; }
+    ~constant_operands() { active() = outer_; }
+    constant_operands(const constant_operands&) = delete;
+    constant_operands& operator=(const constant_operands&) = delete;
+
+    /// Declares the rows x cols floats at p (row-major, contiguous) constant for the scope; `buffer`
+    /// has room for their transpose. Beyond `capacity` matrices, the rest are not kept.
+    void add(const float* p, std::size_t rows, std::size_t cols, float* buffer) {
+        if (n_ < capacity) entries_[n_++] = {p, rows, cols, buffer, false};
+    }
+    /// op(B) = B^T of a product with B (N x K, stride ldb): the K x N transpose if B is a declared
+    /// matrix (computed at the first request), else nullptr.
+    const float* transposed(const float* B, std::size_t ldb, std::size_t N, std::size_t K) {
+        for (std::size_t i = 0; i < n_; ++i) {
+            entry& e = entries_[i];
+            if (e.p != B || e.rows != N || e.cols != K || ldb != K) continue;
+            if (!e.ready) transpose(N, K, B, ldb, e.t, N);
+            e.ready = true;
+            return e.t;
+        }
+        return nullptr;
+    }
+    static constant_operands*& active() {
+        thread_local constant_operands* scope = nullptr;
+        return scope;
+    }
+
+private:
+    struct entry {
+        const float* p;
+        std::size_t rows, cols;
+        float* t;
+        bool ready;
+    };
+    std::array<entry, capacity> entries_{};
+    std::size_t n_ = 0;
+    constant_operands* outer_;
+};
+
 /// C (M x N) = alpha * op(A) op(B) + beta * C (+ `bias`, N values, in every row), row-major, on the
 /// calling thread; the same contract as gemm_reference. op(B) = B^T is transposed into a per-thread
 /// buffer, 2 vectors of columns of C (32 floats) at a time, so the buffer stays in L1.
@@ -320,6 +369,12 @@ inline void register_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t
         detail::register_gemm_b(trans_a, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
         return;
     }
+    if constexpr (std::is_same_v<T, float>)
+        if (constant_operands* constants = constant_operands::active())
+            if (const float* bt = constants->transposed(B, ldb, N, K)) {
+                detail::register_gemm_b(trans_a, M, N, K, alpha, A, lda, bt, N, beta, C, ldc, bias);
+                return;
+            }
 #if defined(__AVX512F__)
     if constexpr (std::is_same_v<T, float>)
         if (!trans_a && register_gemm_nt_dots(M)) {
