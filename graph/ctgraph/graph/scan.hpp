@@ -376,6 +376,13 @@ template <class T>
     kernels::gemm(true, false, K, N, rows, T(1), x, K, dy, N, T(1), w, N);
 }
 
+/// y += x (n elements): kernels::add_to out of line, once per element type (inlined at each of a
+/// scan's adjoint sums, it grew every scan type's code by kilobytes).
+template <class T>
+[[gnu::noinline]] inline void add_into(std::size_t n, const T* x, T* y) {
+    kernels::add_to(n, x, y);
+}
+
 /// Scans run in batch parts so far in this process (tests and benchmarks read it).
 inline std::atomic<long>& scan_parts_runs() {
     static std::atomic<long> n{0};
@@ -595,8 +602,10 @@ struct scan_op {
         std::size_t total() const { return header + parts * part_total; }
     };
 
+    // noinline: one body per scan type for scratch_size and the remembered plans of forward and
+    // backward (inlined into each, it was a third of the scan's code in test_cells).
     template <std::size_t K>
-    static layout<K> plan(const std::array<rshape, K>& x, bool forward_only, std::size_t parts) {
+    [[gnu::noinline]] static layout<K> plan(const std::array<rshape, K>& x, bool forward_only, std::size_t parts) {
         layout<K> L;
         using binding = typename detail::cell_frame<info>::binding;
         // The cell's dimension letters come from the operands' runtime shapes; with parts, the
@@ -682,6 +691,7 @@ struct scan_op {
 
     template <class T, std::size_t K>
     static void values_at(step_views<T, K>& v, const op_io<T, K>& c, const layout<K>& L, std::size_t t, std::size_t p) {
+        if constexpr (!parts_info::ok) p = 0;  // (a cell that never runs in parts: no part offsets in its code)
         T* base = c.scratch.template as<T>() + L.part_base(p);
         T* y = c.y_data() + p * L.part_y;
         for (std::size_t i = 0; i < N; ++i) {
@@ -745,6 +755,7 @@ struct scan_op {
     // into both, it doubled the cell's code: test_scan compiled 8 % slower).
     template <class T, std::size_t K>
     [[gnu::noinline]] static void forward_part(const op_io<T, K>& c, const layout<K>& L, std::size_t p) {
+        if constexpr (!parts_info::ok) p = 0;  // (a cell that never runs in parts: no part offsets in its code)
         T* base = c.scratch.template as<T>() + L.part_base(p);
         T* zeros = base + L.zeros_off();
         std::fill(zeros, zeros + L.zeros, T(0));
@@ -780,14 +791,15 @@ struct scan_op {
             const T* sums = c.scratch.template as<T>() + L.part_base(p) + L.grads_off();
             for (std::size_t j = 0; j < info::num_hoisted; ++j)
                 if (!parts_info::rows[j] && info::has_adjoint[info::hoisted[j]] && c.gx[first_hoisted + j])
-                    kernels::add_to(c.gx[first_hoisted + j].size(), sums + L.grad_off[j], c.gx_data(first_hoisted + j));
+                    detail::add_into(c.gx[first_hoisted + j].size(), sums + L.grad_off[j], c.gx_data(first_hoisted + j));
             if constexpr (H0Rows)
-                if (c.gx[1]) kernels::add_to(c.gx[1].size(), sums + L.h0_grad_off, c.gx_data(1));
+                if (c.gx[1]) detail::add_into(c.gx[1].size(), sums + L.h0_grad_off, c.gx_data(1));
         }
     }
 
     template <class T, std::size_t K>
     [[gnu::noinline]] static void backward_part(const op_io<T, K>& c, const layout<K>& L, std::size_t p) {
+        if constexpr (!parts_info::ok) p = 0;  // (a cell that never runs in parts: no part offsets in its code)
         T* base = c.scratch.template as<T>() + L.part_base(p);
         T* adj_block = base + L.frames_size(L.steps);
         T* sums = base + L.grads_off();
@@ -806,7 +818,8 @@ struct scan_op {
         std::size_t t = L.steps;
         T* kept = base + L.kept_base();
         const auto keep = [&](std::size_t i) {  // a deferred product's x_t and dy_t, after its VJP
-            if (!L.defer[i] || !c.gx[first_hoisted + hoisted_index(std::size_t(G::operands[i][1]))]) return;
+            // deferred[] first: a constant once inlined at each node, so the rest is code only there
+            if (!deferred[i] || !L.defer[i] || !c.gx[first_hoisted + hoisted_index(std::size_t(G::operands[i][1]))]) return;
             const view& x = v.val[std::size_t(G::operands[i][0])];
             const std::size_t nx = x.size(), ny = v.adj[i].size();
             T* at = kept + L.kept_off[i];
@@ -854,7 +867,7 @@ struct scan_op {
                 if (t == 0 && c.gx[1]) {
                     const std::size_t w = c.x[1].size();
                     T* into = p == 0 ? c.gx_data(1) : sums + L.h0_grad_off;
-                    for (std::size_t r = 0; r * w < L.part_y; ++r) kernels::add_to(w, g_state + r * w, into);
+                    for (std::size_t r = 0; r * w < L.part_y; ++r) detail::add_into(w, g_state + r * w, into);
                 }
             }
         }
