@@ -34,7 +34,7 @@
 // part sums their adjoints on its own and the sums are added in part order. A cell that reads
 // across rows (reverse_time), numbers its elements (dropout) or uses an op that does not declare
 // rows_independent runs whole, as does a batch with less than 16 rows or weights over 2^17 elements
-// (which every part would stream from L3 at every step).
+// (every part would read them all at every step; a reasoned limit, not a measured one).
 //
 // Weight adjoints after the loop: a weight W read by one product x W only (matmul, affine: ops
 // declaring weight_adjoint_is_xt_dy) whose x has fewer than 16 rows per step (a batch part of 8)
@@ -490,9 +490,10 @@ struct scan_op {
     // the batch allows, so resizing the pool between planning and a step stays in bounds.
     using parts_info = detail::batch_parts<info, state_node, input_node>;
     static constexpr std::size_t min_part_rows = 8, max_parts = 8;
-    // Shared invariants (weights) over this many elements: every part would stream them from L3 at
-    // every step; a product split per step reads each weight once (measured in bench/, see
-    // docs/performance.md).
+    // Shared invariants (weights) over this many elements (512 KiB of floats) keep the scan whole:
+    // every part would read all of them at every step, where a product split per step reads each
+    // weight once. A reasoned limit, not a measured crossover (the reference workloads' weights are
+    // 64-196 KiB): measure one before moving it.
     static constexpr std::size_t max_shared_elems = std::size_t(1) << 17;
     static constexpr std::size_t header = 16;  // scratch elements holding the part count (a cache line)
 
@@ -522,13 +523,10 @@ struct scan_op {
     // A hoisted weight W (rank 2) read by one product x W only (an op declaring
     // weight_adjoint_is_xt_dy: matmul, affine) gets its adjoint sum_t x_t^T dy_t as one product over
     // all steps after the loop: each step keeps its x_t and dy_t (the product's result adjoint) and
-    // runs the op's VJP with W's adjoint null. A recurrent weight's per-step product has the batch
-    // (or a part of it) as inner dimension, 8-16: 104-187 GFLOP/s against 219-237 for the one
-    // product over 512-1024 rows (128 x 128, 1 thread).
-    // Only where a step's product is narrow: x's rows per step (the product's inner dimension)
-    // under this. At 8 rows the per-step product ran at 104 GFLOP/s against 187 at 16 and 219 over
-    // all steps; from 16 rows on, keeping x_t and dy_t (and reading them back from beyond L2) cost
-    // more than it saved (s2s's GRUs, 32 rows: their backward 4-13 % slower).
+    // runs the op's VJP with W's adjoint null. Only where a step's product is narrow: x's rows per
+    // step (the product's inner dimension) under defer_below_rows. 128 x 128 at 1 thread: 104
+    // GFLOP/s at 8 rows, 187 at 16, 219 over 512; from 16 rows on, keeping x_t and dy_t (read back
+    // from beyond L2) cost more than it saved (s2s's 32-row GRUs: their backward 4-13 % slower).
     static constexpr std::size_t defer_below_rows = 16;
     template <std::size_t I>
     static constexpr bool declares_xt_dy() {

@@ -315,7 +315,7 @@ inline void transpose(std::size_t rows, std::size_t cols, const T* src, std::siz
 /// weights during its backward pass): register_gemm's A B^T with such a B transposes it once, at
 /// its first use in the scope, into a buffer the owner provides, and multiplies by the transpose
 /// afterwards, instead of transposing B at every call (a recurrent step's dX = dY W^T for 8 rows x
-/// 128 x 128: the transpose was a third of the call). Scopes nest; the innermost one is asked.
+/// 128 x 128: the transpose took 40 % of the call in a perf profile of the rnn). Scopes nest; the innermost one is asked.
 class constant_operands {
 public:
     static constexpr std::size_t capacity = 8;
