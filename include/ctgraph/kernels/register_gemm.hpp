@@ -16,6 +16,7 @@
 // through zero-padded copies, op(B) = B^T transposed into a per-thread
 // panel first, 32 rows of B at a time (16 x 16 blocks in AVX-512 registers).
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <type_traits>
@@ -71,9 +72,11 @@ inline constexpr std::size_t tile_cols = 2 * batch<T>::size;
 
 // C[8 x 2W] = alpha * sum_k A(r, k) B[k, .] + beta * C (+ bias[.] in every row), where A(r, k) =
 // A[k * lda + r] when A_T (A^T is stored), else A[r * lda + k]. (One runtime-strided tile for both
-// ran A^T products 10 % slower: the constant offsets of A_T's eight broadcasts matter.)
+// ran A^T products 10 % slower: the constant offsets of A_T's eight broadcasts matter.) Out of
+// line: inlined into register_panels' loops (gpt-m's training step), it ran its products about
+// 1.5x slower.
 template <class T, bool A_T>
-inline void register_tile(std::size_t K, const T* A, std::size_t lda, const T* B, std::size_t ldb, T alpha, T beta,
+[[gnu::noinline]] inline void register_tile(std::size_t K, const T* A, std::size_t lda, const T* B, std::size_t ldb, T alpha, T beta,
                           T* C, std::size_t ldc, const T* bias = nullptr) {
     using V = batch<T>;
     constexpr std::size_t W = V::size, R = tile_rows;
@@ -103,6 +106,17 @@ inline void put_scaled(T& c, T v, T alpha, T beta, T bias = T(0)) {
     c = alpha * v + bias + (beta == T(0) ? T(0) : beta * c);
 }
 
+// register_panels' copies of A^T (see there): blocks of at most this many bytes, of at most
+// packed_k values of k; only where A^T's K x M values are more than packed_min_bytes (below, they
+// stay in L2 and are read in place as fast: 256 x 64 x 256 ran 235 GFLOP/s in place, 190 copied).
+// Measured with 1 thread, float, on the Zen 5 host (GFLOP/s in place -> copied, two rounds):
+// 1536 x 384 x 2048 72-126 -> 182-197, 384 x 1536 x 2048 154-163 -> 143-194, 384 x 384 x 2048
+// 134-167 -> 181-219, 128 x 512 x 1024 183-187 -> 181-227; blocks of 128 KB or 512 KB, or
+// stretches of 512 or all 2048 values of k, were no better.
+inline constexpr std::size_t packed_block_bytes = std::size_t(256) << 10;
+inline constexpr std::size_t packed_k = 1024;
+inline constexpr std::size_t packed_min_bytes = std::size_t(256) << 10;
+
 // C (M x N, N a multiple of tile_cols) = alpha * op(A) B + beta * C, one column panel at a time
 // (B's K x 32 panel stays in cache across the row tiles). The last M % 8 rows of A are copied
 // into a zero-padded 8-row block once (in A's layout), and their tiles go through a scratch tile.
@@ -121,28 +135,64 @@ inline void register_panels(std::size_t M, std::size_t N, std::size_t K, T alpha
             }
     }
     const bool prefetch_c = M * N * sizeof(T) > (std::size_t(256) << 10);
-    for (std::size_t j = 0; j < N; j += NR) {
-        for (std::size_t i = 0; i < full; i += R) {
-            // The next tile's rows of C, requested now (for writing) so that they arrive while this
-            // tile computes: in a training step a large C is usually not in cache (a layer's
-            // output), and the tile's stores waited for their lines (gpt-s at 1 thread: 32.2 ->
-            // 30.6 ms). A C of the size of L2's share (an attention head's scores) is left alone.
-            const bool same_panel = i + R < full;
-            if (const std::size_t nj = same_panel ? j : j + NR; prefetch_c && nj < N)
-                for (std::size_t r = 0, next = same_panel ? i + R : 0; r < R; ++r) {
-                    __builtin_prefetch(C + (next + r) * ldc + nj, 1, 3);
-                    __builtin_prefetch(C + (next + r) * ldc + nj + NR - 1, 1, 3);
-                }
-            register_tile<T, A_T>(K, A_T ? A + i : A + i * lda, lda, B + j, ldb, alpha, beta, C + i * ldc + j, ldc,
-                                  bias ? bias + j : nullptr);
+    // The full row tiles [i0, i1) against every panel of B's rows [k0, k0 + kn): tile i's A starts
+    // at a_of(i), stride a_ld; C = alpha * sum + beta_ * C (+ bias_).
+    const auto tiles = [&](std::size_t i0, std::size_t i1, auto&& a_of, std::size_t a_ld, std::size_t k0, std::size_t kn,
+                           T beta_, const T* bias_) {
+        for (std::size_t j = 0; j < N; j += NR)
+            for (std::size_t i = i0; i < i1; i += R) {
+                // The next tile's rows of C, requested now (for writing) so that they arrive while this
+                // tile computes: in a training step a large C is usually not in cache (a layer's
+                // output), and the tile's stores waited for their lines (gpt-s at 1 thread: 32.2 ->
+                // 30.6 ms). A C of the size of L2's share (an attention head's scores) is left alone.
+                const bool same_panel = i + R < i1;
+                if (const std::size_t nj = same_panel ? j : j + NR; prefetch_c && nj < N)
+                    for (std::size_t r = 0, next = same_panel ? i + R : i0; r < R; ++r) {
+                        __builtin_prefetch(C + (next + r) * ldc + nj, 1, 3);
+                        __builtin_prefetch(C + (next + r) * ldc + nj + NR - 1, 1, 3);
+                    }
+                register_tile<T, A_T>(kn, a_of(i), a_ld, B + k0 * ldb + j, ldb, alpha, beta_, C + i * ldc + j, ldc,
+                                      bias_ ? bias_ + j : nullptr);
+            }
+    };
+    if constexpr (!A_T) {
+        tiles(0, full, [&](std::size_t i) { return A + i * lda; }, lda, 0, K, beta, bias);
+    } else if (N > NR && full > R && K * M * sizeof(T) > packed_min_bytes) {
+        // A^T read in place costs a cache line (and, for long rows of A, a page) per step of k and
+        // tile, for every panel of B: A's K x 8 strip is scattered over K lines. So blocks of A^T
+        // (rows x a stretch of k) are copied first, each tile's strip contiguous (k-major, 8 values
+        // per k), and every panel runs over the block while it is in L2; a stretch of k's sum is
+        // added to C (beta 1 after the first). See packed_block_bytes for the figures.
+        const std::size_t kc = std::min(K, packed_k);
+        const std::size_t block = std::min(full, std::max(R, packed_block_bytes / (kc * sizeof(T)) / R * R));
+        scratch<T> packed(block * kc);
+        T* pk = packed.data();
+        for (std::size_t k0 = 0; k0 < K; k0 += kc) {
+            const std::size_t kn = std::min(kc, K - k0);
+            for (std::size_t i0 = 0; i0 < full; i0 += block) {
+                const std::size_t i1 = std::min(full, i0 + block);
+                // 8 rows of A at a time, so that each tile's strip is written 8 k (256 bytes) at a
+                // time (one k per strip at a time wrote strips kn * 32 bytes apart: the same L1 set)
+                for (std::size_t ka = 0; ka < kn; ka += R)
+                    for (std::size_t t = 0; t < (i1 - i0) / R; ++t)
+                        for (std::size_t k = ka; k < std::min(kn, ka + R); ++k)
+                            std::copy_n(A + (k0 + k) * lda + i0 + t * R, R, pk + (t * kn + k) * R);
+                tiles(i0, i1, [&](std::size_t i) { return pk + (i - i0) * kn; }, R, k0, kn, k0 ? T(1) : beta,
+                      k0 ? nullptr : bias);
+            }
         }
-        if (rest) {
+    } else {  // in place, in the same stretches of k (the same sums whichever path a piece of a split product takes)
+        for (std::size_t k0 = 0; k0 < K; k0 += packed_k)
+            tiles(0, full, [&](std::size_t i) { return A + k0 * lda + i; }, lda, k0, std::min(packed_k, K - k0),
+                  k0 ? T(1) : beta, k0 ? nullptr : bias);
+    }
+    if (rest)
+        for (std::size_t j = 0; j < N; j += NR) {
             register_tile<T, A_T>(K, a_rest, A_T ? R : K, B + j, ldb, T(1), T(0), c_rest, NR);
             for (std::size_t r = 0; r < rest; ++r)
                 for (std::size_t c = 0; c < NR; ++c)
                     put_scaled(C[(full + r) * ldc + j + c], c_rest[r * NR + c], alpha, beta, bias ? bias[j + c] : T(0));
         }
-    }
 }
 
 // C (M x N), B row-major: whole panels, then the last N % 32 columns: as dot products (or, for
