@@ -137,6 +137,35 @@ TEMPLATE_TEST_CASE("register GEMM kernel matches the reference loop on every til
                         }
 }
 
+TEST_CASE("register GEMM kernel: A^T copied in blocks and long k summed in stretches", "[kernels]") {
+    // A^T over packed_min_bytes is copied a block of rows and a stretch of k at a time; k beyond
+    // packed_k is summed in stretches added to C. Rows in several blocks and a tail, two stretches
+    // of k and a short one, column tails of one and of more, B in either layout, strided operands.
+    using kernels::detail::packed_k;
+    for (std::size_t M : {std::size_t(100), std::size_t(161)})
+        for (std::size_t N : {std::size_t(70), std::size_t(97)})
+            for (std::size_t K : {packed_k - 7, 2 * packed_k + 9})
+                for (bool tb : {false, true})
+                    for (float beta : {0.0f, 0.5f}) {
+                        const std::size_t lda = M + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+                        REQUIRE(K * M * sizeof(float) > kernels::detail::packed_min_bytes);
+                        auto A = random_vector<float>(K * lda, 1), Bm = random_vector<float>((tb ? N : K) * ldb, 2);
+                        auto C0 = random_vector<float>(M * ldc, 3);
+                        const auto bias = random_vector<float>(N, 4);
+                        if (beta == 0.0f) std::fill(C0.begin(), C0.end(), std::numeric_limits<float>::quiet_NaN());
+                        auto C1 = C0, Cref = C0;
+                        kernels::register_gemm(true, tb, M, N, K, 1.5f, A.data(), lda, Bm.data(), ldb, beta, C1.data(), ldc, bias.data());
+                        kernels::gemm_reference(true, tb, M, N, K, 1.5f, A.data(), lda, Bm.data(), ldb, beta, Cref.data(), ldc, bias.data());
+                        INFO("M " << M << " N " << N << " K " << K << " tb " << tb << " beta " << beta);
+                        for (std::size_t i = 0; i < M; ++i) {
+                            for (std::size_t j = 0; j < N; ++j)
+                                CHECK(C1[i * ldc + j] == Approx(Cref[i * ldc + j]).epsilon(1e-5).margin(1e-5 * double(K)));
+                            for (std::size_t j = N; j < ldc; ++j)
+                                CHECK((std::isnan(C0[i * ldc + j]) ? std::isnan(C1[i * ldc + j]) : C1[i * ldc + j] == C0[i * ldc + j]));
+                        }
+                    }
+}
+
 TEST_CASE("the register kernel is chosen where it measured faster, and gemm() agrees there", "[kernels]") {
     CHECK(kernels::register_gemm_faster<float>(false, false, 128, 64, 128));        // an attention head's P V
     CHECK(kernels::register_gemm_faster<float>(false, true, 64, 64, 32));           // A B^T from 2^17
@@ -195,15 +224,24 @@ TEST_CASE("both register-kernel policies: gemm() matches the reference on every 
                 for (std::size_t i = 0; i < C1.size(); ++i) CHECK(C1[i] == Approx(C2[i]).epsilon(1e-5).margin(1e-4));
             }
     }
-    // CTG_REGISTER_GEMM names the policy instead of measuring it; anything else is an error
+    // The policy follows the machine: the register kernel everywhere only with full-width AVX-512
+    // vectors in this build and no AVX-512 kernels in OpenBLAS
+    using kernels::register_gemm_policy;
+    using kernels::detail::policy_for;
+    CHECK(policy_for({true, true, "Haswell"}) == register_gemm_policy::everywhere);   // Zen 5
+    CHECK(policy_for({true, false, "Zen"}) == register_gemm_policy::table);          // Zen 4
+    CHECK(policy_for({true, true, "SkylakeX"}) == register_gemm_policy::table);      // OpenBLAS's own AVX-512
+    CHECK(policy_for({false, true, "Haswell"}) == register_gemm_policy::table);      // an AVX2 build
+    CHECK(policy_for({true, true, ""}) == register_gemm_policy::everywhere);         // another BLAS
+    // CTG_REGISTER_GEMM names the policy instead; anything else is an error
     const char* saved = std::getenv("CTG_REGISTER_GEMM");
     const std::string saved_value = saved ? saved : "";
     ::setenv("CTG_REGISTER_GEMM", "table", 1);
-    CHECK(kernels::detail::measure_register_gemm_policy() == kernels::register_gemm_policy::table);
+    CHECK(kernels::detail::choose_register_gemm_policy() == kernels::register_gemm_policy::table);
     ::setenv("CTG_REGISTER_GEMM", "everywhere", 1);
-    CHECK(kernels::detail::measure_register_gemm_policy() == kernels::register_gemm_policy::everywhere);
+    CHECK(kernels::detail::choose_register_gemm_policy() == kernels::register_gemm_policy::everywhere);
     ::setenv("CTG_REGISTER_GEMM", "fastest", 1);
-    CHECK_THROWS_WITH(kernels::detail::measure_register_gemm_policy(), Catch::Contains("CTG_REGISTER_GEMM='fastest'"));
+    CHECK_THROWS_WITH(kernels::detail::choose_register_gemm_policy(), Catch::Contains("CTG_REGISTER_GEMM='fastest'"));
     if (saved) ::setenv("CTG_REGISTER_GEMM", saved_value.c_str(), 1);
     else ::unsetenv("CTG_REGISTER_GEMM");
 }
@@ -417,6 +455,37 @@ TEMPLATE_TEST_CASE("GEMM split over two threads matches the reference loop and t
                         for (std::size_t j = N; j < ldc; ++j)
                             CHECK((std::isnan(C0[i * ldc + j]) ? std::isnan(C2[i * ldc + j]) : C2[i * ldc + j] == C0[i * ldc + j]));
                 }
+}
+
+TEMPLATE_TEST_CASE("gemm_together: products cut into pieces of one job equal each product alone", "[kernels][threads]", float, double) {
+    // A linear layer's two VJPs of unequal cost (dX = dY W^T, dW = x^T dY), large enough to be cut
+    // into several pieces each, and small ones (one task each); a product without C is skipped.
+    struct layer { std::size_t M, K, N; };
+    for (layer l : {layer{1024, 256, 160}, layer{512, 200, 96}, layer{40, 24, 16}, layer{300, 65, 130}})
+        for (bool skip_dx : {false, true}) {
+            const auto [M, K, N] = l;
+            auto x = random_vector<TestType>(M * K, 1), w = random_vector<TestType>(K * N, 2), dy = random_vector<TestType>(M * N, 3);
+            auto dx0 = random_vector<TestType>(M * K, 4), dw0 = random_vector<TestType>(K * N, 5);
+            auto dx1 = dx0, dw1 = dw0, dx2 = dx0, dw2 = dw0;
+            const auto args = [&](TestType* dx, TestType* dw) {
+                return std::array{kernels::gemm_args<TestType>{false, true, M, K, N, TestType(1), dy.data(), N, w.data(), N, TestType(0.5), skip_dx ? nullptr : dx, K},
+                                  kernels::gemm_args<TestType>{true, false, K, N, M, TestType(1), x.data(), K, dy.data(), N, TestType(0), dw, N}};
+            };
+            {
+                pool_threads pool(2);
+                kernels::gemm_together(args(dx2.data(), dw2.data()));
+            }
+            {
+                pool_threads pool(1);
+                if (!skip_dx) kernels::gemm(false, true, M, K, N, TestType(1), dy.data(), N, w.data(), N, TestType(0.5), dx1.data(), K);
+                kernels::gemm(true, false, K, N, M, TestType(1), x.data(), K, dy.data(), N, TestType(0), dw1.data(), N);
+            }
+            INFO("M " << M << " K " << K << " N " << N << " skip dx " << skip_dx);
+            const double margin = (std::is_same_v<TestType, float> ? 1e-5 : 1e-13) * double(std::max(M, N));
+            for (std::size_t i = 0; i < M * K; ++i)
+                CHECK((skip_dx ? dx2[i] == dx0[i] : dx2[i] == Approx(dx1[i]).epsilon(1e-5).margin(margin)));
+            for (std::size_t i = 0; i < K * N; ++i) CHECK(dw2[i] == Approx(dw1[i]).epsilon(1e-5).margin(margin));
+        }
 }
 
 TEST_CASE("element-wise maps split over two threads equal the one-thread result", "[kernels][threads]") {

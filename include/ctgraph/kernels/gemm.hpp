@@ -12,6 +12,7 @@
 // triple loop the tests compare them with.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -25,10 +26,16 @@
 
 extern "C" {
 #include <cblas.h>
+// OpenBLAS's name for the kernels it chose; weak, so a BLAS without it links too.
+__attribute__((weak)) char* openblas_get_corename(void);
 // OpenBLAS's own (exported) shutdown of its thread server, as its fork handler uses it; weak, so
 // a BLAS without it links too.
 __attribute__((weak)) int blas_thread_shutdown_(void);
 }
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "ctgraph/kernels/gemm_profile.hpp"
 #include "ctgraph/kernels/parallel.hpp"
@@ -86,57 +93,65 @@ enum class register_gemm_policy {
 
 namespace detail {
 
-// Times the register kernel against OpenBLAS on one product below the table's crossover (64^3: the
-// table says OpenBLAS) and chooses `everywhere` when the register kernel is over 1.5x faster. What
-// it detects: Debian's OpenBLAS 0.3.21 runs its Haswell (AVX2) kernels on a Zen 5 (it does not know
-// the CPU), which executes AVX-512 at twice the AVX2 rate; there the register kernel won on every
-// shape of bench/gemm-shapes but one (N of one vector: 1.0x), 1.2-2.9x (64^3: 2.1x). Where AVX-512
-// runs at the AVX2 rate (Zen 4), or OpenBLAS has AVX-512 kernels of its own, the ratio is about 1
-// or below (the Zen 4 table: 0.9-1.0 on 128 x 64 x 64, not timed at 64^3 there), far from the
-// threshold, so the choice does not flip between processes (a resumed run must compute what the
-// uninterrupted one did, bit for bit). Best of 7 rounds of 8 calls each, 0.4 ms once per
-// process. CTG_REGISTER_GEMM=table|everywhere skips the measurement.
-inline register_gemm_policy measure_register_gemm_policy() {
+// What the machine is, as far as the choice goes: whether this build's register kernel runs
+// 512-bit vectors, whether the CPU executes them at full width, and which kernels OpenBLAS chose.
+struct gemm_machine {
+    bool avx512_build = false;       // this build's kernels use 512-bit vectors (-march with AVX-512)
+    bool avx512_full_width = false;  // the CPU runs them at twice the AVX2 rate (not Zen 4's two 256-bit halves)
+    std::string_view blas_core;      // openblas_get_corename(): "Haswell", "SkylakeX", "Zen", ...
+};
+
+inline gemm_machine this_machine() {
+    gemm_machine m;
+    if (openblas_get_corename) m.blas_core = openblas_get_corename();
+#if defined(__AVX512F__) && (defined(__x86_64__) || defined(__i386__))
+    m.avx512_build = true;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    __get_cpuid(0, &eax, &ebx, &ecx, &edx);
+    const bool amd = ebx == 0x68747541u;  // "Auth" of "AuthenticAMD"
+    __get_cpuid(1, &eax, &ebx, &ecx, &edx);
+    const unsigned family = ((eax >> 8) & 0xfu) + (((eax >> 8) & 0xfu) == 0xfu ? (eax >> 20) & 0xffu : 0u);
+    m.avx512_full_width = !(amd && family == 0x19);  // Zen 4 (family 19h) splits 512-bit operations in two
+#endif
+    return m;
+}
+
+// The policy for a machine: `everywhere` where the register kernel runs 512-bit vectors at full
+// width and OpenBLAS has no AVX-512 kernels of its own for the CPU (Debian's OpenBLAS 0.3.21 runs
+// its Haswell kernels on a Zen 5, family 1Ah, which it does not know); else `table`. Measured on
+// bench/gemm-shapes: on the Zen 5 the register kernel won on every shape but one (N of one vector:
+// 1.0x), 1.2-2.9x; on a Zen 4 it lost below about a million multiply-adds (OpenBLAS's small
+// kernels: 113-116 against 99-111 GFLOP/s), where the table keeps OpenBLAS.
+// (Until the ninth session this was a timing of one 64^3 product at start-up, against a 1.5x
+// threshold; on the Zen 5 host the ratio ranged over 1.2-1.5x between processes and the policy
+// flipped in 4 runs of 20: a program's bits and speed depended on the timing.)
+inline register_gemm_policy policy_for(const gemm_machine& m) {
+    for (std::string_view own : {"SkylakeX", "Cooperlake", "SapphireRapids"})  // OpenBLAS's AVX-512 cores
+        if (m.blas_core == own) return register_gemm_policy::table;
+    return m.avx512_build && m.avx512_full_width ? register_gemm_policy::everywhere : register_gemm_policy::table;
+}
+
+// CTG_REGISTER_GEMM=table|everywhere, else policy_for(this_machine()): the same choice in every
+// process on one machine (a resumed run must compute what the uninterrupted one did, bit for bit).
+inline register_gemm_policy choose_register_gemm_policy() {
     if (const char* v = std::getenv("CTG_REGISTER_GEMM")) {
         const std::string_view choice(v);
         if (choice == "table") return register_gemm_policy::table;
         if (choice == "everywhere") return register_gemm_policy::everywhere;
         throw std::invalid_argument("CTG_REGISTER_GEMM='" + std::string(choice) + "': expected 'table' or 'everywhere'");
     }
-    constexpr std::size_t n = 64, calls = 8;
-    std::vector<float> a(n * n), b(n * n), c(n * n);
-    for (std::size_t i = 0; i < n * n; ++i) {
-        a[i] = float(i % 7) * 0.25f - 0.75f;
-        b[i] = float(i % 5) * 0.5f - 1.0f;
-    }
-    const auto best_of = [&](auto&& product) {
-        double best = 1e30;
-        for (int round = 0; round < 7; ++round) {
-            const auto t0 = std::chrono::steady_clock::now();
-            for (std::size_t i = 0; i < calls; ++i) product();
-            best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        }
-        return best;
-    };
-    const auto blas = [&] {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f, a.data(), int(n), b.data(),
-                    int(n), 0.0f, c.data(), int(n));
-    };
-    const auto reg = [&] { register_gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); };
-    blas(), reg();  // first touches, OpenBLAS's first-call set-up
-    const double t_blas = best_of(blas), t_reg = best_of(reg);
-    return t_blas > 1.5 * t_reg ? register_gemm_policy::everywhere : register_gemm_policy::table;
+    return policy_for(this_machine());
 }
 
 inline std::atomic<register_gemm_policy>& register_gemm_policy_slot() {
-    static std::atomic<register_gemm_policy> slot{measure_register_gemm_policy()};
+    static std::atomic<register_gemm_policy> slot{choose_register_gemm_policy()};
     return slot;
 }
 
 }  // namespace detail
 
-/// This process's register_gemm_policy: measured at the first call (see
-/// detail::measure_register_gemm_policy), or as set. Setting it is for tests and benchmarks of
+/// This process's register_gemm_policy: chosen at the first call (see
+/// detail::choose_register_gemm_policy), or as set. Setting it is for tests and benchmarks of
 /// both paths; results of the two differ in the last bits (sums in another order).
 inline register_gemm_policy get_register_gemm_policy() { return detail::register_gemm_policy_slot().load(std::memory_order_relaxed); }
 inline void set_register_gemm_policy(register_gemm_policy p) { detail::register_gemm_policy_slot().store(p, std::memory_order_relaxed); }
@@ -243,46 +258,174 @@ inline void gemm_serial(bool trans_a, bool trans_b, std::size_t M, std::size_t N
 /// microsecond of hand-over, the rnn's 16 x 128 x 128 step (0.5 MFLOP, ~5 us) already gains.
 inline constexpr std::uint64_t parallel_gemm_min_flops = std::uint64_t(1) << 18;
 
+/// A split product's pieces are about this large, up to 4 per thread: more pieces than threads, so
+/// that a thread which runs slower than the other (a vCPU sharing its core) takes fewer of them
+/// instead of making the other wait (gpt-m at 2 threads, one piece per thread: the caller waited
+/// for the worker's half in 11.5 % of the samples). About 40 us at 1 thread: 2-3 % of hand-over.
+inline constexpr std::uint64_t gemm_piece_flops = std::uint64_t(32) << 20;
+
+/// One product C = alpha op(A) op(B) + beta C (+ bias in every row), as gemm() takes it.
+template <class T>
+struct gemm_args {
+    bool trans_a, trans_b;
+    std::size_t M, N, K;
+    T alpha;
+    const T* A;
+    std::size_t lda;
+    const T* B;
+    std::size_t ldb;
+    T beta;
+    T* C;
+    std::size_t ldc;
+    const T* bias = nullptr;
+    std::uint64_t flops() const { return 2ULL * M * N * K; }
+};
+
+namespace detail {
+
+// How a product is cut: `count` row blocks (or column blocks) of `step` rows (columns), the last
+// shorter; bounds on whole register tiles of OpenBLAS's kernels (8 rows, 16 columns).
+struct gemm_cut {
+    bool by_rows = true;
+    std::size_t step = 0, count = 1;
+};
+template <class T>
+gemm_cut cut_of(const gemm_args<T>& g, std::size_t pieces) {
+    constexpr std::size_t row_align = 8, col_align = 16;
+    const auto cut = [pieces](bool rows, std::size_t n, std::size_t align) {
+        const std::size_t p = std::min(pieces, (n + align - 1) / align);
+        const std::size_t step = ((n + p - 1) / p + align - 1) / align * align;
+        return gemm_cut{rows, step, (n + step - 1) / step};
+    };
+    if (pieces > 1 && g.M >= g.N && g.M >= 2 * row_align) return cut(true, g.M, row_align);
+    if (pieces > 1 && g.M > 1 && g.N >= 2 * col_align) return cut(false, g.N, col_align);
+    return {};
+}
+
+// Piece p of product g cut as c, on the calling thread. Every element of C is computed by one
+// piece from the same operands whatever the cut: the result does not depend on the thread count
+// or on which thread ran which piece.
+template <class T>
+void run_piece(const gemm_args<T>& g, const gemm_cut& c, std::size_t p) {
+    if (c.count == 1) {
+        gemm_serial(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc, g.bias);
+        return;
+    }
+    const std::size_t b = p * c.step, e = std::min(c.by_rows ? g.M : g.N, b + c.step);
+    if (c.by_rows)
+        gemm_serial(g.trans_a, g.trans_b, e - b, g.N, g.K, g.alpha, g.trans_a ? g.A + b : g.A + b * g.lda, g.lda, g.B,
+                    g.ldb, g.beta, g.C + b * g.ldc, g.ldc, g.bias);
+    else
+        gemm_serial(g.trans_a, g.trans_b, g.M, e - b, g.K, g.alpha, g.A, g.lda, g.trans_b ? g.B + b * g.ldb : g.B + b,
+                    g.ldb, g.beta, g.C + b, g.ldc, g.bias ? g.bias + b : nullptr);
+}
+
+// Products that run together, each cut into pieces; all pieces are one job of the pool, claimed
+// by whichever thread is free (one hand-over for all of them).
+template <class T, std::size_t n>
+void run_cut(const std::array<gemm_args<T>, n>& g, const std::array<gemm_cut, n>& c) {
+    struct job {
+        const std::array<gemm_args<T>, n>& g;
+        const std::array<gemm_cut, n>& c;
+    } j{g, c};
+    std::size_t total = 0;
+    for (const gemm_cut& x : c) total += x.count;
+    kernel_pool().run_erased(
+        total,
+        [](void* ctx, std::size_t task) {
+            const job& jb = *static_cast<const job*>(ctx);
+            std::size_t i = 0;
+            while (task >= jb.c[i].count) task -= jb.c[i++].count;
+            run_piece(jb.g[i], jb.c[i], task);
+        },
+        &j);
+}
+
+// Pieces of a product of `flops` run among `together` products on P threads: 1 below
+// parallel_gemm_min_flops (all of them together); enough for every thread to have one when the
+// product is smaller than P pieces of gemm_piece_flops; else one per gemm_piece_flops, rounded up
+// to a multiple of P (3 equal pieces on 2 threads take 2 pieces' time: mlp's 784 x 256 x 64
+// weight gradient ran 9 % slower so) and at most 4 per thread.
+inline std::size_t piece_count(std::uint64_t flops, std::uint64_t flops_together, std::size_t together, std::size_t P) {
+    if (P <= 1 || flops_together < parallel_gemm_min_flops || scalar_only()) return 1;
+    const std::size_t by_size = std::size_t(flops / gemm_piece_flops);
+    if (by_size < P) return (P + together - 1) / together;
+    return std::min((by_size + P - 1) / P * P, 4 * P);
+}
+
+}  // namespace detail
+
+/// Independent products (a product's two VJPs, dA = dC B^T and dB = A^T dC) as one job of the
+/// pool: each cut into pieces (none below parallel_gemm_min_flops in all, so the rnn's two
+/// 16 x 128 x 128 VJPs are one task each), every piece claimed by the first free thread, so the
+/// threads stay busy to the end even when the products differ in cost (gpt-m's 2048 x 1536 x 384
+/// dX and its 1536 x 384 x 2048 dW ran 10 and 20 ms as one task each). Each element of a C is
+/// computed as by gemm() alone. Products with no C to write (C == nullptr) are skipped.
+template <class T, std::size_t n>
+inline void gemm_together(std::array<gemm_args<T>, n> g) {
+    std::array<detail::gemm_cut, n> c{};
+    std::uint64_t flops = 0;
+    std::size_t present = 0;
+    for (const auto& x : g)
+        if (x.C && x.M && x.N) flops += x.flops(), ++present;
+#if defined(CTG_GEMM_PROFILE)  // the products' time together, shared among them by flops
+    const auto start = std::chrono::steady_clock::now();
+#endif
+    const std::size_t P = std::size_t(kernel_pool().threads_here());  // 1 inside a task (an attention head's)
+    std::size_t pieces = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (!g[i].C || !g[i].M || !g[i].N) {
+            c[i].count = 0;
+            continue;
+        }
+        gemm_flop_counter().fetch_add(g[i].flops(), std::memory_order_relaxed);
+        c[i] = detail::cut_of(g[i], detail::piece_count(g[i].flops(), flops, present, P));
+        pieces += c[i].count;
+    }
+    if (pieces > 1 && P > 1 && !scalar_only()) {
+        detail::run_cut(g, c);
+    } else {
+        for (std::size_t i = 0; i < n; ++i)
+            for (std::size_t p = 0; p < c[i].count; ++p) detail::run_piece(g[i], c[i], p);
+    }
+#if defined(CTG_GEMM_PROFILE)
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (const auto& x : g)
+        if (x.C && x.M && x.N)
+            profile::gemm_table::instance().add(
+                {std::is_same_v<T, float> && use_register_gemm<T>(x.trans_a, x.trans_b, x.M, x.N, x.K), x.trans_a, x.trans_b, x.M, x.N, x.K},
+                flops ? seconds * double(x.flops()) / double(flops) : seconds / double(present));
+#endif
+}
+
 /// C (M x N) = alpha * op(A) (M x K) * op(B) (K x N) + beta * C, plus `bias` (N values, optional:
-/// a linear layer's) in every row; all row-major. On a pool of P > 1
-/// threads a product of at least parallel_gemm_min_flops is split into P row blocks (M >= N) or
-/// column blocks, each one thread's product; every element of C is computed by one thread from the
-/// same operands, so the result does not depend on a race.
+/// a linear layer's) in every row; all row-major. On a pool of P > 1 threads a product of at
+/// least parallel_gemm_min_flops is split into row blocks (M >= N) or column blocks, at least P
+/// (see gemm_piece_flops), each one thread's product; every element of C is computed by one
+/// thread from the same operands, so the result does not depend on a race.
 template <class T>
 inline void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
                  std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc, const T* bias = nullptr) {
     if (M == 0 || N == 0) return;
-#if defined(CTG_GEMM_PROFILE)  // per-shape timing: see kernels/gemm_profile.hpp
-    const profile::gemm_timer timer(
-        {std::is_same_v<T, float> && use_register_gemm<T>(trans_a, trans_b, M, N, K), trans_a, trans_b, M, N, K});
-#endif
     const std::uint64_t flops = 2ULL * M * N * K;
-    gemm_flop_counter().fetch_add(flops, std::memory_order_relaxed);
     const std::size_t P = std::size_t(kernel_pool().threads_here());  // 1 inside a task (an attention head's)
-    if (P > 1 && M > 1 && flops >= parallel_gemm_min_flops && !scalar_only()) {
-        constexpr std::size_t row_align = 8, col_align = 16;  // whole register tiles of OpenBLAS's kernels
-        if (M >= N && M >= 2 * row_align) {
-            parallel_ranges(M, P, row_align, [&](std::size_t m0, std::size_t m1) {
-                detail::gemm_serial(trans_a, trans_b, m1 - m0, N, K, alpha, trans_a ? A + m0 : A + m0 * lda, lda, B, ldb,
-                                    beta, C + m0 * ldc, ldc, bias);
-            });
-            return;
-        }
-        if (N >= 2 * col_align) {
-            parallel_ranges(N, P, col_align, [&](std::size_t n0, std::size_t n1) {
-                detail::gemm_serial(trans_a, trans_b, M, n1 - n0, K, alpha, A, lda, trans_b ? B + n0 * ldb : B + n0, ldb,
-                                    beta, C + n0, ldc, bias ? bias + n0 : nullptr);
-            });
-            return;
-        }
+    if (P == 1 || flops < parallel_gemm_min_flops) {  // the common small case, without the job's set-up
+#if defined(CTG_GEMM_PROFILE)  // per-shape timing: see kernels/gemm_profile.hpp
+        const profile::gemm_timer timer(
+            {std::is_same_v<T, float> && use_register_gemm<T>(trans_a, trans_b, M, N, K), trans_a, trans_b, M, N, K});
+#endif
+        gemm_flop_counter().fetch_add(flops, std::memory_order_relaxed);
+        detail::gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+        return;
     }
-    detail::gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+    gemm_together<T, 1>({gemm_args<T>{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias}});
 }
 
-/// Two independent products of equal flops, such as a product's two VJPs (dA = dC B^T and
-/// dB = A^T dC): on a pool of two threads, one task each (one hand-over instead of one per split
-/// product, each product whole, so with the bits of one thread); otherwise one after the other,
-/// each split as gemm() splits it. `first` and `second` call gemm().
+/// Two independent products of equal flops given as code (each calls gemm(), possibly several
+/// times: matmul's VJPs over batches that sum into one weight adjoint): on a pool of two threads,
+/// one task each (one hand-over instead of one per split product, each product whole, so with the
+/// bits of one thread); otherwise one after the other, each split as gemm() splits it. Where the
+/// products are single calls, gemm_together balances them better.
 template <class First, class Second>
 inline void gemm_pair(std::uint64_t flops_each, First&& first, Second&& second) {
     if (kernel_pool().threads_here() == 2 && 2 * flops_each >= parallel_gemm_min_flops && !scalar_only()) {

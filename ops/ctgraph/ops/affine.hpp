@@ -49,14 +49,10 @@ struct affine_op {
         const std::size_t M = c.x[0].shape.rows(), K = c.x[0].shape.cols(), N = c.x[1].shape.d[1];
         const T *x = c.x_data(0), *w = c.x_data(1), *gy = c.gy_data();
         T *gx = c.gx_data(0), *gw = c.gx_data(1);
-        auto grad_x = [&] {  // (M x K) += (M x N)(N x K)
-            if (gx) kernels::gemm(false, true, M, K, N, T(1), gy, N, w, N, c.fresh(0) ? T(0) : T(1), gx, K);
-        };
-        auto grad_w = [&] {  // (K x N) += (K x M)(M x N)
-            if (gw) kernels::gemm(true, false, K, N, M, T(1), x, K, gy, N, c.fresh(1) ? T(0) : T(1), gw, N);
-        };
-        if (gx && gw) kernels::gemm_pair(2ULL * M * N * K, grad_x, grad_w);
-        else grad_x(), grad_w();
+        // The two products as one job of the pool (kernels::gemm_together): dx (M x K) (+)= dY W^T,
+        // dW (K x N) (+)= x^T dY; a missing adjoint (nullptr) is skipped.
+        kernels::gemm_together<T, 2>({kernels::gemm_args<T>{false, true, M, K, N, T(1), gy, N, w, N, c.fresh(0) ? T(0) : T(1), gx, K},
+                                      kernels::gemm_args<T>{true, false, K, N, M, T(1), x, K, gy, N, c.fresh(1) ? T(0) : T(1), gw, N}});
         if (T* gb = c.gx_data(2)) {
             std::size_t r = 0;
             if (c.fresh(2)) {  // the first row assigns (or, with no rows at all, zeros)

@@ -97,7 +97,13 @@ struct matmul_op {
             kernels::for_items(s.batches, 2 * s.work(), kernels::parallel_gemm_min_flops, batches);
             return;
         }
-        if (ga && gb) {  // the two VJP products, as a pair (an rnn step's 16 x 128 x 128 ones)
+        if (ga && gb && s.batches == 1) {  // the two VJP products as one job (an rnn step's 16 x 128 x 128 ones)
+            kernels::gemm_together<T, 2>(
+                {kernels::gemm_args<T>{false, true, s.M, s.K, s.N, T(1), gy, s.N, b, s.N, c.fresh(0) ? T(0) : T(1), ga, s.K},
+                 kernels::gemm_args<T>{true, false, s.K, s.N, s.M, T(1), a, s.K, gy, s.N, c.fresh(1) ? T(0) : T(1), gb, s.N}});
+            return;
+        }
+        if (ga && gb) {  // over batches that share an operand: the two VJPs as a pair
             kernels::gemm_pair(s.work(), [&] { for (std::size_t i = 0; i < s.batches; ++i) grad_a(i); },
                                [&] { for (std::size_t i = 0; i < s.batches; ++i) grad_b(i); });
             return;
