@@ -307,17 +307,21 @@ gemm_cut cut_of(const gemm_args<T>& g, std::size_t pieces) {
 // or on which thread ran which piece.
 template <class T>
 void run_piece(const gemm_args<T>& g, const gemm_cut& c, std::size_t p) {
-    if (c.count == 1) {
-        gemm_serial(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc, g.bias);
-        return;
+    gemm_args<T> x = g;  // (one call of gemm_serial below: each call site is a copy of it)
+    if (c.count > 1) {
+        const std::size_t b = p * c.step, e = std::min(c.by_rows ? g.M : g.N, b + c.step);
+        if (c.by_rows) {
+            x.M = e - b;
+            x.A = g.trans_a ? g.A + b : g.A + b * g.lda;
+            x.C = g.C + b * g.ldc;
+        } else {
+            x.N = e - b;
+            x.B = g.trans_b ? g.B + b * g.ldb : g.B + b;
+            x.C = g.C + b;
+            x.bias = g.bias ? g.bias + b : nullptr;
+        }
     }
-    const std::size_t b = p * c.step, e = std::min(c.by_rows ? g.M : g.N, b + c.step);
-    if (c.by_rows)
-        gemm_serial(g.trans_a, g.trans_b, e - b, g.N, g.K, g.alpha, g.trans_a ? g.A + b : g.A + b * g.lda, g.lda, g.B,
-                    g.ldb, g.beta, g.C + b * g.ldc, g.ldc, g.bias);
-    else
-        gemm_serial(g.trans_a, g.trans_b, g.M, e - b, g.K, g.alpha, g.A, g.lda, g.trans_b ? g.B + b * g.ldb : g.B + b,
-                    g.ldb, g.beta, g.C + b, g.ldc, g.bias ? g.bias + b : nullptr);
+    gemm_serial(x.trans_a, x.trans_b, x.M, x.N, x.K, x.alpha, x.A, x.lda, x.B, x.ldb, x.beta, x.C, x.ldc, x.bias);
 }
 
 // Products that run together, each cut into pieces; all pieces are one job of the pool, claimed

@@ -136,9 +136,9 @@ inline void register_panels(std::size_t M, std::size_t N, std::size_t K, T alpha
     }
     const bool prefetch_c = M * N * sizeof(T) > (std::size_t(256) << 10);
     // The full row tiles [i0, i1) against every panel of B's rows [k0, k0 + kn): tile i's A starts
-    // at a_of(i), stride a_ld; C = alpha * sum + beta_ * C (+ bias_).
-    const auto tiles = [&](std::size_t i0, std::size_t i1, auto&& a_of, std::size_t a_ld, std::size_t k0, std::size_t kn,
-                           T beta_, const T* bias_) {
+    // at a0 + (i - i0) / R * a_step, stride a_ld; C = alpha * sum + beta_ * C (+ bias_).
+    const auto tiles = [&](std::size_t i0, std::size_t i1, const T* a0, std::size_t a_step, std::size_t a_ld,
+                           std::size_t k0, std::size_t kn, T beta_, const T* bias_) {
         for (std::size_t j = 0; j < N; j += NR)
             for (std::size_t i = i0; i < i1; i += R) {
                 // The next tile's rows of C, requested now (for writing) so that they arrive while this
@@ -151,12 +151,12 @@ inline void register_panels(std::size_t M, std::size_t N, std::size_t K, T alpha
                         __builtin_prefetch(C + (next + r) * ldc + nj, 1, 3);
                         __builtin_prefetch(C + (next + r) * ldc + nj + NR - 1, 1, 3);
                     }
-                register_tile<T, A_T>(kn, a_of(i), a_ld, B + k0 * ldb + j, ldb, alpha, beta_, C + i * ldc + j, ldc,
+                register_tile<T, A_T>(kn, a0 + (i - i0) / R * a_step, a_ld, B + k0 * ldb + j, ldb, alpha, beta_, C + i * ldc + j, ldc,
                                       bias_ ? bias_ + j : nullptr);
             }
     };
     if constexpr (!A_T) {
-        tiles(0, full, [&](std::size_t i) { return A + i * lda; }, lda, 0, K, beta, bias);
+        tiles(0, full, A, R * lda, lda, 0, K, beta, bias);
     } else if (N > NR && full > R && K * M * sizeof(T) > packed_min_bytes) {
         // A^T read in place costs a cache line (and, for long rows of A, a page) per step of k and
         // tile, for every panel of B: A's K x 8 strip is scattered over K lines. So blocks of A^T
@@ -177,14 +177,12 @@ inline void register_panels(std::size_t M, std::size_t N, std::size_t K, T alpha
                     for (std::size_t t = 0; t < (i1 - i0) / R; ++t)
                         for (std::size_t k = ka; k < std::min(kn, ka + R); ++k)
                             std::copy_n(A + (k0 + k) * lda + i0 + t * R, R, pk + (t * kn + k) * R);
-                tiles(i0, i1, [&](std::size_t i) { return pk + (i - i0) * kn; }, R, k0, kn, k0 ? T(1) : beta,
-                      k0 ? nullptr : bias);
+                tiles(i0, i1, pk, R * kn, R, k0, kn, k0 ? T(1) : beta, k0 ? nullptr : bias);
             }
         }
     } else {  // in place, in the same stretches of k (the same sums whichever path a piece of a split product takes)
         for (std::size_t k0 = 0; k0 < K; k0 += packed_k)
-            tiles(0, full, [&](std::size_t i) { return A + k0 * lda + i; }, lda, k0, std::min(packed_k, K - k0),
-                  k0 ? T(1) : beta, k0 ? nullptr : bias);
+            tiles(0, full, A + k0 * lda, R, lda, k0, std::min(packed_k, K - k0), k0 ? T(1) : beta, k0 ? nullptr : bias);
     }
     if (rest)
         for (std::size_t j = 0; j < N; j += NR) {
