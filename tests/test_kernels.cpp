@@ -463,7 +463,7 @@ TEMPLATE_TEST_CASE("gemm_together: products cut into pieces of one job equal eac
     struct layer { std::size_t M, K, N; };
     for (layer l : {layer{1024, 256, 160}, layer{512, 200, 96}, layer{40, 24, 16}, layer{300, 65, 130}})
         for (bool skip_dx : {false, true}) {
-            const auto [M, K, N] = l;
+            const std::size_t M = l.M, K = l.K, N = l.N;  // (not a structured binding: clang 14 cannot capture one)
             auto x = random_vector<TestType>(M * K, 1), w = random_vector<TestType>(K * N, 2), dy = random_vector<TestType>(M * N, 3);
             auto dx0 = random_vector<TestType>(M * K, 4), dw0 = random_vector<TestType>(K * N, 5);
             auto dx1 = dx0, dw1 = dw0, dx2 = dx0, dw2 = dw0;

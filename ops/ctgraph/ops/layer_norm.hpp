@@ -3,6 +3,8 @@
 //   mu = mean(x_row), var = mean((x_row - mu)^2) (biased, as PyTorch), r = 1 / sqrt(var + eps),
 //   xhat = (x - mu) r,  y = xhat * gamma + beta,  eps = 1e-5 (PyTorch's default).
 // Forward keeps mu and r per row in scratch (2 per row); backward recomputes xhat from them.
+// Rows run as pool tasks (kernels::for_items); gamma's and beta's adjoints are summed per block of
+// 64 rows into scratch, and the blocks added in order: the same bits at any thread count.
 // VJP, with g = gy * gamma and means over the row:
 //   gx += r (g - mean(g) - xhat mean(g xhat)),  ggamma += sum_rows gy xhat,  gbeta += sum_rows gy.
 // The composed graph (means through primitives) is tested against this to 1e-12 in float64.
@@ -11,6 +13,7 @@
 #include <cmath>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 #include "ctgraph/graph/node.hpp"
 #include "ctgraph/kernels/simd.hpp"
@@ -31,7 +34,12 @@ struct layer_norm_op {
     }
     template <class X, class Gamma, class Beta>
     static consteval auto dims() { return X::dims; }
-    static std::size_t scratch_size(const rshape& y, const std::array<rshape, 3>&) { return 2 * y.rows(); }
+    static constexpr std::size_t block_rows = 64;  // rows of one partial sum of gamma's and beta's adjoints
+    static std::size_t blocks(std::size_t rows) { return (rows + block_rows - 1) / block_rows; }
+    // (mu, r) per row, then a block's partial adjoints of gamma and beta (2 D each)
+    static std::size_t scratch_size(const rshape& y, const std::array<rshape, 3>&) {
+        return 2 * y.rows() + 2 * y.cols() * blocks(y.rows());
+    }
 
     template <class T>
     static void forward(op_io<T, 3>& c) {
@@ -40,34 +48,54 @@ struct layer_norm_op {
         T* y = c.y_data();
         T* stats = c.scratch.template as<T>();  // (mu, r) per row
         const T inv_n = T(1) / T(n);
-        for (std::size_t r = 0; r < rows; ++r) {
-            const T* xr = x + r * n;
-            const T mu = kernels::sum(n, xr) * inv_n;
-            const T var = kernels::reduce_sum(n, xr, xr, [mu](auto a, auto) {
-                              const auto d = a - decltype(a)(mu);
-                              return d * d;
-                          }) * inv_n;
-            const T rs = T(1) / std::sqrt(var + T(eps));
-            stats[2 * r] = mu;
-            stats[2 * r + 1] = rs;
-            kernels::map(n, y + r * n, [mu, rs](auto xv, auto g, auto b) {
-                using V = decltype(xv);
-                return (xv - V(mu)) * V(rs) * g + b;
-            }, xr, gamma, beta);
-        }
+        kernels::for_items(rows, rows * n, kernels::parallel_map_min_size, [&](std::size_t r0, std::size_t r1) {
+            for (std::size_t r = r0; r < r1; ++r) {
+                const T* xr = x + r * n;
+                const T mu = kernels::sum(n, xr) * inv_n;
+                const T var = kernels::reduce_sum(n, xr, xr, [mu](auto a, auto) {
+                                  const auto d = a - decltype(a)(mu);
+                                  return d * d;
+                              }) * inv_n;
+                const T rs = T(1) / std::sqrt(var + T(eps));
+                stats[2 * r] = mu;
+                stats[2 * r + 1] = rs;
+                kernels::map(n, y + r * n, [mu, rs](auto xv, auto g, auto b) {
+                    using V = decltype(xv);
+                    return (xv - V(mu)) * V(rs) * g + b;
+                }, xr, gamma, beta);
+            }
+        });
     }
 
     template <class T>
     static void backward(op_io<T, 3>& c) {
         const std::size_t n = c.y.shape.cols(), rows = c.y.shape.rows();
+        T* partial = c.scratch.template as<T>() + 2 * rows;  // per block: gamma's, then beta's adjoint
+        kernels::for_items(blocks(rows), rows * n, kernels::parallel_map_min_size, [&](std::size_t b0, std::size_t b1) {
+            for (std::size_t b = b0; b < b1; ++b) backward_rows(c, b * block_rows, std::min(rows, (b + 1) * block_rows), partial + 2 * n * b);
+        });
+        // the blocks' sums in block order (computed gamma / beta: the first writer assigns)
+        for (auto [adjoint, offset, fresh] : {std::tuple{c.gx_data(1), std::size_t(0), c.fresh(1)}, std::tuple{c.gx_data(2), n, c.fresh(2)}}) {
+            if (!adjoint) continue;
+            if (fresh) std::fill(adjoint, adjoint + n, T(0));
+            for (std::size_t b = 0; b < blocks(rows); ++b) kernels::add_to(n, partial + 2 * n * b + offset, adjoint);
+        }
+    }
+
+private:
+    // Rows [r0, r1): x's adjoint, and the rows' sums of gamma's and beta's adjoints into
+    // sums[0, n) and sums[n, 2n).
+    template <class T>
+    static void backward_rows(op_io<T, 3>& c, std::size_t r0, std::size_t r1, T* sums) {
+        const std::size_t n = c.y.shape.cols();
         const T *x = c.x_data(0), *gamma = c.x_data(1), *gy = c.gy_data();
         const T* stats = c.scratch.template as<T>();
-        T *gx = c.gx_data(0), *ggamma = c.gx_data(1), *gbeta = c.gx_data(2);
+        T* gx = c.gx_data(0);
+        T *sum_gamma = sums, *sum_beta = sums + n;
+        std::fill(sums, sums + 2 * n, T(0));
         const T inv_n = T(1) / T(n);
         using V = kernels::batch<T>;
-        if (ggamma && c.fresh(1)) std::fill(ggamma, ggamma + n, T(0));  // computed gamma / beta: first writer
-        if (gbeta && c.fresh(2)) std::fill(gbeta, gbeta + n, T(0));
-        for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t r = r0; r < r1; ++r) {
             const T *xr = x + r * n, *gyr = gy + r * n;
             const T mu = stats[2 * r], rs = stats[2 * r + 1];
             // One pass: sum(g) and sum(g xhat) with g = gy * gamma (in vector accumulators: a scalar
@@ -81,8 +109,8 @@ struct layer_norm_op {
                 const W xhat = (xv - W(mu)) * W(rs), g = gv * kernels::lanes::load<W>(gamma + j);
                 if constexpr (std::is_same_v<W, T>) sum_g += g, sum_gx += g * xhat;
                 else acc_g += g, acc_gx += g * xhat;
-                if (ggamma) kernels::lanes::store(ggamma + j, kernels::lanes::load<W>(ggamma + j) + gv * xhat);
-                if (gbeta) kernels::lanes::store(gbeta + j, kernels::lanes::load<W>(gbeta + j) + gv);
+                kernels::lanes::store(sum_gamma + j, kernels::lanes::load<W>(sum_gamma + j) + gv * xhat);
+                kernels::lanes::store(sum_beta + j, kernels::lanes::load<W>(sum_beta + j) + gv);
             });
             if (!gx) continue;
             const T mean_g = (sum_g + xsimd::hadd(acc_g)) * inv_n, mean_gx = (sum_gx + xsimd::hadd(acc_gx)) * inv_n;
