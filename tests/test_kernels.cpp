@@ -142,13 +142,14 @@ TEST_CASE("register GEMM kernel: A^T copied in blocks and long k summed in stret
     // packed_k is summed in stretches added to C. Rows in several blocks and a tail, two stretches
     // of k and a short one, column tails of one and of more, B in either layout, strided operands.
     using kernels::detail::packed_k;
-    for (std::size_t M : {std::size_t(100), std::size_t(161)})
+    for (std::size_t M : {std::size_t(20), std::size_t(100), std::size_t(161)})
         for (std::size_t N : {std::size_t(70), std::size_t(97)})
             for (std::size_t K : {packed_k - 7, 2 * packed_k + 9})
                 for (bool tb : {false, true})
                     for (float beta : {0.0f, 0.5f}) {
                         const std::size_t lda = M + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
-                        REQUIRE(K * M * sizeof(float) > kernels::detail::packed_min_bytes);
+                        // (M = 20: A^T under packed_min_bytes, read in place in the same stretches of k)
+                        REQUIRE((M == 20) == (K * M * sizeof(float) <= kernels::detail::packed_min_bytes));
                         auto A = random_vector<float>(K * lda, 1), Bm = random_vector<float>((tb ? N : K) * ldb, 2);
                         auto C0 = random_vector<float>(M * ldc, 3);
                         const auto bias = random_vector<float>(N, 4);

@@ -261,7 +261,8 @@ inline constexpr std::uint64_t parallel_gemm_min_flops = std::uint64_t(1) << 18;
 /// A split product's pieces are about this large, up to 4 per thread: more pieces than threads, so
 /// that a thread which runs slower than the other (a vCPU sharing its core) takes fewer of them
 /// instead of making the other wait (gpt-m at 2 threads, one piece per thread: the caller waited
-/// for the worker's half in 11.5 % of the samples). About 40 us at 1 thread: 2-3 % of hand-over.
+/// for the worker's half in 11.5 % of the samples). About 150 us at 1 thread: a hand-over (~1 us)
+/// is under 1 %; pieces of 8 MFLOP made mlp's 2-thread step 6 % slower.
 inline constexpr std::uint64_t gemm_piece_flops = std::uint64_t(32) << 20;
 
 /// One product C = alpha op(A) op(B) + beta C (+ bias in every row), as gemm() takes it.
@@ -293,8 +294,7 @@ template <class T>
 gemm_cut cut_of(const gemm_args<T>& g, std::size_t pieces) {
     constexpr std::size_t row_align = 8, col_align = 16;
     const auto cut = [pieces](bool rows, std::size_t n, std::size_t align) {
-        const std::size_t p = std::min(pieces, (n + align - 1) / align);
-        const std::size_t step = ((n + p - 1) / p + align - 1) / align * align;
+        const std::size_t step = range_step(n, pieces, align);
         return gemm_cut{rows, step, (n + step - 1) / step};
     };
     if (pieces > 1 && g.M >= g.N && g.M >= 2 * row_align) return cut(true, g.M, row_align);

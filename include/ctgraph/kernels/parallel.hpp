@@ -307,10 +307,16 @@ private:
 
 using range_fn = void (*)(void*, std::size_t, std::size_t);
 
+/// The length of each of at most `pieces` ranges covering [0, n) whose bounds (but the last) are
+/// multiples of `align`: ceil(n / step) ranges (parallel_ranges, kernels::gemm's cuts).
+inline std::size_t range_step(std::size_t n, std::size_t pieces, std::size_t align) {
+    pieces = std::max<std::size_t>(1, std::min(pieces, (n + align - 1) / align));
+    return ((n + pieces - 1) / pieces + align - 1) / align * align;
+}
+
 /// parallel_ranges through a function pointer (one body for every caller).
 inline void parallel_ranges_erased(std::size_t n, std::size_t pieces, std::size_t align, range_fn body, void* ctx) {
-    pieces = std::max<std::size_t>(1, std::min(pieces, (n + align - 1) / align));
-    const std::size_t step = ((n + pieces - 1) / pieces + align - 1) / align * align;
+    const std::size_t step = range_step(n, pieces, align);
     struct job {
         std::size_t n, step;
         range_fn body;
