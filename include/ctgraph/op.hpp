@@ -46,6 +46,9 @@
 //     static constexpr bool weight_adjoint_is_xt_dy = true;
 //     // optional: elements of op-private memory kept from forward to backward (saved statistics).
 //     static std::size_t scratch_size(const ctg::rshape& y, const std::array<ctg::rshape, K>& x);
+//     // or, where backward needs more than forward, with a third argument, true in a forward-only
+//     // (inference) pass, which never runs backward:
+//     static std::size_t scratch_size(const ctg::rshape& y, const std::array<ctg::rshape, K>& x, bool forward_only);
 //     // optional: extra text for printing (an axis, a constant).
 //     static std::string describe();
 //     // optional: set when the output is an integer tensor (never differentiated).

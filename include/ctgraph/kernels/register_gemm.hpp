@@ -5,7 +5,7 @@
 // operands first: that packing holds its rate to 93-98 GFLOP/s on the shapes of attention heads
 // (128 x 128 x 64), of a batch of 1024 token rows times a 64-512 wide layer, and of their weight
 // gradients. Those operands fit in L1/L2, so they need no packing: this kernel keeps an 8 x 32
-// tile of C (float; 8 x 16 in double) in 16 vector registers, loads B's row of the tile and
+// tile of C in 16 vector registers, loads B's row of the tile and
 // broadcasts A's 8 elements per step of k, and runs these shapes at 103-115 GFLOP/s
 // (bench/gemm_shapes.cpp prints both side by side). gemm() (kernels/gemm.hpp) calls it where it
 // measured faster: `use_register_gemm`. On a machine with full-width AVX-512 units (Zen 5) and an
@@ -413,22 +413,23 @@ template <class T>
 inline void register_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
                           std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc,
                           const T* bias = nullptr) {
+    // Float only: gemm() keeps double (gradient checks) with OpenBLAS, so a double instantiation
+    // would be code no program runs, compiled (and tested) for nothing.
+    static_assert(std::is_same_v<T, float>, "register_gemm: float only; double products go to OpenBLAS (kernels::gemm)");
     if (!trans_b) {
         detail::register_gemm_b(trans_a, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
         return;
     }
-    if constexpr (std::is_same_v<T, float>)
-        if (constant_operands* constants = constant_operands::active())
-            if (const float* bt = constants->transposed(B, ldb, N, K)) {
-                detail::register_gemm_b(trans_a, M, N, K, alpha, A, lda, bt, N, beta, C, ldc, bias);
-                return;
-            }
-#if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float>)
-        if (!trans_a && register_gemm_nt_dots(M)) {
-            detail::gemm_nt_dots(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+    if (constant_operands* constants = constant_operands::active())
+        if (const float* bt = constants->transposed(B, ldb, N, K)) {
+            detail::register_gemm_b(trans_a, M, N, K, alpha, A, lda, bt, N, beta, C, ldc, bias);
             return;
         }
+#if defined(__AVX512F__)
+    if (!trans_a && register_gemm_nt_dots(M)) {
+        detail::gemm_nt_dots(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+        return;
+    }
 #endif
     constexpr std::size_t panel = detail::tile_cols<T>;
     scratch<T> panel_buffer(K * panel);

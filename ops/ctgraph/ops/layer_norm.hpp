@@ -36,9 +36,10 @@ struct layer_norm_op {
     static consteval auto dims() { return X::dims; }
     static constexpr std::size_t block_rows = 64;  // rows of one partial sum of gamma's and beta's adjoints
     static std::size_t blocks(std::size_t rows) { return (rows + block_rows - 1) / block_rows; }
-    // (mu, r) per row, then a block's partial adjoints of gamma and beta (2 D each)
-    static std::size_t scratch_size(const rshape& y, const std::array<rshape, 3>&) {
-        return 2 * y.rows() + 2 * y.cols() * blocks(y.rows());
+    // (mu, r) per row, then a block's partial adjoints of gamma and beta (2 D each; not in a
+    // forward-only pass, which has no backward)
+    static std::size_t scratch_size(const rshape& y, const std::array<rshape, 3>&, bool forward_only) {
+        return 2 * y.rows() + (forward_only ? 0 : 2 * y.cols() * blocks(y.rows()));
     }
 
     template <class T>
