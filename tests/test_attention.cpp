@@ -2,6 +2,7 @@
 // composed graphs they replace, runtime errors, readable weights, and the layout ops attention uses.
 #include "attention_fixture.hpp"
 #include "gradcheck.hpp"
+#include "pool_threads.hpp"
 
 #include <random>
 
@@ -285,15 +286,24 @@ TEST_CASE("gradcheck: layout ops and l2_normalize", "[gradcheck]") {
 TEST_CASE("permute and reshape move elements where the shapes say", "[attention]") {
     using X4 = input<"x", B, 2, 3, 4>;
     auto prog = compile<double, options{.inference = true}>(permute<0, 2, 1, 3>(X4{}));
-    xt::xtensor<double, 4> x = xt::xtensor<double, 4>::from_shape({2, 2, 3, 4});
-    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = double(i);
-    prog.feed<"x">(x);
-    prog.forward();
-    auto y = prog.output();
-    for (std::size_t b = 0; b < 2; ++b)
-        for (std::size_t h = 0; h < 2; ++h)
-            for (std::size_t t = 0; t < 3; ++t)
-                for (std::size_t c = 0; c < 4; ++c) CHECK(y(b, t, h, c) == x(b, h, t, c));
+    // A batch of 2, and one of 2048 (6 x 2048 rows of 4: over the split threshold), whose ranges of
+    // rows run as pool tasks at 2 threads: each task starts its walk at its own first row.
+    for (std::size_t batch : {std::size_t(2), std::size_t(2048)})
+        for (int threads : {1, 2}) {
+            ctg::testing::pool_threads pool(threads);
+            xt::xtensor<double, 4> x = xt::xtensor<double, 4>::from_shape({batch, 2, 3, 4});
+            for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = double(i);
+            prog.feed<"x">(x);
+            prog.forward();
+            auto y = prog.output();
+            std::size_t misplaced = 0;
+            for (std::size_t b = 0; b < batch; ++b)
+                for (std::size_t h = 0; h < 2; ++h)
+                    for (std::size_t t = 0; t < 3; ++t)
+                        for (std::size_t c = 0; c < 4; ++c) misplaced += y(b, t, h, c) != x(b, h, t, c);
+            INFO("batch " << batch << " threads " << threads);
+            CHECK(misplaced == 0);
+        }
     // l2_normalize: unit rows, and a zero row stays zero.
     auto p2 = compile<double, options{.inference = true}>(l2_normalize(input<"z", 2, 3>{}));
     p2.feed<"z">(xt::xtensor<double, 2>{{3, 4, 0}, {0, 0, 0}});

@@ -1,7 +1,8 @@
 // The kernel pool inside ops: attention's per-matrix tasks (scaled-dot weights, batched products,
 // masked softmax rows) and a recurrent training step give the same values and gradients at one
 // and at two threads. (The suite runs with OPENBLAS_NUM_THREADS=1, a one-thread pool: these tests
-// size the pool themselves.)
+// size the pool themselves.) Layer norm and permute over ranges of rows are tested where their
+// programs are compiled anyway: test_transformer and test_attention.
 #include <catch2/catch.hpp>
 
 #include <random>
@@ -142,35 +143,6 @@ TEST_CASE("softmax cross-entropy over row blocks: the same loss and gradient at 
         prog.backward();
         auto g = prog.template input_grad<"z">();
         results[threads - 1].insert(results[threads - 1].end(), g.begin(), g.end());
-    }
-    REQUIRE(results[0].size() == results[1].size());
-    for (std::size_t i = 0; i < results[0].size(); ++i) CHECK(results[0][i] == results[1][i]);
-}
-
-TEST_CASE("layer norm and a head split over row ranges: the same values and gradients at one and two threads, bit for bit", "[threads]") {
-    // 12 x 64 rows of 64 (over the split threshold): layer_norm's rows and its gamma / beta
-    // adjoints summed per 64-row block (12 blocks), permute's rows (B, T, h, d) -> (B, h, T, d).
-    using X = input<"x", B, n, 4, 16>;
-    using Gy = input<"gy", B, 4, n, 16>;
-    const std::size_t batch = 12;
-    auto normed = layer_norm(reshape<B, n, 64>(X{}), param<"ln_gamma", 64>{}, param<"ln_beta", 64>{});
-    auto heads = permute<0, 2, 1, 3>(reshape<B, n, 4, 16>(normed));
-    const auto x = random_values(batch * n * 64, 5), gy = random_values(batch * n * 64, 6);
-    std::vector<double> results[2];
-    for (int threads : {1, 2}) {
-        pool_threads pool(threads);
-        auto prog = compile<double, options{.input_grads = true}>(sum(mul(heads, Gy{})));
-        prog.params().init(4);
-        double* gamma = prog.params().value(prog.params().slot("ln_gamma"));
-        for (std::size_t i = 0; i < 64; ++i) gamma[i] += 0.25 * double(i % 5);  // not all ones: gamma matters
-        prog.feed("x", x.data(), rshape{4, {batch, n, 4, 16}});
-        prog.feed("gy", gy.data(), rshape{4, {batch, 4, n, 16}});
-        results[threads - 1].push_back(prog.forward());
-        prog.backward();
-        auto gx = prog.template input_grad<"x">();
-        results[threads - 1].insert(results[threads - 1].end(), gx.begin(), gx.end());
-        const auto& gp = prog.params().grads();
-        results[threads - 1].insert(results[threads - 1].end(), gp.begin(), gp.end());
     }
     REQUIRE(results[0].size() == results[1].size());
     for (std::size_t i = 0; i < results[0].size(); ++i) CHECK(results[0][i] == results[1][i]);

@@ -7,6 +7,7 @@
 
 #include <xtensor/xview.hpp>
 
+#include "pool_threads.hpp"
 #include "transformer_fixture.hpp"
 
 using namespace ctg;
@@ -49,12 +50,18 @@ TEST_CASE("fused layer norm equals the composed graph, values and gradients", "[
     auto pa = compile<double, grads>(sum(mul(layer_norm(X{}, gamma_p{}, beta_p{}), Gw{})));
     auto pb = compile<double, grads>(sum(mul(composed_layer_norm(X{}), Gw{})));
     compare_programs(pa, pb, 2, 3, 1e-12, copy_same, compare_same);
-    // The normalisation itself, with gamma 1 and beta 0: every row has mean 0 and variance ~1.
-    auto pn = compile<double>(layer_norm(X{}, gamma_p{}, beta_p{}));
+    // The normalisation itself, with gamma 1 and beta 0: every row has mean 0 and variance ~1. A
+    // forward-only (inference) program: it keeps the output and (mean, 1/std) per row, not room for
+    // backward's per-block sums of gamma's and beta's adjoints (2 D per 64 rows).
+    auto pn = compile<double, options{.inference = true}>(layer_norm(X{}, gamma_p{}, beta_p{}));
     pn.params().init(0);  // gain "weight" -> ones, bias -> zeros
     const auto x = random_values(2 * 3 * D, 9, -3, 5);
+    pn.poison_arena(true);  // an element read before it is written would show as NaN
     pn.feed("x", x.data(), rshape{3, {2, 3, D}});
     pn.forward();
+    const std::size_t rows = 6, alignment = 8;  // each buffer starts on 8 elements
+    CHECK(pn.arena_elements() < rows * D + 2 * rows + 2 * D);
+    CHECK(pn.arena_elements() <= rows * D + 2 * rows + 2 * alignment);
     const auto y = xt::eval(pn.value_of(layer_norm(X{}, gamma_p{}, beta_p{})));
     for (std::size_t r = 0; r < 6; ++r) {
         double mean = 0, sq = 0;
@@ -63,6 +70,33 @@ TEST_CASE("fused layer norm equals the composed graph, values and gradients", "[
         CHECK(mean == Approx(0).margin(1e-12));
         CHECK(sq == Approx(1).margin(1e-4));  // var / (var + eps)
     }
+}
+
+TEST_CASE("layer norm over ranges of rows: the same values and gradients at one and two threads, bit for bit", "[transformer][threads]") {
+    // 8 x 1100 rows of D, over the split threshold: rows as pool tasks, gamma's and beta's adjoints
+    // summed per block of 64 rows (138 blocks, the last one short) and the blocks added in order.
+    const std::size_t batch = 8, len = 1100;
+    auto p1 = compile<double, grads>(sum(mul(layer_norm(X{}, gamma_p{}, beta_p{}), Gw{})));
+    decltype(p1) p2;
+    copy_same(p1.params(), p2.params());  // gains and shifts not all 1 and 0: gamma matters
+    const auto x = random_values(batch * len * D, 11, -3, 5), g = random_values(batch * len * D, 12, -1, 1);
+    std::vector<double> results[2];
+    for (auto [prog, threads] : {std::pair{&p1, 1}, std::pair{&p2, 2}}) {
+        ctg::testing::pool_threads pool(threads);
+        prog->feed("x", x.data(), rshape{3, {batch, len, D}});
+        prog->feed("g", g.data(), rshape{3, {batch, len, D}});
+        auto& r = results[threads - 1];
+        r.push_back(prog->forward());
+        prog->backward();
+        auto gx = prog->template input_grad<"x">();
+        r.insert(r.end(), gx.begin(), gx.end());
+        const auto& gp = prog->params().grads();
+        r.insert(r.end(), gp.begin(), gp.end());
+    }
+    REQUIRE(results[0].size() == results[1].size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < results[0].size(); ++i) differ += results[0][i] != results[1][i];
+    CHECK(differ == 0);
 }
 
 TEST_CASE("sinusoidal positions follow the reference formula; too long a sequence is an error", "[transformer]") {
