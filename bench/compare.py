@@ -24,7 +24,6 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ALL = ["mlp", "rnn", "s2s", "attn-sdp", "attn-sdp-causal", "attn-dot", "attn-bilinear", "attn-additive",
        "gpt-s", "gpt-m", "decode-cache", "decode-nocache"]
-FEWER_STEPS = {"gpt-m": 5, "decode-nocache": 5}  # a step of these takes a second or more
 
 
 def run_json(cmd, env):
@@ -69,7 +68,7 @@ def main():
 
     rows = []
     for w in workloads:
-        steps = str(min(args.steps, FEWER_STEPS.get(w, args.steps)))
+        steps = str(args.steps)  # every workload the same (issue 10: medians of at least 20 steps)
         for k in args.threads:
             env = thread_env(k)
             t_runs, c_runs = [], []
