@@ -1,6 +1,7 @@
 // Runtime misuse: every error says what and where, and leaves the program usable.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -128,4 +129,20 @@ TEST_CASE("anomaly mode names the first non-finite node in forward and in backwa
         CHECK_THAT(m, Contains("(op div): the adjoint it gave operand 1 (%1 'y' (2)) is not finite at flat index 0"));
         CHECK_THAT(m, Contains("the node's own adjoint finite"));
     }
+    // The failed pass leaves nothing behind: after zero_grad() its partly written gradients are
+    // cleared, and the next backward starts from zero, as after zero_grad() (1 / y, -a / y^2).
+    const auto& after_failure = p2.params().grads();
+    CHECK(std::all_of(after_failure.begin(), after_failure.end(), [](double g) { return g == 0.0; }));
+    p2.zero_grad();
+    p2.forward();
+    try {
+        p2.backward();
+        FAIL("no anomaly reported");
+    } catch (const numeric_error&) {
+    }
+    p2.param<"y">() = xt::xtensor<double, 1>{2, 1};
+    p2.forward();
+    p2.backward();  // the zero_grad() before the failed pass is pending again: this pass assigns
+    CHECK(xt::allclose(p2.grad<"a">(), xt::xtensor<double, 1>{0.5, 1}));
+    CHECK(xt::allclose(p2.grad<"y">(), xt::xtensor<double, 1>{-0.25, -1}));
 }

@@ -241,7 +241,18 @@ public:
             if (G::rank[i] == 0) g[0] += T(1);
             else kernels::add_to(adj_[i].size(), seeds_[o].data(), g);
         }
-        run_backward(on_final, params_fresh, std::make_index_sequence<N>{});
+        if (params_fresh) {
+            // A pass that throws (anomaly mode, a size check) has written some gradients and not
+            // others: the zero_grad() becomes pending again, so the failed pass leaves nothing behind.
+            try {
+                run_backward(on_final, params_fresh, std::make_index_sequence<N>{});
+            } catch (...) {
+                store_->zero_grad();
+                throw;
+            }
+        } else {
+            run_backward(on_final, params_fresh, std::make_index_sequence<N>{});
+        }
         if constexpr (!std::is_same_v<std::decay_t<OnFinal>, detail::no_final_hook>) {
             finalize(N, on_final);  // parameters nothing reads
             // The store's other parameters (another program's), as optimizer.step(store) would.
