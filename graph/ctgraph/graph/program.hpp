@@ -241,17 +241,13 @@ public:
             if (G::rank[i] == 0) g[0] += T(1);
             else kernels::add_to(adj_[i].size(), seeds_[o].data(), g);
         }
-        if (params_fresh) {
-            // A pass that throws (anomaly mode, a size check) has written some gradients and not
-            // others: the zero_grad() becomes pending again, so the failed pass leaves nothing behind.
-            try {
-                run_backward(on_final, params_fresh, std::make_index_sequence<N>{});
-            } catch (...) {
-                store_->zero_grad();
-                throw;
-            }
-        } else {
+        try {
             run_backward(on_final, params_fresh, std::make_index_sequence<N>{});
+        } catch (...) {
+            // A pass that throws (anomaly mode, a size check) has written some gradients and not
+            // others: after zero_grad() the zero becomes pending again, so it leaves nothing behind.
+            if (params_fresh) store_->zero_grad();
+            throw;
         }
         if constexpr (!std::is_same_v<std::decay_t<OnFinal>, detail::no_final_hook>) {
             finalize(N, on_final);  // parameters nothing reads
