@@ -1,12 +1,21 @@
-// Standalone smoke test for examples/plot_png.hpp: writes a gradient-flow style chart (three
-// series on a log y axis) to argv[1] and a heat map beside it, and checks that bad input is
+// Standalone test of ctgraph/plot.hpp: writes a gradient-flow style chart (three series on a log y
+// axis) to argv[1] and a heat map beside it, decodes both (signature, chunk CRCs, the zlib stream
+// inflated to exactly height rows of a filter byte and RGB pixels, unfiltered), checks that a
+// training-curve chart of 8 points is tens of KB (1.2 MB uncompressed), and that bad input is
 // rejected. Exit 0 on success.
-// The PNG itself is meant to be inspected (or parsed by a script); this only checks it was written.
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include <zlib.h>
 
 #include <ctgraph/plot.hpp>
 
@@ -27,6 +36,67 @@ bool throws(const Figure& c, const std::string& path) {
     } catch (...) {
     }
     return false;
+}
+
+std::uint32_t be32(const unsigned char* p) {
+    return std::uint32_t(p[0]) << 24 | std::uint32_t(p[1]) << 16 | std::uint32_t(p[2]) << 8 | p[3];
+}
+
+// Decodes the PNG at `path` as far as this writer's files need (8-bit RGB, no interlace):
+// false (with a message) on any structural error. want_w/want_h: the size (0: any). `inked`: pixels
+// that are not white.
+bool valid_png(const std::string& path, int want_w, int want_h, std::size_t& inked) {
+    std::ifstream in(path, std::ios::binary);
+    const std::vector<unsigned char> f((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+    if (f.size() < 8 || std::memcmp(f.data(), sig, 8) != 0) return std::fprintf(stderr, "bad signature\n"), false;
+    std::vector<unsigned char> idat;
+    int w = 0, h = 0;
+    bool end = false;
+    for (std::size_t at = 8; at < f.size() && !end;) {
+        if (f.size() - at < 12) return std::fprintf(stderr, "truncated chunk\n"), false;
+        const std::uint32_t len = be32(&f[at]);
+        if (f.size() - at - 12 < len) return std::fprintf(stderr, "chunk longer than the file\n"), false;
+        const std::string type(reinterpret_cast<const char*>(&f[at + 4]), 4);
+        const std::uint32_t crc = std::uint32_t(::crc32(0L, &f[at + 4], uInt(len + 4)));
+        if (crc != be32(&f[at + 8 + len])) return std::fprintf(stderr, "CRC mismatch in %s\n", type.c_str()), false;
+        const unsigned char* d = &f[at + 8];
+        if (type == "IHDR") {
+            w = int(be32(d)), h = int(be32(d + 4));
+            if (d[8] != 8 || d[9] != 2 || d[12] != 0) return std::fprintf(stderr, "not 8-bit RGB\n"), false;
+        } else if (type == "IDAT") {
+            idat.insert(idat.end(), d, d + len);
+        } else if (type == "IEND") {
+            end = true;
+        }
+        at += 12 + len;
+    }
+    if (!end || (want_w && w != want_w) || (want_h && h != want_h)) return std::fprintf(stderr, "no IEND or a wrong size %dx%d\n", w, h), false;
+    const std::size_t row = 1 + 3 * std::size_t(w);
+    std::vector<unsigned char> raw(row * std::size_t(h) + 1);
+    uLongf n = uLongf(raw.size());
+    if (uncompress(raw.data(), &n, idat.data(), uLong(idat.size())) != Z_OK || n != row * std::size_t(h))
+        return std::fprintf(stderr, "IDAT does not inflate to %d rows of %zu bytes\n", h, row), false;
+    // Undo the filters (None, Sub, Up, Average, Paeth; 3 bytes a pixel) row by row.
+    std::vector<unsigned char> px(std::size_t(h) * (row - 1)), zero(row - 1, 0);
+    const auto paeth = [](int a, int b, int c) {
+        const int p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
+        return pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
+    };
+    for (std::size_t y = 0; y < std::size_t(h); ++y) {
+        const unsigned char f = raw[y * row];
+        if (f > 4) return std::fprintf(stderr, "filter byte %d\n", f), false;
+        unsigned char* cur = &px[y * (row - 1)];
+        const unsigned char* up = y ? &px[(y - 1) * (row - 1)] : zero.data();
+        for (std::size_t i = 0; i + 1 < row; ++i) {
+            const int a = i >= 3 ? cur[i - 3] : 0, b = up[i], c = i >= 3 ? up[i - 3] : 0;
+            const int pred = f == 0 ? 0 : f == 1 ? a : f == 2 ? b : f == 3 ? (a + b) / 2 : paeth(a, b, c);
+            cur[i] = (unsigned char)(raw[y * row + 1 + i] + pred);
+        }
+    }
+    inked = 0;
+    for (std::size_t i = 0; i < px.size(); i += 3) inked += px[i] != 255 || px[i + 1] != 255 || px[i + 2] != 255;
+    return true;
 }
 
 }  // namespace
@@ -61,6 +131,27 @@ int main(int argc, char** argv) {
         return 1;
     }
     expect(std::filesystem::file_size(path) > 8, "PNG written");
+    std::size_t inked = 0;
+    expect(valid_png(path, 800, 500, inked), "the chart decodes as a PNG");
+    expect(inked > 5000, "the chart has lines and text drawn");
+
+    // A training-loss chart of 8 evaluations (what the trainer writes): about 21 KB (zlib at its best
+    // level over adaptively filtered rows), not the 1.2 MB of uncompressed pixels.
+    ctg::plot::chart loss{.title = "lm", .x_label = "step", .y_label = "loss"};
+    ctg::plot::series tr{"train", {}, {}, {31, 119, 180}}, va{"val", {}, {}, {214, 39, 40}};
+    for (int k = 1; k <= 8; ++k) {
+        tr.x.push_back(5 * k), tr.y.push_back(2.4 / k + 0.1);
+        va.x.push_back(5 * k), va.y.push_back(2.5 / std::sqrt(k));
+    }
+    loss.lines = {tr, va};
+    const std::string lpath = path + ".loss.png";
+    ctg::plot::write_png(loss, lpath);
+    const auto loss_size = std::filesystem::file_size(lpath);
+    std::printf("plot_png_check: an 8-point 800x500 loss chart is %ju bytes\n", std::uintmax_t(loss_size));
+    expect(loss_size < 32000, "an 8-point loss chart is under 32 KB");
+    expect(valid_png(lpath, 800, 500, inked) && inked > 2000, "the loss chart decodes, with ink");
+    for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(lpath).parent_path()))
+        expect(e.path().filename().string().find(".tmp.") == std::string::npos, "no temporary file left");
 
     // Input validation: each of these must throw std::invalid_argument and leave no file behind.
     const std::string scratch = path + ".invalid.png";
@@ -95,7 +186,9 @@ int main(int argc, char** argv) {
     const std::string hpath = path + ".heatmap.png";
     try {
         ctg::plot::write_png(h, hpath);
-        expect(std::filesystem::file_size(hpath) > 7 * 4 * 28 * 28 * 3, "heat map written, cells included");
+        std::size_t cells = 0;  // every cell but three of column 0 is shaded
+        expect(valid_png(hpath, 0, 0, cells), "the heat map decodes as a PNG");
+        expect(cells > 6 * 4 * 28 * 28, "heat map written, cells included");
     } catch (const std::exception& e) {
         expect(false, e.what());
     }

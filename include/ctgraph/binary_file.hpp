@@ -6,7 +6,11 @@
 // "ctg::npz::read") and names the file: "<who>: '<path>': <what>".
 // atomic_file writes `path + ".tmp.<pid>"` in the same directory, fsyncs and closes it, checks
 // every step, then renames it over `path`; on any failure the temporary file is removed and `path`
-// is left as it was. POSIX only (open/read/write/fsync/rename).
+// is left as it was. write_atomically(path, bytes, who) is that for bytes in memory: every file
+// ctgraph writes (npz, safetensors, checkpoints, the trainer's CSV, PNG charts) goes through it.
+// A process killed while writing cannot remove its temporary file: remove_stale_temporaries(dir)
+// removes those whose writer is no longer alive (the trainer and checkpoint::save call it before
+// they write). POSIX only (open/read/write/fsync/rename/kill).
 #pragma once
 #include <algorithm>
 #include <array>
@@ -16,12 +20,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -136,6 +142,15 @@ inline std::vector<unsigned char> slurp(const std::string& path, std::string_vie
     return buf;
 }
 
+namespace detail {
+/// Test hook, for tests that kill a writer mid-file (tests/test_resume.cpp): when set, every
+/// atomic_file::write() calls it after each chunk it has written to the temporary file, with the
+/// target's path and the bytes written to the temporary so far; a test sets it to raise(SIGKILL) at a
+/// chosen call. Not for other uses. Unset (nullptr, the default) it costs one load and a branch per
+/// write() call, which writes a whole array or file at once.
+inline void (*after_write)(const std::string& path, std::size_t written) = nullptr;
+}  // namespace detail
+
 /// Bytes written to the file: all-or-nothing into a temporary, renamed over the target.
 class atomic_file {
 public:
@@ -156,7 +171,8 @@ public:
             const ssize_t w = ::write(fd_, p, std::min<std::size_t>(n, std::size_t(1) << 30));
             if (w < 0 && errno == EINTR) continue;
             if (w <= 0) sys("cannot write the temporary file");
-            p += w, n -= std::size_t(w);
+            p += w, n -= std::size_t(w), written_ += std::size_t(w);
+            if (detail::after_write) detail::after_write(path_, written_);
         }
     }
     void commit() {
@@ -182,7 +198,52 @@ private:
     std::string who_;
     int fd_ = -1;
     bool done_ = false;
+    std::size_t written_ = 0;
 };
+
+/// `bytes` as the whole content of `path`, atomically (atomic_file); `who` starts the error messages.
+inline void write_atomically(const std::string& path, const void* bytes, std::size_t n, std::string_view who) {
+    atomic_file out(path, who);
+    out.write(bytes, n);
+    out.commit();
+}
+
+/// The pid of a temporary file name "<target>.tmp.<pid>" (as atomic_file names them), or 0.
+inline long temporary_pid(std::string_view file_name) {
+    const auto at = file_name.rfind(".tmp.");
+    if (at == std::string_view::npos || at == 0) return 0;
+    const std::string_view digits = file_name.substr(at + 5);
+    if (digits.empty() || digits.size() > 9) return 0;
+    long pid = 0;
+    for (const char c : digits) {
+        if (c < '0' || c > '9') return 0;
+        pid = pid * 10 + (c - '0');
+    }
+    return pid;
+}
+
+/// Removes the temporary files "<target>.tmp.<pid>" in `dir` (only those whose target's name starts
+/// with `prefix`, when given) whose writer is gone: kill(pid, 0) fails with ESRCH. A temporary of a
+/// live process is kept (it may be writing now; EPERM means alive too), and so is one of this
+/// process (a write in progress on another thread). A pid that a new process has taken since keeps
+/// its dead writer's file until that process ends: no harm but the space. Returns how many files
+/// were removed; errors (an unreadable directory, a file gone meanwhile) are skipped.
+inline std::size_t remove_stale_temporaries(const std::string& dir, std::string_view prefix = {}) {
+    namespace fs = std::filesystem;
+    std::size_t removed = 0;
+    std::error_code ec;
+    fs::directory_iterator it(dir.empty() ? fs::path(".") : fs::path(dir), ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (!name.starts_with(prefix)) continue;
+        const long pid = temporary_pid(name);
+        if (pid <= 0 || pid == long(::getpid())) continue;
+        if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;
+        std::error_code rm;
+        if (fs::remove(it->path(), rm)) ++removed;
+    }
+    return removed;
+}
 
 /// Loads every parameter of `store` from `file` (name -> entry with a `shape` vector), all or nothing:
 /// each parameter must be there with its shape, and `dtype_problem(entry)` empty (else it says what

@@ -27,27 +27,30 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <climits>
-#include <tuple>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <initializer_list>
-#include <limits>
+#include <iterator>
+#include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
-#include <xtensor/xexpression.hpp>
-
+#include "ctgraph/binary_file.hpp"
 #include "ctgraph/checkpoint.hpp"
+#include "ctgraph/data.hpp"
 #include "ctgraph/error.hpp"
 #include "ctgraph/npz.hpp"
 #include "ctgraph/optim.hpp"
@@ -94,163 +97,6 @@ struct local_step {
     }
     bool writes_output() const { return true; }
 };
-
-// ---------------------------------------------------------------------------------------- data
-
-/// What the trainer reads batches from: `size()` samples, and `feed(prog, rows, n)` feeding the
-/// samples rows[0..n) to the program's inputs as one batch.
-template <class D, class Program>
-concept batch_source = requires(D& d, Program& p, const std::size_t* rows, std::size_t n) {
-    { d.size() } -> std::convertible_to<std::size_t>;
-    d.feed(p, rows, n);
-};
-
-/// One named column of a dataset: the values of one program input for every sample, the first axis
-/// indexing samples. Integer tensors become index data (token ids, class labels), others scalars.
-template <class T>
-struct column {
-    std::string name;
-    bool is_index = false;
-    rshape shape{};  // all samples; shape.d[0] is the number of samples
-    std::vector<T> values{};
-    std::vector<index_t> indices{};
-
-    template <class E>
-    column(std::string input_name, const xt::xexpression<E>& e) : name(std::move(input_name)) {
-        const auto& d = e.derived_cast();
-        if (d.dimension() == 0 || d.dimension() > max_rank)
-            throw shape_error("ctg::column '" + name + "': needs rank 1 to " + std::to_string(max_rank) +
-                              " (samples first), got rank " + std::to_string(d.dimension()));
-        shape.rank = d.dimension();
-        for (std::size_t a = 0; a < shape.rank; ++a) shape.d[a] = d.shape()[a];
-        is_index = std::is_integral_v<typename E::value_type>;
-        std::size_t k = 0;
-        if (is_index) {
-            indices.resize(shape.size());
-            for (auto v : d) {
-                const long long id = static_cast<long long>(v);
-                if (id < std::numeric_limits<index_t>::min() || id > std::numeric_limits<index_t>::max())
-                    throw index_error("ctg::column '" + name + "': element " + std::to_string(k) + " = " +
-                                      std::to_string(id) + " does not fit int32");
-                indices[k++] = index_t(id);
-            }
-        } else {
-            values.resize(shape.size());
-            for (auto v : d) values[k++] = T(v);
-        }
-    }
-    std::size_t samples() const { return shape.d[0]; }
-    std::size_t row_size() const { return shape.size() / std::max<std::size_t>(1, shape.d[0]); }
-};
-
-/// Samples held in memory as named columns, one per program input: dataset<float> d{{"x", X}, {"y", Y}}.
-/// Every column has the same number of samples. feed() gathers the chosen rows into a batch buffer
-/// (allocated once, at the largest batch) and feeds the program by input name.
-template <class T>
-class dataset {
-public:
-    dataset(std::initializer_list<column<T>> cols) : cols_(cols) {
-        if (cols_.empty()) throw error("ctg::dataset: give at least one column");
-        for (const auto& c : cols_)
-            if (c.samples() != cols_[0].samples())
-                throw shape_error("ctg::dataset: column '" + c.name + "' has " + std::to_string(c.samples()) +
-                                  " samples but column '" + cols_[0].name + "' has " +
-                                  std::to_string(cols_[0].samples()));
-        buffers_.resize(cols_.size());
-        index_buffers_.resize(cols_.size());
-    }
-
-    std::size_t size() const { return cols_[0].samples(); }
-    const std::vector<column<T>>& columns() const { return cols_; }
-
-    template <class Program>
-    void feed(Program& p, const std::size_t* rows, std::size_t n) {
-        for (std::size_t c = 0; c < cols_.size(); ++c) {
-            const column<T>& col = cols_[c];
-            const std::size_t row = col.row_size();
-            rshape s = col.shape;
-            s.d[0] = n;
-            for (std::size_t k = 0; k < n; ++k)
-                if (rows[k] >= col.samples())
-                    throw index_error("ctg::dataset::feed: sample " + std::to_string(rows[k]) + " of column '" +
-                                      col.name + "' (" + std::to_string(col.samples()) + " samples)");
-            if (col.is_index) {
-                auto& b = index_buffers_[c];
-                if (b.size() < n * row) b.resize(n * row);
-                for (std::size_t k = 0; k < n; ++k)
-                    std::copy_n(col.indices.data() + rows[k] * row, row, b.data() + k * row);
-                p.feed(col.name, static_cast<const index_t*>(b.data()), s);
-            } else {
-                auto& b = buffers_[c];
-                if (b.size() < n * row) b.resize(n * row);
-                for (std::size_t k = 0; k < n; ++k) std::copy_n(col.values.data() + rows[k] * row, row, b.data() + k * row);
-                p.feed(col.name, static_cast<const T*>(b.data()), s);
-            }
-        }
-    }
-
-private:
-    std::vector<column<T>> cols_;
-    std::vector<std::vector<T>> buffers_;
-    std::vector<std::vector<index_t>> index_buffers_;
-};
-
-/// Next-token samples from one token stream: sample i is the window tokens[i*stride, i*stride + len)
-/// fed as `input`, and the same window shifted by one token fed as `target`. stride 1 gives every
-/// window (training: an epoch sees each start position once, in shuffled order); stride = len gives
-/// the disjoint windows (evaluation).
-class token_windows {
-public:
-    token_windows(std::vector<index_t> tokens, std::size_t len, std::size_t stride = 1, std::string input = "tokens",
-                  std::string target = "targets")
-        : tokens_(std::move(tokens)), len_(len), stride_(stride), input_(std::move(input)), target_(std::move(target)) {
-        if (len_ == 0 || stride_ == 0) throw error("ctg::token_windows: the window length and stride must be positive");
-        if (tokens_.size() < len_ + 1)
-            throw shape_error("ctg::token_windows: " + std::to_string(tokens_.size()) +
-                              " tokens are too few for one window of " + std::to_string(len_) + " plus its target");
-    }
-    std::size_t size() const { return (tokens_.size() - len_ - 1) / stride_ + 1; }
-    std::size_t tokens_per_sample() const { return len_; }
-    const std::vector<index_t>& tokens() const { return tokens_; }
-
-    template <class Program>
-    void feed(Program& p, const std::size_t* rows, std::size_t n) {
-        if (x_.size() < n * len_) x_.resize(n * len_), y_.resize(n * len_);
-        for (std::size_t k = 0; k < n; ++k) {
-            if (rows[k] >= size())
-                throw index_error("ctg::token_windows::feed: window " + std::to_string(rows[k]) + " of " +
-                                  std::to_string(size()));
-            const index_t* w = tokens_.data() + rows[k] * stride_;
-            std::copy_n(w, len_, x_.data() + k * len_);
-            std::copy_n(w + 1, len_, y_.data() + k * len_);
-        }
-        p.feed(input_, static_cast<const index_t*>(x_.data()), rshape{2, {n, len_}});
-        p.feed(target_, static_cast<const index_t*>(y_.data()), rshape{2, {n, len_}});
-    }
-
-private:
-    std::vector<index_t> tokens_;
-    std::size_t len_, stride_;
-    std::string input_, target_;
-    std::vector<index_t> x_, y_;
-};
-
-/// The mean of the program's scalar output over every sample of `data`, in order, in batches of
-/// `batch` (each batch's loss weighted by its size): a validation loss.
-template <class Program, class Data>
-double mean_output(Program& p, Data& data, std::size_t batch) {
-    const std::size_t n = data.size();
-    if (n == 0) throw error("ctg::mean_output: the data set is empty");
-    std::vector<std::size_t> rows(std::min(batch, n));
-    double sum = 0;
-    for (std::size_t b = 0; b < n; b += batch) {
-        const std::size_t m = std::min(batch, n - b);
-        std::iota(rows.begin(), rows.begin() + long(m), b);
-        data.feed(p, rows.data(), m);
-        sum += double(p.forward()) * double(m);
-    }
-    return sum / double(n);
-}
 
 // ---------------------------------------------------------------------------------------- progress
 
@@ -325,7 +171,9 @@ struct train_config {
     long eval_every = 0;           // steps between evaluations (0: at the end of every epoch); always at the end
     std::size_t eval_batch = 0;    // batch of the evaluation (0: batch)
     long checkpoint_every = 0;     // steps between checkpoints (0: only at the end); needs out_dir
-    std::string out_dir{};         // where <name>.npz (checkpoint), <name>_best.npz (the best weights, with
+    std::size_t keep_last = 0;     // 0: one checkpoint <name>.npz, overwritten; k > 0: <name>-step00000042.npz
+                                   // per checkpoint, the newest k kept (checkpoint::latest finds the newest)
+    std::string out_dir{};         // where the checkpoints, <name>_best.npz (the best weights, with
                                    // patience), <name>_loss.csv/.png go ("": no files)
     std::string name = "train";
     long patience = 0;             // stop after this many evaluations without improvement (0: never)
@@ -378,6 +226,7 @@ public:
             throw error("ctg::trainer: set epochs or max_steps (both 0 would train forever)");
         if (cfg_.checkpoint_every > 0 && cfg_.out_dir.empty())
             throw error("ctg::trainer: checkpoint_every needs out_dir");
+        if (cfg_.keep_last > 0 && cfg_.out_dir.empty()) throw error("ctg::trainer: keep_last needs out_dir");
         eval_.training(false);
     }
 
@@ -386,19 +235,37 @@ public:
     /// The step policy (local_step, dist::data_parallel, ...).
     Step& step_policy() { return step_; }
 
-    /// Loads a checkpoint this trainer (same model, optimizer kind and data size) wrote: weights,
-    /// optimizer state, position in the data, shuffling and dropout generators, early-stopping
-    /// counters. The next fit() goes on from there and gives the weights the uninterrupted run would
-    /// have given, bit for bit. All-or-nothing (see ctgraph/checkpoint.hpp).
+    /// Reads a checkpoint this trainer (same model, optimizer kind, configuration and data) wrote and
+    /// checks it: the file, every parameter and optimizer state (names, shapes, dtypes), and the
+    /// recorded configuration (every train_config field that defines the run, and the schedule's
+    /// learning rate at a few steps). Nothing changes yet: the next fit() checks the data sizes
+    /// against the record and only then applies the weights, optimizer state and run state, and goes
+    /// on from there, giving the weights and history the uninterrupted run would have given, bit for
+    /// bit. A resumed run that had finished trains nothing and writes no checkpoint. Any mismatch
+    /// throws ctg::error naming the field and both values ("'run.npz' was written with batch 8, this
+    /// trainer has batch 4"); then nothing has changed. Checkpoints without a configuration record
+    /// (written by an older ctgraph) are refused; checkpoint::load reads them.
     void resume(const std::string& checkpoint_path) {
-        run_ = checkpoint::load(checkpoint_path, prog_.params(), opt_);
-        resumed_ = true;
+        checkpoint::staged<T> s = checkpoint::read(checkpoint_path, prog_.params(), opt_);
+        if (s.run.config.empty())
+            throw error("ctg::trainer::resume: '" + checkpoint_path +
+                        "' has no configuration record (run/config: written by an older ctgraph), so it cannot be "
+                        "checked against this trainer; checkpoint::load(path, store, opt) reads its weights and optimizer");
+        check_record(s, config_record(), false);  // the data's sizes are checked by fit()
+        pending_ = std::move(s);
     }
-    /// One row per evaluation: step, epoch, training loss, metric, learning rate, seconds.
-    struct row {
-        long step, epoch;
-        double train_loss, metric, lr, seconds;
-    };
+    /// Resumes (as resume()) from the newest checkpoint of this run in out_dir
+    /// (checkpoint::latest(out_dir, name)); false when there is none (a fresh run).
+    bool resume_latest() {
+        const auto p = checkpoint::latest(cfg_.out_dir, cfg_.name);
+        if (!p) return false;
+        resume(*p);
+        return true;
+    }
+
+    /// One row per evaluation: step, epoch, training loss, metric, learning rate, seconds. A resumed
+    /// run's history begins with the rows of the run it resumes.
+    using row = history_row;
     const std::vector<row>& history() const { return history_; }
 
     /// Trains without validation data.
@@ -421,8 +288,11 @@ public:
         constexpr bool validating = !std::is_same_v<Val, no_validation>;
         const std::size_t n = train.size(), batch = cfg_.batch;
         if (n == 0) throw error("ctg::trainer::fit: the training data is empty");
-        if constexpr (validating && requires { val.size(); })
+        std::string val_samples = validating ? "unknown" : "none";
+        if constexpr (validating && requires { val.size(); }) {
             if (val.size() == 0) throw error("ctg::trainer::fit: the validation data is empty");
+            val_samples = std::to_string(val.size());
+        }
         if (!validating && cfg_.patience > 0) throw error("ctg::trainer::fit: early stopping (patience) needs validation data");
         const long per_epoch = long(cfg_.drop_last ? n / batch : (n + batch - 1) / batch);
         if (per_epoch == 0)
@@ -430,64 +300,127 @@ public:
                         std::to_string(batch) + " leaves no batch");
         long total = cfg_.epochs > 0 ? cfg_.epochs * per_epoch : LONG_MAX;
         if (cfg_.max_steps > 0) total = std::min(total, cfg_.max_steps);
+        auto record = config_record();
+        record["train_samples"] = std::to_string(n);
+        record["val_samples"] = val_samples;
+        // The schedule at this run's last step; a resumed run compares its own schedule at the
+        // recorded step (the end may move: see check_record).
+        record["schedule_at_end"] = total == LONG_MAX ? "none" : lr_at(total - 1);
+
+        std::vector<std::size_t> order(n);
+        std::iota(order.begin(), order.end(), std::size_t(0));
+        std::mt19937_64 rng(cfg_.seed);
+        if (pending_) {  // check what depends on the data, before anything changes
+            const run_state& run = pending_->run;
+            check_record(*pending_, record, true);
+            auto corrupt = [&](const std::string& what) {
+                throw error("ctg::trainer::resume: '" + pending_->path + "': " + what);
+            };
+            if (run.order.size() != n)
+                corrupt("the epoch's sample order has " + std::to_string(run.order.size()) + " samples, the training data " +
+                        std::to_string(n));
+            std::vector<bool> seen(n);
+            for (std::size_t i = 0; i < n; ++i) {
+                const std::int64_t k = run.order[i];
+                if (k < 0 || std::size_t(k) >= n || seen[std::size_t(k)]) corrupt("the sample order is not a permutation");
+                seen[std::size_t(k)] = true;
+                order[i] = std::size_t(k);
+            }
+            std::istringstream is(run.shuffle_rng);
+            is >> rng;
+            if (!is) corrupt("the shuffling generator's state is corrupt");
+            if (run.step < 0 || run.epoch < 0 || run.batch_in_epoch < 0 ||
+                run.batch_in_epoch > per_epoch || (run.epoch == 0 && run.step > 0))
+                corrupt("the position (step " + std::to_string(run.step) + ", epoch " + std::to_string(run.epoch) +
+                        ", batch " + std::to_string(run.batch_in_epoch) + ") is outside this run");
+        }
         if (!cfg_.out_dir.empty() && writes_) {
             std::error_code ec;
             std::filesystem::create_directories(cfg_.out_dir, ec);
             if (ec || !std::filesystem::is_directory(cfg_.out_dir))
                 throw io_error("ctg::trainer: cannot use '" + cfg_.out_dir + "' as the output directory" +
                                (ec ? ": " + ec.message() : ": it is not a directory"));
+            binary_file::remove_stale_temporaries(cfg_.out_dir, cfg_.name);  // of writers killed before
         }
 
         double tokens_per_sample = 0;
         if constexpr (requires { train.tokens_per_sample(); }) tokens_per_sample = double(train.tokens_per_sample());
         const std::size_t eval_batch = cfg_.eval_batch ? cfg_.eval_batch : batch;
 
-        std::vector<std::size_t> order(n);
-        std::iota(order.begin(), order.end(), std::size_t(0));
-        std::mt19937_64 rng(cfg_.seed);
+        // The position: epoch `e` begun (0: none yet), `done` of its batches trained. A new epoch
+        // begins, reshuffled, when the next step is due and the current one is used up.
         train_report r;
         r.best_metric = NAN;
+        long e = 0, done = 0, bad_evals = 0;
+        double loss_sum = 0, loss_samples = 0, samples_done = 0, seconds_before = 0;
+        bool stop = false, evaluated_last = false, finished = false, was_finished = false;
         history_.clear();
-        double loss_sum = 0, loss_samples = 0, samples_done = 0;
-        long bad_evals = 0, first_epoch = 1, first_batch = 0;
-        bool stop = false;
-        if (resumed_) {  // go on where the checkpoint was written
-            resumed_ = false;
-            if (run_.order.size() != n)
-                throw error("ctg::trainer::resume: the checkpoint's epoch orders " + std::to_string(run_.order.size()) +
-                            " samples, the training data has " + std::to_string(n));
-            for (std::size_t i = 0; i < n; ++i) {
-                if (run_.order[i] < 0 || std::size_t(run_.order[i]) >= n)
-                    throw error("ctg::trainer::resume: the checkpoint's sample order is corrupt");
-                order[i] = std::size_t(run_.order[i]);
-            }
-            std::istringstream is(run_.shuffle_rng);
-            is >> rng;
-            if (!is) throw error("ctg::trainer::resume: the checkpoint's generator state is corrupt");
-            prog_.set_dropout_state(run_.dropout_seed, run_.dropout_passes);
-            r.step = run_.step;
-            first_epoch = run_.epoch;
-            first_batch = run_.batch_in_epoch;
-            if (first_epoch == 0 || first_batch >= per_epoch) ++first_epoch, first_batch = 0;  // at an epoch's end
-            if (auto it = run_.counters.find("best_metric"); it != run_.counters.end()) r.best_metric = it->second;
-            if (auto it = run_.counters.find("best_step"); it != run_.counters.end()) r.best_step = long(it->second);
-            if (auto it = run_.counters.find("bad_evals"); it != run_.counters.end()) bad_evals = long(it->second);
+        if (pending_) {  // everything is checked: apply the checkpoint
+            checkpoint::commit(*pending_, prog_.params(), opt_);
+            run_state run = std::move(pending_->run);
+            pending_.reset();
+            prog_.set_dropout_state(run.dropout_seed, run.dropout_passes);
+            r.step = run.step;
+            e = run.epoch, done = run.batch_in_epoch;
+            auto counter = [&](const char* name, double fallback) {
+                const auto it = run.counters.find(name);
+                return it == run.counters.end() ? fallback : it->second;
+            };
+            r.best_metric = counter("best_metric", NAN);
+            r.best_step = long(counter("best_step", 0));
+            bad_evals = long(counter("bad_evals", 0));
+            r.stopped_early = counter("stopped_early", 0) != 0;
+            evaluated_last = run.evaluated_last;
+            // A run that ended (stopped, or every step done) stays ended unless this trainer's end
+            // lies further (more epochs or steps: the run goes on from where it ended).
+            was_finished = run.finished && (run.stopped || r.step >= total);
+            stop = run.stopped;
+            history_ = std::move(run.history);
+            loss_sum = run.loss_sum, loss_samples = run.loss_samples, samples_done = run.samples_done;
+            seconds_before = run.seconds;
         }
-        // The run's state after `batches_done` batches of the current epoch, for a checkpoint.
-        auto snapshot = [&](long batches_done) {
+        const auto t0 = std::chrono::steady_clock::now();
+        auto seconds = [&] {
+            return seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        };
+        // The run's state for a checkpoint.
+        auto snapshot = [&] {
             run_.step = r.step;
-            run_.epoch = r.epoch;
-            run_.batch_in_epoch = batches_done;
+            run_.epoch = e;
+            run_.batch_in_epoch = done;
             run_.order.assign(order.begin(), order.end());
             std::ostringstream os;
             os << rng;
             run_.shuffle_rng = os.str();
             std::tie(run_.dropout_seed, run_.dropout_passes) = prog_.dropout_state();
             run_.counters = {{"best_metric", r.best_metric}, {"best_step", double(r.best_step)},
-                             {"bad_evals", double(bad_evals)}};
+                             {"bad_evals", double(bad_evals)}, {"stopped_early", r.stopped_early ? 1.0 : 0.0}};
+            run_.evaluated_last = evaluated_last;
+            run_.finished = finished;
+            run_.stopped = stop;
+            run_.history = history_;
+            run_.loss_sum = loss_sum, run_.loss_samples = loss_samples, run_.samples_done = samples_done;
+            run_.seconds = seconds();
+            run_.config = record;
         };
-        const auto t0 = std::chrono::steady_clock::now();
-        auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+        progress_ = progress_line(log_);
+        r.epoch = e;
+
+        if (was_finished) {  // a finished run resumed: nothing to train, evaluate or save; the report it ended with
+            if (!history_.empty()) {
+                const row& last = history_.back();
+                r.train_loss = last.train_loss, r.metric = last.metric, r.lr = last.lr;
+            }
+            r.seconds = seconds_before;
+            r.samples_per_second = samples_done / std::max(r.seconds, 1e-9);
+            finished = true;
+            snapshot();
+            run_.seconds = seconds_before;
+            // Curves are rewritten only where their bytes differ (a run killed while writing them).
+            if (!cfg_.out_dir.empty()) write_curves();
+            progress_.print(status(r, total, tokens_per_sample) + "  (the run had finished: nothing to train)");
+            return r;
+        }
 
         auto evaluate = [&] {
             r.train_loss = loss_samples > 0 ? loss_sum / loss_samples : NAN;
@@ -509,50 +442,50 @@ public:
             r.seconds = seconds();
             r.samples_per_second = samples_done / std::max(r.seconds, 1e-9);
             history_.push_back({r.step, r.epoch, r.train_loss, r.metric, r.lr, r.seconds});
+            evaluated_last = true;
             progress_.print(status(r, total, tokens_per_sample) + (r.stopped_early ? "  (early stop)" : ""));
             if constexpr (std::is_same_v<decltype(on_eval(r)), bool>) stop = on_eval(r) || stop;
             else on_eval(r);
         };
 
-        progress_ = progress_line(log_);
-        bool evaluated_last = false;
-        long batches_done = first_batch;
-        for (r.epoch = first_epoch; !stop && r.step < total; ++r.epoch) {
-            const long b0 = r.epoch == first_epoch ? first_batch : 0;
-            if (cfg_.shuffle && b0 == 0)
-                for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng() % i]);  // Fisher-Yates
-            for (long b = b0; b < per_epoch && r.step < total && !stop; ++b) {
-                const std::size_t first = std::size_t(b) * batch, m = std::min(batch, n - first);
-                train.feed(prog_, order.data() + first, m);
-                if constexpr (!std::is_same_v<Schedule, keep_lr>) opt_.set_lr(schedule_(r.step));
-                r.lr = opt_.lr();
-                const T loss = step_(prog_, opt_, cfg_.clip_norm, m);
-                loss_sum += double(loss) * double(m);
-                loss_samples += double(m);
-                samples_done += double(m);
-                ++r.step;
-                evaluated_last = false;
-                const bool epoch_end = b + 1 == per_epoch;
-                if (cfg_.eval_every > 0 ? r.step % cfg_.eval_every == 0 : epoch_end) {
-                    evaluate();
-                    evaluated_last = true;
-                } else if (progress_.terminal()) {
-                    r.seconds = seconds();
-                    r.samples_per_second = samples_done / std::max(r.seconds, 1e-9);
-                    r.train_loss = loss_sum / loss_samples;
-                    progress_.draw(status(r, total, tokens_per_sample));
-                }
-                batches_done = b + 1;
-                if (cfg_.checkpoint_every > 0 && r.step % cfg_.checkpoint_every == 0) {
-                    snapshot(batches_done);
-                    save_checkpoint();
-                }
+        while (!stop && r.step < total) {
+            if (e == 0 || done == per_epoch) {
+                ++e, done = 0;
+                if (cfg_.shuffle)
+                    for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng() % i]);  // Fisher-Yates
+            }
+            r.epoch = e;
+            const std::size_t first = std::size_t(done) * batch, m = std::min(batch, n - first);
+            train.feed(prog_, order.data() + first, m);
+            if constexpr (!std::is_same_v<Schedule, keep_lr>) opt_.set_lr(schedule_(r.step));
+            r.lr = opt_.lr();
+            const T loss = step_(prog_, opt_, cfg_.clip_norm, m);
+            loss_sum += double(loss) * double(m);
+            loss_samples += double(m);
+            samples_done += double(m);
+            ++r.step, ++done;
+            evaluated_last = false;
+            if (cfg_.eval_every > 0 ? r.step % cfg_.eval_every == 0 : done == per_epoch) {
+                evaluate();
+            } else if (progress_.terminal()) {
+                r.seconds = seconds();
+                r.samples_per_second = samples_done / std::max(r.seconds, 1e-9);
+                r.train_loss = loss_sum / loss_samples;
+                progress_.draw(status(r, total, tokens_per_sample));
+            }
+            // A checkpoint due at the run's last step (the step count reached, or an evaluation
+            // stopped the run) is left to the end of fit(), which writes it once, finished and after
+            // the final evaluation: written here too, the same step would be saved twice, the first
+            // copy without the end's evaluation.
+            if (cfg_.checkpoint_every > 0 && r.step % cfg_.checkpoint_every == 0 && r.step < total && !stop) {
+                snapshot();
+                save_checkpoint();
             }
         }
-        --r.epoch;
         if (!evaluated_last) evaluate();
+        finished = true;
         if (!cfg_.out_dir.empty()) {
-            snapshot(batches_done);
+            snapshot();
             save_checkpoint();
             write_curves();
         }
@@ -561,15 +494,17 @@ public:
     }
 
     /// Writes <name>_loss.csv and <name>_loss.png from the history (fit() does at the end; nothing
-    /// when the step policy does not write).
+    /// when the step policy does not write). Each file is written atomically, and only when its
+    /// bytes differ from the file's: curves that are already right keep their file and its time.
     void write_curves() const {
         if (!writes_) return;
-        std::ofstream csv(path("_loss.csv"));
+        std::ostringstream csv;
         csv << "step,epoch,train_loss," << cfg_.metric_name << ",lr,seconds\n";
         for (const row& h : history_)
             csv << h.step << ',' << h.epoch << ',' << h.train_loss << ',' << h.metric << ',' << h.lr << ',' << h.seconds
                 << '\n';
-        if (!csv) throw io_error("ctg::trainer: cannot write '" + path("_loss.csv") + "'");
+        const std::string text = csv.str();
+        write_if_changed(path("_loss.csv"), text.data(), text.size());
         plot::chart c{.title = cfg_.name, .x_label = "step", .y_label = "loss"};
         plot::series tr{"train", {}, {}, {31, 119, 180}}, va{cfg_.metric_name, {}, {}, {214, 39, 40}};
         for (const row& h : history_) {
@@ -579,19 +514,115 @@ public:
         if (tr.x.size() < 2 && va.x.size() < 2) return;  // a chart needs a line
         if (tr.x.size() >= 2) c.lines.push_back(tr);
         if (va.x.size() >= 2) c.lines.push_back(va);
-        plot::write_png(c, path("_loss.png"));
+        const std::vector<unsigned char> png = plot::png_bytes(c);
+        write_if_changed(path("_loss.png"), png.data(), png.size());
     }
-    /// Saves the checkpoint of the last step fit() took (weights, optimizer, run) to <out_dir>/<name>.npz,
-    /// atomically. Its parameters are under their own names: npz::load(store, path, true) and
-    /// checkpoint::load_weights read them.
+    /// Saves the checkpoint of the last step fit() took (weights, optimizer, run), atomically: to
+    /// <out_dir>/<name>.npz (keep_last = 0), or to <out_dir>/<name>-step<8 digits>.npz, then removes
+    /// the older step-numbered files of this run beyond the newest keep_last (files of later steps,
+    /// from a run resumed from an earlier checkpoint, are left alone). Its parameters are under their
+    /// own names: npz::load(store, path, true) and checkpoint::load_weights read them.
     void save_checkpoint() const {
-        if (!cfg_.out_dir.empty() && writes_) checkpoint::save(path(".npz"), prog_.params(), opt_, run_);
+        if (cfg_.out_dir.empty() || !writes_) return;
+        if (cfg_.keep_last == 0) {
+            checkpoint::save(path(".npz"), prog_.params(), opt_, run_);
+            return;
+        }
+        checkpoint::save(checkpoint_path(run_.step), prog_.params(), opt_, run_);
+        std::vector<std::string> older;  // step-numbered files up to this step, oldest first
+        for (const auto& [step, file] : checkpoint::step_files(cfg_.out_dir, cfg_.name))
+            if (step <= run_.step) older.push_back(file);
+        for (std::size_t i = 0; i + cfg_.keep_last < older.size(); ++i) {
+            std::error_code ec;
+            std::filesystem::remove(older[i], ec);
+        }
     }
+    /// <out_dir>/<name><suffix>.
     std::string path(const std::string& suffix) const {
         return (std::filesystem::path(cfg_.out_dir) / (cfg_.name + suffix)).string();
     }
+    /// The step-numbered checkpoint of `step` (keep_last > 0): <out_dir>/<name>-step00000042.npz.
+    std::string checkpoint_path(long step) const {
+        return (std::filesystem::path(cfg_.out_dir) / checkpoint::step_file_name(cfg_.name, step)).string();
+    }
 
 private:
+    // A number as text that reads back to the same double (shortest round trip).
+    static std::string number(double v) {
+        char buf[64];
+        const auto res = std::to_chars(buf, buf + sizeof buf, v);
+        return std::string(buf, res.ptr);
+    }
+    // The learning rate the step `step` would use.
+    std::string lr_at(long step) {
+        if constexpr (std::is_same_v<Schedule, keep_lr>) return "constant " + number(opt_.lr());
+        else return "lr(" + std::to_string(step) + ")=" + number(double(schedule_(step)));
+    }
+    // What defines the run, as the checkpoint records it (run/config/...); fit() adds the data's
+    // sizes and the schedule's last step. The schedule is compared through its learning rate at a
+    // few fixed steps (a functor cannot be compared otherwise).
+    std::map<std::string, std::string> config_record() {
+        std::map<std::string, std::string> c;
+        auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+        c["batch"] = std::to_string(cfg_.batch);
+        c["epochs"] = std::to_string(cfg_.epochs);
+        c["max_steps"] = std::to_string(cfg_.max_steps);
+        c["shuffle"] = flag(cfg_.shuffle);
+        c["drop_last"] = flag(cfg_.drop_last);
+        c["seed"] = std::to_string(cfg_.seed);
+        c["clip_norm"] = number(cfg_.clip_norm);
+        c["eval_every"] = std::to_string(cfg_.eval_every);
+        c["eval_batch"] = std::to_string(cfg_.eval_batch ? cfg_.eval_batch : cfg_.batch);
+        c["checkpoint_every"] = std::to_string(cfg_.checkpoint_every);
+        c["patience"] = std::to_string(cfg_.patience);
+        c["min_delta"] = number(cfg_.min_delta);
+        c["higher_is_better"] = flag(cfg_.higher_is_better);
+        std::string schedule;
+        for (const long s : {0L, 1L, 2L, 10L, 100L, 1000L})
+            if (schedule.empty() || !std::is_same_v<Schedule, keep_lr>) schedule += (schedule.empty() ? "" : " ") + lr_at(s);
+        c["schedule"] = schedule;
+        return c;
+    }
+    // Throws naming the first field where the checkpoint's record and this run's differ (with the
+    // data known, every field; else those that do not depend on the data). epochs and max_steps are
+    // recorded but may differ: they say where the run ends, so a finished run can be extended (or
+    // a run ended sooner); the schedule must then agree at the recorded run's last step, which is
+    // compared instead of this run's (a cosine schedule over another length differs there).
+    void check_record(const checkpoint::staged<T>& s, std::map<std::string, std::string> mine, bool data_known) {
+        auto data_field = [](const std::string& f) { return f == "train_samples" || f == "val_samples"; };
+        const auto& file = s.run.config;
+        for (const char* f : {"epochs", "max_steps"}) mine.erase(f);
+        mine.erase("schedule_at_end");
+        if (const auto it = file.find("schedule_at_end"); it != file.end()) {
+            long end = -1;
+            if (std::sscanf(it->second.c_str(), "lr(%ld)=", &end) == 1 && end >= 0) mine["schedule_at_end"] = lr_at(end);
+            else mine["schedule_at_end"] = it->second;  // "none", or this trainer's keep_lr record
+            if constexpr (std::is_same_v<Schedule, keep_lr>) mine["schedule_at_end"] = lr_at(0);
+        }
+        for (const auto& [field, value] : mine) {
+            if (!data_known && data_field(field)) continue;
+            const auto it = file.find(field);
+            if (it == file.end())
+                throw error("ctg::trainer::resume: '" + s.path + "' does not record " + field + " (this trainer has " +
+                            field + " " + value + ")");
+            if (it->second != value)
+                throw error("ctg::trainer::resume: '" + s.path + "' was written with " + field + " " + it->second +
+                            ", this trainer has " + field + " " + value);
+        }
+        for (const auto& [field, value] : file)
+            if (!mine.count(field) && field != "epochs" && field != "max_steps" && (data_known || !data_field(field)))
+                throw error("ctg::trainer::resume: '" + s.path + "' records " + field + " " + value +
+                            ", which this trainer does not know");
+    }
+    // Writes the bytes to `file` atomically unless the file holds exactly these bytes already.
+    static void write_if_changed(const std::string& file, const void* data, std::size_t n) {
+        std::ifstream in(file, std::ios::binary);
+        if (in) {
+            std::string old((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+            if (old.size() == n && std::memcmp(old.data(), data, n) == 0) return;
+        }
+        binary_file::write_atomically(file, data, n, "ctg::trainer");
+    }
     std::string status(const train_report& r, long total, double tokens_per_sample) const {
         char buf[256];
         const bool bounded = total != LONG_MAX;
@@ -621,7 +652,7 @@ private:
     progress_line progress_{nullptr};
     std::vector<row> history_;
     run_state run_{};
-    bool resumed_ = false;
+    std::optional<checkpoint::staged<T>> pending_;  // a checkpoint resume() read, applied by fit()
 };
 
 }  // namespace ctg
