@@ -23,6 +23,14 @@
 //   ctg::dataset<float> train{{"x", x_train}, {"y", y_train}}, val{{"x", x_val}, {"y", y_val}};
 //   ctg::trainer training(prog, opt, {.batch = 64, .epochs = 10, .eval_every = 100, .out_dir = "run"});
 //   ctg::train_report r = training.fit(train, val);
+//
+// Resuming: training.resume(path) or training.resume_latest() before fit(). The checkpoint holds
+// the run's position, generators, early-stopping counters, history and a record of its
+// configuration; a resumed run gives the weights, history and curves of the uninterrupted run bit
+// for bit (but the seconds), wherever it was killed, and a run that had finished trains, evaluates
+// and saves nothing. resume() checks the file and the configuration and stages them; fit() checks
+// the data sizes and only then applies the checkpoint, so a mismatch (named, with both values)
+// changes nothing. The data sources (dataset, token_windows, mean_output) are in ctgraph/data.hpp.
 #pragma once
 #include <unistd.h>
 
