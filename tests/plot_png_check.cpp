@@ -96,6 +96,10 @@ bool valid_png(const std::string& path, int want_w, int want_h, std::size_t& ink
     }
     inked = 0;
     for (std::size_t i = 0; i < px.size(); i += 3) inked += px[i] != 255 || px[i + 1] != 255 || px[i + 2] != 255;
+    // Charts and heat maps are mostly white, their corners too: a row unfiltered wrongly (a filter
+    // byte that is not the filter used) spreads colour over the rest of the image.
+    if (px[0] != 255 || px[px.size() - 1] != 255 || inked * 2 > px.size() / 3)
+        return std::fprintf(stderr, "%zu of %zu pixels are not white, or a corner is not\n", inked, px.size() / 3), false;
     return true;
 }
 
