@@ -70,7 +70,7 @@ struct lm_config {
 };
 
 // 55 training windows of 6 tokens in batches of 4: 14 batches an epoch, the last of 3; 40 steps end
-// in the 3rd epoch. 10 validation windows (stride 6) in batches of 4.
+// in the 3rd epoch. 11 validation windows (stride 6) in batches of 4: 3 feeds an evaluation.
 struct lm_run {
     decltype(compile<float>(lm_loss())) prog = compile<float>(lm_loss());
     optim::adam<float> opt = optim::adamw<float>(0.02, 0.05);
@@ -304,7 +304,7 @@ TEST_CASE("a run killed at any phase and resumed ends as the uninterrupted run, 
             long feeds = -1, evals = -1, step = -1, epoch = -1, stopped = -1, saves = -1;
             stats >> feeds >> evals >> step >> epoch >> stopped >> saves;
             CHECK(feeds == 40);
-            CHECK(evals == 8 * 3);  // 8 evaluations of 10 windows in batches of 4
+            CHECK(evals == 8 * 3);  // 8 evaluations of 11 windows in batches of 4
             CHECK(step == 40);
             CHECK(epoch == 3);
             CHECK(saves == 6);
@@ -324,7 +324,7 @@ TEST_CASE("a run killed at any phase and resumed ends as the uninterrupted run, 
             {"feed:3"},                                  // mid-step before the first checkpoint
             {"feed:15"},                                 // the first step of epoch 2, after the checkpoint at its start
             {"feed:33"},                                 // mid-step in epoch 3
-            {"eval:5"},                                  // during the 3rd evaluation (2 batches each)
+            {"eval:5"},                                  // during the 2nd evaluation (3 batches each)
             {"write:@ckpt:1:1"},                         // inside the first checkpoint's write, its first chunk
             {"write:@ckpt:3:" + std::to_string(calls / 2)},  // half of the checkpoint at step 21
             {"write:@ckpt:6:" + std::to_string(calls)},  // the final checkpoint all in its temporary file, not renamed
