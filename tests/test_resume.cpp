@@ -67,6 +67,8 @@ struct lm_config {
     double clip_norm = 0.5, peak_lr = 0.02;
     std::size_t train_tokens = 61;
     long max_steps = 40;
+    long patience = 100;  // never stops (the best weights are saved)
+    double min_delta = 0;
 };
 
 // 55 training windows of 6 tokens in batches of 4: 14 batches an epoch, the last of 3; 40 steps end
@@ -83,7 +85,7 @@ struct lm_run {
           training(prog, opt,
                    {.batch = c.batch, .epochs = 3, .max_steps = c.max_steps, .seed = 2, .clip_norm = c.clip_norm,
                     .eval_every = 5, .checkpoint_every = 7, .keep_last = c.keep_last, .out_dir = dir, .name = "lm",
-                    .patience = 100, .log = nullptr},
+                    .patience = c.patience, .min_delta = c.min_delta, .log = nullptr},
                    optim::warmup_cosine_lr{c.peak_lr, 6, 40, 0.001}) {
         prog.params().init(5);
         prog.dropout_seed(9);
@@ -493,4 +495,39 @@ TEST_CASE("temporary files of killed writers are removed, those of live ones kep
     checkpoint::save((dir / "lm.npz").string(), store, opt, run_state{});
     CHECK_FALSE(file_names(dir).count(dead_tmp));
     fs::remove_all(dir);
+}
+
+TEST_CASE("a finished run resumed is not evaluated again; a run stopped early stays stopped", "[resume]") {
+    // min_delta 100: only the first evaluation improves; patience 2 stops at the third
+    lm_config c;
+    c.patience = 2, c.min_delta = 100, c.max_steps = 10;  // evaluations at 5 and 10: one without improvement
+    for (const bool stops : {false, true}) {
+        INFO((stops ? "stopped early at step 15" : "finished at step 10, one evaluation short of stopping"));
+        if (stops) c.max_steps = 40;
+        const fs::path dir = scratch(stops ? "stopped" : "patience");
+        train_report first;
+        {
+            lm_run run(dir.string(), c);
+            first = run.fit();
+        }
+        CHECK(first.step == (stops ? 15 : 10));
+        CHECK(first.stopped_early == stops);
+        const auto before = dir_state(dir);
+        lm_run run(dir.string(), c);
+        REQUIRE(run.training.resume_latest());
+        const train_report r = run.fit();
+        CHECK(run.train.calls == 0);  // no step
+        CHECK(run.val.calls == 0);    // no evaluation
+        CHECK(dir_state(dir) == before);
+        CHECK(r.step == first.step);
+        CHECK(r.epoch == 2 - !stops);
+        CHECK(r.stopped_early == stops);
+        CHECK(r.best_step == 5);
+        CHECK(std::memcmp(&r.metric, &first.metric, sizeof(double)) == 0);
+        CHECK(std::memcmp(&r.train_loss, &first.train_loss, sizeof(double)) == 0);
+        CHECK(run.training.history().size() == std::size_t(stops ? 3 : 2));
+        const auto counters = npz::read(*checkpoint::latest(dir.string(), "lm"));
+        CHECK(npz::to_vector<double>(counters.at("counter/bad_evals")) == std::vector<double>{stops ? 2.0 : 1.0});
+        fs::remove_all(dir);
+    }
 }
