@@ -3,14 +3,19 @@
 ctg-bench on the same workload, one after the other in one run, as a table of medians and ratios.
 
   bench/compare.py [--workloads mlp ... | --all] [--threads 1 2] [--steps 20] [--reps 3]
-                   [--ctg-bench build/bench/ctg-bench] [--no-bound]
+                   [--precision f32|bf16] [--ctg-bench build/bench/ctg-bench] [--no-bound]
 
 Each (workload, threads) pair runs PyTorch then ctgraph, --reps times alternately; the table shows
 the median over the repetitions of each side's median step time. ratio = PyTorch / ctgraph (above 1:
 ctgraph is faster). GFLOP/s counts matrix products only, by torch_ref.py's formula for the workload.
 GEMM bound = the matrix-product FLOPs a ctgraph step really runs (counted in kernels::gemm) at the
 best single-call sgemm rate of this machine at that thread count, measured in the same run
-(torch_ref.py's mm2048: one 2048^2 sgemm through OpenBLAS); "% bound" = bound / ctgraph time. Peak RSS is the whole process's (max over repetitions). Decode workloads also
+(torch_ref.py's mm2048: one 2048^2 sgemm through OpenBLAS); "% bound" = bound / ctgraph time.
+--precision bf16 runs PyTorch's forward under torch.autocast("cpu", dtype=torch.bfloat16)
+(torch_ref.py --autocast bf16) and ctgraph's program with bf16 products (ctg-bench --precision
+bf16); the bound is then the step's product FLOPs at ctgraph's bf16 rate (ctg-bench --rates: a
+2048^3 bf16 product through kernels::gemm at that thread count), and the machine's float and bf16
+rates (oneDNN and kernels::gemm) are printed first. Peak RSS is the whole process's (max over repetitions). Decode workloads also
 show tokens/s. PyTorch runs under Debian's /usr/bin/python3 with torch and OpenBLAS threads set to K
 and, at K=2, OMP_WAIT_POLICY=PASSIVE (WORKLOADS.md: without it libgomp's spinning starves OpenBLAS).
 """
@@ -52,6 +57,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--no-bound", action="store_true", help="skip the sgemm-rate measurement")
+    ap.add_argument("--precision", choices=["f32", "bf16"], default="f32",
+                    help="bf16: PyTorch under autocast bf16, ctgraph with bf16 products")
     ap.add_argument("--ctg-bench", default=os.path.join(HERE, "..", "build", "bench", "ctg-bench"))
     ap.add_argument("--torch-ref", default=os.path.join(HERE, "torch_ref.py"))
     args = ap.parse_args()
@@ -59,12 +66,22 @@ def main():
 
     # The machine's sgemm rate per thread count, from the same run.
     rate = {}
+    bf16 = args.precision == "bf16"
     if not args.no_bound:
         for k in args.threads:
             r = run_json(["/usr/bin/python3", args.torch_ref, "--workload", "mm2048", "--threads", str(k),
                           "--steps", "5", "--json"], thread_env(k))
             rate[k] = r["gflops"]
             print(f"sgemm 2048^2 at {k} thread(s): {rate[k]:.1f} GFLOP/s", file=sys.stderr)
+            m = run_json([args.ctg_bench, "--rates", "--threads", str(k)], thread_env(k))
+            print(f"2048^3 at {k} thread(s): kernels::gemm float {m['gemm_f32_gflops']:.1f}, bf16 "
+                  f"{m['gemm_bf16_gflops']:.1f} GFLOP/s ({m['bf16_engine']}); oneDNN at 1 thread float "
+                  f"{m['onednn_f32_1thread_gflops']:.1f}, bf16 {m['onednn_bf16_1thread_gflops']:.1f} "
+                  f"(ISA {m['onednn_isa']})", file=sys.stderr)
+            if bf16:
+                rate[k] = m["gemm_bf16_gflops"]
+    torch_extra = ["--autocast", "bf16"] if bf16 else []
+    ctg_extra = ["--precision", "bf16"] if bf16 else []
 
     rows = []
     for w in workloads:
@@ -74,9 +91,9 @@ def main():
             t_runs, c_runs = [], []
             for _ in range(args.reps):
                 t_runs.append(run_json(["/usr/bin/python3", args.torch_ref, "--workload", w, "--threads", str(k),
-                                        "--steps", steps, "--json"], env))
+                                        "--steps", steps, "--json"] + torch_extra, env))
                 c_runs.append(run_json([args.ctg_bench, "--workload", w, "--threads", str(k), "--steps", steps,
-                                        "--json"], env))
+                                        "--json"] + ctg_extra, env))
             t_ms = statistics.median(r["median_ms"] for r in t_runs)
             c_ms = statistics.median(r["median_ms"] for r in c_runs)
             flops = c_runs[0]["flops_per_step"]
@@ -89,14 +106,17 @@ def main():
             rows.append((w, k, t_ms, c_ms, t_ms / c_ms, flops / t_ms / 1e6, flops / c_ms / 1e6,
                          "-" if bound is None else "%.3f" % bound, "-" if bound is None else "%.0f" % (100 * bound / c_ms),
                          max(r["peak_rss_mib"] for r in t_runs), max(r["peak_rss_mib"] for r in c_runs), tokens,
-                         "%d / %d" % (max(r["allocations_n"] for r in c_runs), max(r["allocations_2n"] for r in c_runs))))
+                         "%d / %d" % (max(r["allocations_n"] for r in c_runs), max(r["allocations_2n"] for r in c_runs)),
+                         "%d" % max(r.get("onednn_allocations_2n", 0) for r in c_runs)))
             print("done: %s at %d thread(s)" % (w, k), file=sys.stderr, flush=True)
     head = ("workload", "threads", "torch ms", "ctgraph ms", "ratio", "torch GF/s", "ctg GF/s", "GEMM bound ms",
-            "% bound", "torch RSS MiB", "ctg RSS MiB", "tokens/s torch / ctg", "ctg allocations N / 2N steps")
+            "% bound", "torch RSS MiB", "ctg RSS MiB", "tokens/s torch / ctg", "ctg allocations N / 2N steps",
+            "inside oneDNN (2N)")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:
-        print("| %s | %d | %.3f | %.3f | %.2f | %.1f | %.1f | %s | %s | %.0f | %.0f | %s | %s |" % r)
+        print("| %s | %d | %.3f | %.3f | %.2f | %.1f | %.1f | %s | %s | %.0f | %.0f | %s | %s | %s |" % r)
+    print(f"precision: {args.precision}" + (" (PyTorch: torch.autocast bf16)" if bf16 else ""))
 
 
 if __name__ == "__main__":

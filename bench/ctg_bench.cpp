@@ -1,7 +1,13 @@
 // ctg-bench: the reference workloads (shared/WORKLOADS.md), timed or checked against PyTorch.
 //
 //   ctg-bench --workload NAME [--threads K] [--steps N] [--warmup W] [--json] [--step plain|fused]
-//   ctg-bench --workload NAME --check DIR [--dtype float32|float64]
+//             [--precision f32|bf16]
+//   ctg-bench --workload NAME --check DIR [--dtype float32|float64] [--precision f32|bf16]
+//   ctg-bench --rates [--threads K]      the machine's 2048^3 product rates, float and bf16 (JSON)
+//
+// --precision bf16 compiles the workload with options{.precision = precision::bf16} (matrix
+// products on bf16 operands, float accumulation); its check reads the float64 dump with
+// --dtype float64 (else float32's) and holds every tensor to 3e-2 (see `tolerance`).
 //
 // Timing: W warm-up steps (default 3), then N measured steps (default 20), each a whole training
 // step (forward, loss, backward, optimizer update) timed with steady_clock; the median is reported,
@@ -20,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -32,15 +39,17 @@
 
 // Heap allocations, counted for the report (a steady-state step must make none): every operator new
 // of this program, plus every buffer ctgraph allocates (ctg::allocation_count).
+// Allocations made inside oneDNN's calls (its execute allocates per call: kernels/onednn.hpp) are
+// counted apart.
 namespace {
-std::atomic<long> operator_news{0};
+std::atomic<long> operator_news{0}, onednn_news{0};
 long heap_allocations() { return operator_news.load() + ctg::allocation_count().load(); }
 }  // namespace
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // the pair below is malloc/free by design
 #endif
 void* operator new(std::size_t n) {
-    operator_news.fetch_add(1, std::memory_order_relaxed);
+    (ctg::kernels::inside_onednn() ? onednn_news : operator_news).fetch_add(1, std::memory_order_relaxed);
     if (void* p = std::malloc(n ? n : 1)) return p;
     throw std::bad_alloc();
 }
@@ -56,6 +65,8 @@ struct args {
     int threads = 1, steps = 20, warmup = 3;
     bool json = false;
     std::string step = "plain";  // plain: zero_grad, forward, backward, opt.step; fused: ctg::train_step
+    bool rates = false;  // --rates: the machine's product rates (run_rates) instead of a workload
+    std::string precision = "f32";  // bf16: the program's products in bf16 (options{.precision = precision::bf16})
 };
 
 template <class Template>
@@ -72,7 +83,9 @@ std::string workload_names() {
 [[noreturn]] void usage(const std::string& why) {
     std::fprintf(stderr,
                  "ctg-bench: %s\nusage: ctg-bench --workload NAME [--threads K] [--steps N] [--warmup W] [--json] [--step plain|fused]\n"
-                 "       ctg-bench --workload NAME --check DIR [--dtype float32|float64]\nworkloads: %s\n",
+                 "                 [--precision f32|bf16]\n"
+                 "       ctg-bench --workload NAME --check DIR [--dtype float32|float64] [--precision f32|bf16]\n"
+                 "       ctg-bench --rates [--threads K]\nworkloads: %s\n",
                  why.c_str(), workload_names().c_str());
     std::exit(2);
 }
@@ -104,12 +117,15 @@ args parse(int argc, char** argv) {
         else if (k == "--dtype") a.dtype = value();
         else if (k == "--json") a.json = true;
         else if (k == "--step") a.step = value();
+        else if (k == "--precision") a.precision = value();
+        else if (k == "--rates") a.rates = true;
         else usage("unknown option " + k);
     }
-    if (a.workload.empty()) usage("--workload is required");
+    if (a.workload.empty() && !a.rates) usage("--workload is required");
     if (a.dtype != "float32" && a.dtype != "float64") usage("--dtype is float32 or float64");
     if (a.threads < 1) usage("--threads must be at least 1");
     if (a.step != "plain" && a.step != "fused") usage("--step is plain or fused");
+    if (a.precision != "f32" && a.precision != "bf16") usage("--precision is f32 or bf16");
     if (a.steps < 1) usage("--steps must be at least 1");
     return a;
 }
@@ -141,7 +157,7 @@ int run_timing(const args& a) {
     std::vector<double> ms;
     ms.reserve(std::size_t(a.steps));
     // Allocations over the N timed steps, then over N more (2N in all): both zero in steady state.
-    const long allocs_before = heap_allocations();
+    const long allocs_before = heap_allocations(), onednn_before = onednn_news.load();
     for (int i = 0; i < a.steps; ++i) {
         const auto t0 = std::chrono::steady_clock::now();
         last = w.step();
@@ -149,7 +165,7 @@ int run_timing(const args& a) {
     }
     const long allocs_n = heap_allocations() - allocs_before;
     for (int i = 0; i < a.steps; ++i) last = w.step();
-    const long allocs_2n = heap_allocations() - allocs_before;
+    const long allocs_2n = heap_allocations() - allocs_before, onednn_allocs_2n = onednn_news.load() - onednn_before;
     std::vector<double> sorted = ms;
     std::sort(sorted.begin(), sorted.end());
     const std::size_t n = sorted.size();
@@ -160,19 +176,27 @@ int run_timing(const args& a) {
         tokens = ", \"tokens_per_s\": " + std::to_string(double(W::new_tokens) / (median * 1e-3)) +
                  ", \"ms_per_token\": " + std::to_string(median / double(W::new_tokens));
     if (a.json) {
-        std::printf("{\"workload\": \"%s\", \"step\": \"%s\", \"threads\": %d, \"steps\": %d, \"warmup\": %d, \"median_ms\": %.6f, "
+        std::printf("{\"workload\": \"%s\", \"precision\": \"%s\", \"bf16_engine\": \"%s\", \"onednn_isa\": \"%s\", \"step\": \"%s\", \"threads\": %d, \"steps\": %d, \"warmup\": %d, \"median_ms\": %.6f, "
                     "\"min_ms\": %.6f, \"max_ms\": %.6f, \"gflops\": %.4f, \"flops_per_step\": %.0f, "
                     "\"gemm_flops_per_step\": %.0f, \"peak_rss_mib\": %.2f, \"rss_before_loop_mib\": %.2f, "
-                    "\"loss_first\": %.6f, \"loss_last\": %.6f, \"allocations_n\": %ld, \"allocations_2n\": %ld%s}\n",
-                    W::name, a.step.c_str(), a.threads, a.steps, a.warmup, median, sorted.front(), sorted.back(), gflops, W::flops(),
-                    gemm_flops, peak_rss_mib(), rss_before, first, last, allocs_n, allocs_2n, tokens.c_str());
+                    "\"loss_first\": %.6f, \"loss_last\": %.6f, \"allocations_n\": %ld, \"allocations_2n\": %ld, "
+                    "\"onednn_allocations_2n\": %ld%s}\n",
+                    W::name, a.precision.c_str(), kernels::bf16_engine_name(kernels::get_bf16_engine()),
+                    kernels::onednn_isa_name().c_str(), a.step.c_str(), a.threads, a.steps, a.warmup, median, sorted.front(), sorted.back(), gflops, W::flops(),
+                    gemm_flops, peak_rss_mib(), rss_before, first, last, allocs_n, allocs_2n, onednn_allocs_2n, tokens.c_str());
     } else {
         if constexpr (requires { W::new_tokens; })
             std::printf("%-16s %.1f tokens/s\n", W::name, double(W::new_tokens) / (median * 1e-3));
+        if (a.precision == "bf16")
+            std::printf("%-16s bf16 products: %s (oneDNN ISA %s)\n", W::name,
+                        kernels::get_bf16_engine() == kernels::bf16_engine::onednn ? "oneDNN" : "emulated",
+                        kernels::onednn_isa_name().c_str());
         std::printf("%-16s threads %d  median %.3f ms  (min %.3f, max %.3f)  %.2f GFLOP/s\n", W::name, a.threads,
                     median, sorted.front(), sorted.back(), gflops);
         std::printf("%-16s peak RSS %.1f MiB  loss %.6f -> %.6f\n", "", peak_rss_mib(), first, last);
-        std::printf("%-16s heap allocations: %ld in %d steps, %ld in %d\n", "", allocs_n, a.steps, allocs_2n, 2 * a.steps);
+        std::printf("%-16s heap allocations: %ld in %d steps, %ld in %d", "", allocs_n, a.steps, allocs_2n, 2 * a.steps);
+        if (onednn_allocs_2n) std::printf(" (and %ld inside oneDNN's calls)", onednn_allocs_2n);
+        std::printf("\n");
     }
     return 0;
 }
@@ -183,7 +207,31 @@ struct comparison {
     bool ok = true;
 };
 
-comparison compare(const std::vector<double>& ours, const std::vector<double>& ref, bool f64) {
+// The limits of a check: max|a - b| / max|b| per tensor, and max|a| where the reference is zero.
+// bf16: operands carry 8 significant bits (relative rounding 2^-9 = 2e-3 per operand), and a
+// gradient goes through several products in a row (the gpt blocks' backward: four), so a tensor's
+// worst element can differ by about 1e-2 of the tensor's scale; the limit is 3e-2.
+struct tolerance {
+    double rel, zero;
+    const char* name;
+};
+inline constexpr tolerance tolerance_f64{1e-9, 1e-12, "float64"}, tolerance_f32{1e-4, 1e-6, "float32"},
+    tolerance_bf16{3e-2, 1e-4, "bf16 products (against float64)"};
+template <class W>
+constexpr tolerance tolerance_of() {
+    if constexpr (W::products == precision::bf16) return tolerance_bf16;
+    else if constexpr (std::is_same_v<typename W::T, double>) return tolerance_f64;
+    else return tolerance_f32;
+}
+// The dump a check reads: float64's for float64 and bf16 programs (the issue's --dtype float64),
+// float32's otherwise.
+template <class W>
+std::string dump_dir(const args& a) {
+    const bool f64_dump = std::is_same_v<typename W::T, double> || (W::products == precision::bf16 && a.dtype == "float64");
+    return a.check_dir + "/" + W::name + (f64_dump ? "-f64" : "");
+}
+
+comparison compare(const std::vector<double>& ours, const std::vector<double>& ref, const tolerance& tol) {
     double diff = 0, scale = 0, mag = 0;
     for (std::size_t i = 0; i < ref.size(); ++i) {
         diff = std::max(diff, std::abs(ours[i] - ref[i]));
@@ -194,13 +242,13 @@ comparison compare(const std::vector<double>& ours, const std::vector<double>& r
     // A reference that is zero, or round-off around a gradient that is zero mathematically (a key
     // bias: softmax ignores a shift shared by a row's scores; PyTorch's dump holds ~3e-12 there, and
     // its own float32 differs from its float64 by 6e8 times that), is held to the all-zero rule.
-    const double zero_limit = f64 ? 1e-12 : 1e-6;
+    const double zero_limit = tol.zero;
     if (scale <= zero_limit) {
         c.err = mag;
         c.ok = mag <= zero_limit;
     } else {
         c.err = diff / scale;
-        c.ok = std::isfinite(c.err) && c.err <= (f64 ? 1e-9 : 1e-4);
+        c.ok = std::isfinite(c.err) && c.err <= tol.rel;
     }
     return c;
 }
@@ -279,9 +327,8 @@ void load_torch_weights(parameter_store<T>& ps, const std::map<std::string, npz:
 /// step, max|a - b| / max|b| within the training workloads' limits).
 template <class W>
 int run_decode_check(const args& a) {
-    using T = std::remove_cvref_t<decltype(*std::declval<W&>().params().value(0))>;
-    const bool f64 = std::is_same_v<T, double>;
-    const std::string dir = a.check_dir + "/" + W::name + (f64 ? "-f64" : "");
+    constexpr tolerance tol = tolerance_of<W>();
+    const std::string dir = dump_dir<W>(a);
     const auto weights = npz::read(dir + "/weights.npz");
     const auto result = npz::read(dir + "/result.npz");
     W w;
@@ -300,12 +347,12 @@ int run_decode_check(const args& a) {
     for (std::size_t t = 0; t < n; ++t) {
         const std::vector<double> ours(w.logits[0].begin() + long(t * V), w.logits[0].begin() + long((t + 1) * V));
         const std::vector<double> ref(want_logits.begin() + long(t * V), want_logits.begin() + long((t + 1) * V));
-        const comparison c = compare(ours, ref, f64);
+        const comparison c = compare(ours, ref, tol);
         if (!c.ok || c.err > worst.err) worst = c;
     }
     const bool ok = same == n && worst.ok;
-    std::printf("%s (%s): %zu of %zu tokens equal; logits worst max|a - b| / max|b| per step %.3e (limit %s)\nparity: %s\n",
-                W::name, f64 ? "float64" : "float32", same, n, worst.err, f64 ? "1e-9" : "1e-4", ok ? "PASS" : "FAIL");
+    std::printf("%s (%s): %zu of %zu tokens equal; logits worst max|a - b| / max|b| per step %.3e (limit %g)\nparity: %s\n",
+                W::name, tol.name, same, n, worst.err, tol.rel, ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
 }
 
@@ -319,9 +366,8 @@ int run_check(const args& a) {
 
 template <class W>
 int run_training_check(const args& a) {
-    using T = typename decltype(W::prog)::scalar;
-    const bool f64 = std::is_same_v<T, double>;
-    const std::string dir = a.check_dir + "/" + W::name + (f64 ? "-f64" : "");
+    constexpr tolerance tol = tolerance_of<W>();
+    const std::string dir = dump_dir<W>(a);
     const auto weights = npz::read(dir + "/weights.npz");
     const auto batch = npz::read(dir + "/batch.npz");
     const auto result = npz::read(dir + "/result.npz");
@@ -338,24 +384,70 @@ int run_training_check(const args& a) {
         std::printf("  %-34s %.3e  %s\n", what.c_str(), c.err, c.ok ? "ok" : "FAIL");
         all_ok = all_ok && c.ok;
     };
-    std::printf("%s (%s): max|a - b| / max|b| per tensor, limit %s\n", W::name, f64 ? "float64" : "float32",
-                f64 ? "1e-9" : "1e-4");
-    report("loss", compare({loss}, npz::to_vector<double>(result.at("loss")), f64));
+    std::printf("%s (%s): max|a - b| / max|b| per tensor, limit %g\n", W::name, tol.name, tol.rel);
+    report("loss", compare({loss}, npz::to_vector<double>(result.at("loss")), tol));
     for (std::size_t s = 0; s < ps.size(); ++s)
         report("grad " + ps.at(s).name,
-               compare(in_torch_layout<W>(ps, s, ps.grad(s)), torch_arrays<W>(ps, s, grads, "grads.npz"), f64));
+               compare(in_torch_layout<W>(ps, s, ps.grad(s)), torch_arrays<W>(ps, s, grads, "grads.npz"), tol));
     if constexpr (requires { W::input_grads(); }) {  // the attention workloads: dL/dQ, dL/dK, dL/dV too
         for (const std::string& k : W::input_grads()) {
             if (!grads.count(k)) throw io_error("grads.npz has no array '" + k + "'");
-            report("grad " + k, compare(w.input_grad(k), npz::to_vector<double>(grads.at(k)), f64));
+            report("grad " + k, compare(w.input_grad(k), npz::to_vector<double>(grads.at(k)), tol));
         }
     }
     w.opt.step(ps);
     for (std::size_t s = 0; s < ps.size(); ++s)
         report("after step " + ps.at(s).name, compare(in_torch_layout<W>(ps, s, ps.value(s)),
-                                                      torch_arrays<W>(ps, s, after, "weights_after_step1.npz"), f64));
+                                                      torch_arrays<W>(ps, s, after, "weights_after_step1.npz"), tol));
     std::printf("%s\n", all_ok ? "parity: PASS" : "parity: FAIL");
     return all_ok ? 0 : 1;
+}
+
+// ---------------------------------------------------------------- product rates
+// The machine's matrix-product rates at a.threads threads, for the bounds of a report: a 2048^3
+// product through kernels::gemm in float and in bf16 (packing included), and at one thread the
+// same product through oneDNN directly (float and bf16 operands, packed beforehand). Median of 5
+// after one warm-up.
+int run_rates(const args& a) {
+    set_num_threads(a.threads);
+    constexpr std::size_t n = 2048;
+    std::vector<float> A(n * n), B(n * n), C(n * n);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> d;
+    for (auto& x : A) x = d(rng);
+    for (auto& x : B) x = d(rng);
+    auto rate = [&](auto&& product) {
+        product();
+        std::vector<double> s;
+        for (int r = 0; r < 5; ++r) {
+            const auto t0 = std::chrono::steady_clock::now();
+            product();
+            s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        std::sort(s.begin(), s.end());
+        return 2.0 * double(n) * n * n / s[2] / 1e9;
+    };
+    const double f32 = rate([&] { kernels::gemm<float>(false, false, n, n, n, 1.0f, A.data(), n, B.data(), n, 0.0f, C.data(), n); });
+    const double bf16 =
+        rate([&] { kernels::gemm<float>(false, false, n, n, n, 1.0f, A.data(), n, B.data(), n, 0.0f, C.data(), n, nullptr, true); });
+    double onednn_f32 = 0, onednn_bf16 = 0;
+#if defined(CTG_WITH_ONEDNN)
+    {
+        auto& m = kernels::detail::onednn_matmuls::here();
+        onednn_f32 = rate([&] { m.run(n, n, n, 1.0f, A.data(), B.data(), 0.0f, C.data(), n, nullptr); });
+        if (kernels::onednn_has_bf16()) {
+            std::vector<kernels::bf16_bits> a(n * n), b(n * n);
+            kernels::pack_bf16(false, n, n, A.data(), n, a.data());
+            kernels::pack_bf16(false, n, n, B.data(), n, b.data());
+            onednn_bf16 = rate([&] { m.run(n, n, n, 1.0f, a.data(), b.data(), 0.0f, C.data(), n, nullptr); });
+        }
+    }
+#endif
+    std::printf("{\"threads\": %d, \"gemm_f32_gflops\": %.2f, \"gemm_bf16_gflops\": %.2f, \"bf16_engine\": \"%s\", "
+                "\"onednn_isa\": \"%s\", \"onednn_f32_1thread_gflops\": %.2f, \"onednn_bf16_1thread_gflops\": %.2f}\n",
+                a.threads, f32, bf16, kernels::bf16_engine_name(kernels::get_bf16_engine()), kernels::onednn_isa_name().c_str(),
+                onednn_f32, onednn_bf16);
+    return 0;
 }
 
 // Runs the registered workload named a.workload; -1 when there is none.
@@ -366,8 +458,13 @@ int dispatch(const args& a) {
         if (rc != -1 || a.workload != workload_in<Template>::name) return;
         using W32 = typename Template::template apply<float>::type;
         using W64 = typename Template::template apply<double>::type;
-        if (!a.check_dir.empty()) rc = a.dtype == "float64" ? run_check<W64>(a) : run_check<W32>(a);
-        else rc = run_timing<W32>(a);
+        using WB = typename Template::template apply<bench::bf16_mixed>::type;
+        if (!a.check_dir.empty()) {
+            if (a.precision == "bf16") rc = run_check<WB>(a);
+            else rc = a.dtype == "float64" ? run_check<W64>(a) : run_check<W32>(a);
+        } else {
+            rc = a.precision == "bf16" ? run_timing<WB>(a) : run_timing<W32>(a);
+        }
     });
     return rc;
 }
@@ -376,6 +473,7 @@ int dispatch(const args& a) {
 
 int main(int argc, char** argv) try {
     const args a = parse(argc, argv);
+    if (a.rates) return run_rates(a);
     const int rc = dispatch(a);
     if (rc < 0) usage("unknown workload '" + a.workload + "'");
     return rc;

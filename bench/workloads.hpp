@@ -21,6 +21,26 @@ namespace ctg::bench {
 
 inline constexpr dim B = dyn('B');
 
+/// The numbers a workload computes with, as its template argument: float or double (products in
+/// the same type), or bf16_mixed: float storage with bf16 products (options{.precision =
+/// precision::bf16}; ctg-bench --precision bf16).
+struct bf16_mixed {};
+template <class P>
+struct numerics {
+    using scalar = P;
+    static constexpr ctg::precision products = ctg::precision::f32;
+};
+template <>
+struct numerics<bf16_mixed> {
+    using scalar = float;
+    static constexpr ctg::precision products = ctg::precision::bf16;
+};
+template <class P>
+using scalar_of = typename numerics<P>::scalar;
+/// The options of a workload's training program in numbers P.
+template <class P>
+inline constexpr options options_of{.precision = numerics<P>::products};
+
 /// One training step (forward, loss, backward, optimizer update), the same for every workload.
 /// `fused`: ctg::train_step, each parameter's update inside backward (ctg-bench --step fused).
 template <class W>
@@ -41,8 +61,10 @@ struct workload_base {
 };
 
 /// The `mlp` workload: 784 -> 256 -> 10, ReLU, softmax cross-entropy (mean), SGD lr 0.1, batch 64.
-template <class T>
-struct mlp : workload_base<mlp<T>> {
+template <class P>
+struct mlp : workload_base<mlp<P>> {
+    using T = scalar_of<P>;
+    static constexpr precision products = numerics<P>::products;
     static constexpr const char* name = "mlp";
     static constexpr std::size_t batch = 64;
     using X = input<"x", B, 784>;
@@ -51,7 +73,7 @@ struct mlp : workload_base<mlp<T>> {
         auto h = relu(affine(X{}, param<"fc1_weight", 784, 256>{}, param<"fc1_bias", 256>{}));
         return softmax_cross_entropy(affine(h, param<"fc2_weight", 256, 10>{}, param<"fc2_bias", 10>{}), Y{});
     }
-    decltype(compile<T>(loss())) prog = compile<T>(loss());
+    decltype(compile<T, options_of<P>>(loss())) prog = compile<T, options_of<P>>(loss());
     optim::sgd<T> opt{{.lr = 0.1}};
 
     /// PyTorch weights stored [out, in] (transposed here).
@@ -83,8 +105,10 @@ struct mlp : workload_base<mlp<T>> {
 /// The `rnn` workload: Elman RNN language model, vocab 65, embed 64, hidden 128, T 64, batch 16,
 /// cross-entropy at every step (mean over T x B), full BPTT, Adam lr 1e-3. Time-major inside:
 /// the dump's [B, T] token arrays are fed transposed as (T, B).
-template <class T>
-struct rnn : workload_base<rnn<T>> {
+template <class P>
+struct rnn : workload_base<rnn<P>> {
+    using T = scalar_of<P>;
+    static constexpr precision products = numerics<P>::products;
     static constexpr const char* name = "rnn";
     static constexpr std::size_t V = 65, E = 64, H = 128, steps = 64, batch = 16;
     static constexpr dim Tm = dyn('T');
@@ -96,7 +120,7 @@ struct rnn : workload_base<rnn<T>> {
         auto hs = scan<H>([](auto h, auto p) { return tanh(h * param<"W_h", H, H>{} + p); }, xw);
         return softmax_cross_entropy(affine(hs, param<"W_y", H, V>{}, param<"c", V>{}), Y{});
     }
-    decltype(compile<T>(loss())) prog = compile<T>(loss());
+    decltype(compile<T, options_of<P>>(loss())) prog = compile<T, options_of<P>>(loss());
     optim::adam<T> opt{{.lr = 1e-3}};
 
     static std::set<std::string> transposed() { return {"W_x", "W_h", "W_y"}; }
@@ -137,8 +161,10 @@ struct rnn : workload_base<rnn<T>> {
 /// attention over the encoder states; decoder input [emb(y_{t-1}); c_t]; logits = [s_t; c_t] W_o + b_o;
 /// s_0 = the last encoder state. Vocabularies 40/40, embed 64, hidden 128, attention 128, source and
 /// target 24, batch 32; teacher forcing, cross-entropy (mean), Adam lr 1e-3. Time-major inside.
-template <class T>
-struct s2s : workload_base<s2s<T>> {
+template <class P>
+struct s2s : workload_base<s2s<P>> {
+    using T = scalar_of<P>;
+    static constexpr precision products = numerics<P>::products;
     static constexpr const char* name = "s2s";
     static constexpr std::size_t Vs = 40, Vt = 40, E = 64, H = 128, A = 128, S = 24, Tn = 24, batch = 32;
     static constexpr dim Sd = dyn('S'), Td = dyn('T');
@@ -154,7 +180,7 @@ struct s2s : workload_base<s2s<T>> {
         auto logits = affine(outs, param<"out_W_o", 2 * H, Vt>{}, param<"out_b_o", Vt>{});   // (T, B, Vt)
         return softmax_cross_entropy(logits, TgtOut{});
     }
-    decltype(compile<T>(loss())) prog = compile<T>(loss());
+    decltype(compile<T, options_of<P>>(loss())) prog = compile<T, options_of<P>>(loss());
     optim::adam<T> opt{{.lr = 1e-3}};
 
     static std::set<std::string> transposed() {
@@ -204,8 +230,10 @@ struct no_update {
 /// The `attn-*` workloads: one attention layer, forward + backward to Q, K, V (and the score's
 /// parameters): O = softmax(S + M) V, loss = sum(O * G) for a fixed G. Batch 8, n = m = 128,
 /// d_k = d_v = 64.
-template <class T, fixed_string Name, class Score, class Mask, int ExtraFlopsKind>
-struct attention_workload : workload_base<attention_workload<T, Name, Score, Mask, ExtraFlopsKind>> {
+template <class P, fixed_string Name, class Score, class Mask, int ExtraFlopsKind>
+struct attention_workload : workload_base<attention_workload<P, Name, Score, Mask, ExtraFlopsKind>> {
+    using T = scalar_of<P>;
+    static constexpr precision products = numerics<P>::products;
     static constexpr const char* name = Name.data;
     static constexpr std::size_t batch = 8, n = 128, m = 128, d = 64;
     using Q = input<"Q", B, n, d>;
@@ -213,7 +241,7 @@ struct attention_workload : workload_base<attention_workload<T, Name, Score, Mas
     using V = input<"V", B, m, d>;
     using G = input<"G", B, n, d>;
     static constexpr auto loss() { return sum(mul(attention(Q{}, K{}, V{}, Score{}, Mask{}), G{})); }
-    static constexpr options opts{.input_grads = true};  // (named: clang 14 misparses options{...} in a member's type)
+    static constexpr options opts{.precision = numerics<P>::products, .input_grads = true};  // (named: clang 14 misparses options{...} in a member's type)
     decltype(compile<T, opts>(loss())) prog = compile<T, opts>(loss());
     no_update opt;
 
@@ -278,8 +306,10 @@ struct attn_additive
 /// sinusoidal positions, pre-LN blocks (causal multi-head self-attention, GELU-tanh FFN of 4 d),
 /// final LayerNorm, linear head; next-token cross-entropy (mean over B x T); AdamW lr 3e-4, weight
 /// decay 0.1 on every parameter. The blocks are one ctg::repeat over parameters stacked per layer.
-template <class T, fixed_string Name, int Vocab, int Context, int Width, int Heads, int Layers, std::size_t Batch>
-struct gpt_workload : workload_base<gpt_workload<T, Name, Vocab, Context, Width, Heads, Layers, Batch>> {
+template <class P, fixed_string Name, int Vocab, int Context, int Width, int Heads, int Layers, std::size_t Batch>
+struct gpt_workload : workload_base<gpt_workload<P, Name, Vocab, Context, Width, Heads, Layers, Batch>> {
+    using T = scalar_of<P>;
+    static constexpr precision products = numerics<P>::products;
     static constexpr const char* name = Name.data;
     static constexpr std::size_t V = Vocab, Tn = Context, d = Width, L = Layers, batch = Batch;
     static constexpr dim Td = dyn('T');
@@ -288,7 +318,7 @@ struct gpt_workload : workload_base<gpt_workload<T, Name, Vocab, Context, Width,
     using X = index_input<"x", B, Td>;
     using Y = index_input<"y", B, Td>;
     static constexpr auto loss() { return model::loss(X{}, Y{}); }
-    decltype(compile<T>(loss())) prog = compile<T>(loss());
+    decltype(compile<T, options_of<P>>(loss())) prog = compile<T, options_of<P>>(loss());
     optim::adam<T> opt = optim::adamw<T>(3e-4, 0.1);
 
     static std::set<std::string> transposed() {
@@ -334,16 +364,19 @@ struct gpt_m : gpt_workload<T, "gpt-m", 65, 256, 384, 6, 4, 8> {};
 /// decode-cache: nn::gpt_generator (prefill, then one cached step per token); decode-nocache: each
 /// new token recomputes the whole prefix with an inference program, as PyTorch's reference does.
 /// A "step" is one whole generation; tokens/s = 256 / its median time.
-template <class T, bool Cache>
+template <class P, bool Cache>
 struct decode_workload {
+    using T = scalar_of<P>;
+    static constexpr precision products = numerics<P>::products;
     static constexpr const char* name = Cache ? "decode-cache" : "decode-nocache";
     static constexpr std::size_t new_tokens = 256, V = 65, d = 128, L = 2;
     static constexpr dim Td = dyn('T');
     using model = nn::gpt<65, int(new_tokens) + 1, 128, 4, 2, 512, float>;
     using Tokens = index_input<"x", 1, Td>;
     std::shared_ptr<parameter_store<T>> store = std::make_shared<parameter_store<T>>();
-    nn::gpt_generator<model, T> gen{store, 1, new_tokens + 1};
-    decltype(compile<T, options{.inference = true}>(model::logits(Tokens{}))) full{store};
+    nn::gpt_generator<model, T, numerics<P>::products> gen{store, 1, new_tokens + 1};
+    static constexpr options full_opts{.precision = numerics<P>::products, .inference = true};
+    decltype(compile<T, full_opts>(model::logits(Tokens{}))) full{store};
     std::vector<int> tokens;               // the last generation
     std::vector<index_t> seq;              // prompt + tokens so far (full recompute)
     std::vector<std::vector<int>> prompts{{0}}, outs;  // (with the cache) kept: no allocation per generation
@@ -351,7 +384,7 @@ struct decode_workload {
     bool keep_logits = false;
 
     parameter_store<T>& params() { return *store; }
-    static std::set<std::string> transposed() { return gpt_s<T>::transposed(); }
+    static std::set<std::string> transposed() { return gpt_s<P>::transposed(); }
     static double flops() {  // torch_ref.py: sum over L = 1..256 of the per-token matrix products
         double f = 0;
         for (std::size_t n = 1; n <= new_tokens; ++n)

@@ -1,11 +1,13 @@
 // The flagship demo: a character-level GPT trained on the text shipped in data/text (the GNU
 // licences, 169 KB), then generating text with a KV cache.
 //
-//   char_gpt train [--steps N] [--out DIR] [--text FILE] [--require NATS]
+//   char_gpt train [--steps N] [--out DIR] [--text FILE] [--require NATS] [--precision f32|bf16]
 //       trains with ctg::trainer (progress line: step, loss, tokens/s, ETA), evaluates on the last
 //       10 % of the text every 100 steps, writes DIR/char_gpt.npz (checkpoint, every 100 steps and at
 //       the end), DIR/char_gpt_loss.csv and DIR/char_gpt_loss.png (train and validation loss), and
 //       prints a sample. With --require, exits non-zero unless the validation loss ends below NATS.
+//       --precision bf16: mixed precision (matrix products on bf16 operands, float accumulation,
+//       float weights and optimizer: options{.precision = precision::bf16}).
 //   char_gpt generate CHECKPOINT "prompt" [--tokens N] [--temperature T] [--top-p P] [--seed S]
 //       loads the checkpoint and continues the prompt.
 //
@@ -59,7 +61,8 @@ std::vector<int> encode_prompt(const std::string& prompt) {
 }
 
 /// Continues `prompt` by `count` characters, sliding the window when the cache is full.
-std::string generate(nn::gpt_generator<model>& gen, std::vector<int> text, std::size_t count, const nn::sampling& how,
+template <class Generator>
+std::string generate(Generator& gen, std::vector<int> text, std::size_t count, const nn::sampling& how,
                      std::mt19937_64& rng) {
     std::string out;
     const std::size_t window = std::size_t(Context);
@@ -74,32 +77,49 @@ std::string generate(nn::gpt_generator<model>& gen, std::vector<int> text, std::
     return out;
 }
 
-int train(int argc, char** argv) {
-    std::string out_dir = ".", text_path = CTG_SOURCE_DIR "/data/text/gnu-licenses.txt";
+struct train_args {
+    std::string out_dir = ".", text_path = CTG_SOURCE_DIR "/data/text/gnu-licenses.txt", precision = "f32";
     long steps = 3000;
     double require = 0;
+};
+
+template <precision Products>
+int train(const train_args& a);
+
+int train(int argc, char** argv) {
+    train_args t;
     for (int i = 2; i < argc; ++i) {
         const std::string a = argv[i];
         auto value = [&]() -> std::string {
             if (i + 1 >= argc) throw error("char_gpt: " + a + " needs a value");
             return argv[++i];
         };
-        if (a == "--steps") steps = std::stol(value());
-        else if (a == "--out") out_dir = value();
-        else if (a == "--text") text_path = value();
-        else if (a == "--require") require = std::stod(value());
+        if (a == "--steps") t.steps = std::stol(value());
+        else if (a == "--out") t.out_dir = value();
+        else if (a == "--text") t.text_path = value();
+        else if (a == "--require") t.require = std::stod(value());
+        else if (a == "--precision") t.precision = value();
         else throw error("char_gpt: unknown option '" + a + "'");
     }
-    const auto ids = chars::read_text(text_path, 10 * Context, "char_gpt");
+    if (t.precision == "bf16") return train<precision::bf16>(t);
+    if (t.precision != "f32") throw error("char_gpt: --precision is f32 or bf16, not '" + t.precision + "'");
+    return train<precision::f32>(t);
+}
+
+template <precision Products>
+int train(const train_args& a) {
+    const std::string& out_dir = a.out_dir;
+    const long steps = a.steps;
+    const auto ids = chars::read_text(a.text_path, 10 * Context, "char_gpt");
     const std::size_t n_val = ids.size() / 10;
     // Training samples: the window at every start position of the first 90 % (an epoch sees each
     // once, shuffled); validation: the disjoint windows of the last 10 %.
     token_windows train_set({ids.begin(), ids.end() - long(n_val)}, Context),
         val_set({ids.end() - long(n_val), ids.end()}, Context, Context);
-    std::printf("char_gpt: %d layers, d %d, %d heads, context %d, %zu training and %zu validation characters\n", Layers,
-                D, Heads, Context, ids.size() - n_val, n_val);
+    std::printf("char_gpt: %d layers, d %d, %d heads, context %d, %zu training and %zu validation characters%s\n", Layers,
+                D, Heads, Context, ids.size() - n_val, n_val, Products == precision::bf16 ? "; bf16 products" : "");
 
-    auto prog = compile<float>(loss());
+    auto prog = compile<float, options{.precision = Products}>(loss());
     auto& params = prog.params();
     params.init(11);
     params.init("tok_embed", [](std::mt19937_64& rng, std::size_t) { return float(std::normal_distribution<double>(0, 0.02)(rng)); });
@@ -116,14 +136,14 @@ int train(int argc, char** argv) {
     std::printf("wrote %s, %s, %s\n", training.path(".npz").c_str(), training.path("_loss.csv").c_str(),
                 training.path("_loss.png").c_str());
 
-    nn::gpt_generator<model> gen(prog.shared_params(), 1, Context);
+    nn::gpt_generator<model, float, Products> gen(prog.shared_params(), 1, Context);
     std::mt19937_64 sample_rng(7);
     const std::string prompt = "The licensee ";
     const std::string text = generate(gen, encode_prompt(prompt), 400, {.top_k = 0, .temperature = 0.8, .top_p = 0.95},
                                       sample_rng);
     std::printf("--- sample (temperature 0.8, top-p 0.95) ---\n%s%s\n---\n", prompt.c_str(), text.c_str());
     std::printf("generate more: char_gpt generate %s \"your prompt\"\n", training.path(".npz").c_str());
-    return require > 0 && !(r.metric < require) ? 1 : 0;
+    return a.require > 0 && !(r.metric < a.require) ? 1 : 0;
 }
 
 int generate_command(int argc, char** argv) {
@@ -157,7 +177,7 @@ int main(int argc, char** argv) try {
     const std::string cmd = argc > 1 ? argv[1] : "train";
     if (cmd == "train") return train(argc, argv);
     if (cmd == "generate") return generate_command(argc, argv);
-    std::fprintf(stderr, "usage: char_gpt train [--steps N] [--out DIR] [--text FILE] [--require NATS]\n"
+    std::fprintf(stderr, "usage: char_gpt train [--steps N] [--out DIR] [--text FILE] [--require NATS] [--precision f32|bf16]\n"
                          "       char_gpt generate CHECKPOINT \"prompt\" [--tokens N] [--temperature T] [--top-p P] [--seed S]\n");
     return 2;
 } catch (const ctg::error& e) {

@@ -79,6 +79,9 @@ struct run_info {
     // scan and repeat keep one step's or layer's values instead of all of them (their scratch is
     // sized the same way: the third argument of scratch_size).
     bool forward_only = false;
+    // Matrix products take bf16 operands and accumulate in float (options::precision): ops pass it
+    // to kernels::gemm as its `bf16` argument.
+    bool bf16 = false;
 };
 
 /// What the engine hands an op: views of its output, operands, their adjoints and its scratch.

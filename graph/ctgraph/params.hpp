@@ -9,6 +9,14 @@
 // of all but the last dimension, fan_out = last dimension; rank <= 1 -> zeros (biases), except a
 // gain: a vector whose name ends in "weight" or "gamma" (a norm's scale, as PyTorch names
 // LayerNorm's) -> ones. Override per parameter with `init(name, fn)` or by writing `value(name)`.
+//
+// bf16 copies (float stores; mixed-precision programs enable them): a bf16 copy of every value,
+// which bf16 products read instead of converting a weight at every use (kernels::bf16_copies).
+// An optimizer rewrites a parameter's copy in the same pass as its update (value_storage +
+// write_bf16); anything else that may write a value (value(), values(), init, add) marks the copy
+// stale, and refresh_bf16() - which every mixed-precision program calls before its forward pass -
+// converts the stale ones. (A pointer from value() kept and written through after another step
+// bypasses this: write weights through value() each time.)
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -18,9 +26,11 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "ctgraph/error.hpp"
+#include "ctgraph/kernels/bf16.hpp"
 #include "ctgraph/memory.hpp"
 #include "ctgraph/tensor.hpp"
 
@@ -51,7 +61,55 @@ public:
         entries_.push_back(e);
         values_.resize(total_, T(0));
         grads_.resize(total_, T(0));
+        if (bf16_on_) resize_bf16();
         return entries_.size() - 1;
+    }
+
+    parameter_store() = default;
+    parameter_store(const parameter_store& o)
+        : entries_(o.entries_), total_(o.total_), values_(o.values_), grads_(o.grads_), zero_pending_(o.zero_pending_) {
+        if (o.bf16_on_) enable_bf16();  // its own copy, registered for its own values
+    }
+    parameter_store& operator=(const parameter_store& o) {
+        if (this == &o) return *this;
+        entries_ = o.entries_, total_ = o.total_, values_ = o.values_, grads_ = o.grads_, zero_pending_ = o.zero_pending_;
+        if (o.bf16_on_ || bf16_on_) enable_bf16(); else resize_bf16();
+        return *this;
+    }
+    ~parameter_store() {
+        if (bf16_on_) kernels::bf16_copies::instance().remove(this);
+    }
+
+    // ---------------------------------------------------------------- bf16 copies
+    /// Keeps a bf16 copy of every value from now on (float stores; see the file comment).
+    void enable_bf16() {
+        if constexpr (!std::is_same_v<T, float>) throw error("ctg::parameter_store::enable_bf16: bf16 copies are of float values");
+        bf16_on_ = true;
+        resize_bf16();
+        std::fill(bf16_stale_.begin(), bf16_stale_.end(), 1);
+    }
+    bool has_bf16() const { return bf16_on_; }
+    /// Converts the copies of the parameters written since their copy was made (no-op without copies).
+    void refresh_bf16() {
+        if (!bf16_on_ || !any_stale_) return;
+        for (std::size_t s = 0; s < entries_.size(); ++s)
+            if (bf16_stale_[s]) write_bf16(s, 0, entries_[s].shape.size()), bf16_stale_[s] = 0;
+        any_stale_ = false;
+    }
+    /// The bf16 copy of a parameter (nullptr without copies); current after refresh_bf16().
+    const kernels::bf16_bits* bf16_value(std::size_t slot) const {
+        return bf16_on_ ? bf16_.data() + entries_[slot].offset : nullptr;
+    }
+    /// The values of a slot without marking its bf16 copy stale: for programs, which read them, and
+    /// optimizers, which convert every range they write with write_bf16 in the same pass.
+    T* value_storage(std::size_t slot) { return values_.data() + entries_[slot].offset; }
+    /// Converts elements [lo, hi) of a parameter into its bf16 copy (no-op without copies).
+    void write_bf16(std::size_t slot, std::size_t lo, std::size_t hi) {
+        if constexpr (std::is_same_v<T, float>)
+            if (bf16_on_) {
+                const std::size_t o = entries_[slot].offset;
+                kernels::pack_bf16(false, 1, hi - lo, values_.data() + o + lo, hi - lo, bf16_.data() + o + lo);
+            }
     }
 
     /// Slot of a parameter, or -1.
@@ -71,13 +129,19 @@ public:
     const entry& at(std::size_t slot) const { return entries_[slot]; }
     const std::vector<entry>& entries() const { return entries_; }
 
-    T* value(std::size_t slot) { return values_.data() + entries_[slot].offset; }
+    T* value(std::size_t slot) {
+        mark_stale(slot);
+        return values_.data() + entries_[slot].offset;
+    }
     const T* value(std::size_t slot) const { return values_.data() + entries_[slot].offset; }
     T* grad(std::size_t slot) { return settled_grads().data() + entries_[slot].offset; }
     const T* grad(std::size_t slot) const { return settled_grads().data() + entries_[slot].offset; }
 
     /// The flat arrays (padding between parameters is kept at zero).
-    aligned_vector<T>& values() { return values_; }
+    aligned_vector<T>& values() {
+        mark_all_stale();
+        return values_;
+    }
     aligned_vector<T>& grads() { return settled_grads(); }
     const aligned_vector<T>& values() const { return values_; }
     const aligned_vector<T>& grads() const { return settled_grads(); }
@@ -112,6 +176,7 @@ public:
 
     /// Default initialisation of every parameter from `seed` (see the file comment).
     void init(unsigned long long seed) {
+        mark_all_stale();
         for (std::size_t s = 0; s < entries_.size(); ++s) init_default(s, seed);
     }
     /// Sets one parameter's values with fn(rng, index) for each element.
@@ -123,6 +188,24 @@ public:
     }
 
 private:
+    void mark_stale(std::size_t slot) {
+        if (bf16_on_) bf16_stale_[slot] = 1, any_stale_ = true;
+    }
+    void mark_all_stale() {
+        if (bf16_on_) std::fill(bf16_stale_.begin(), bf16_stale_.end(), 1), any_stale_ = true;
+    }
+    void resize_bf16() {
+        if (!bf16_on_) {
+            bf16_.clear(), bf16_stale_.clear();
+            return;
+        }
+        bf16_.resize(total_, 0);
+        bf16_stale_.resize(entries_.size(), 1);
+        any_stale_ = true;
+        if constexpr (std::is_same_v<T, float>)
+            kernels::bf16_copies::instance().put(this, values_.data(), values_.data() + values_.size(), bf16_.data());
+    }
+
     void init_default(std::size_t s, unsigned long long seed) {
         const entry& e = entries_[s];
         T* v = value(s);
@@ -148,6 +231,9 @@ private:
     std::size_t total_ = 0;
     aligned_vector<T> values_, grads_;
     bool zero_pending_ = false;  // zero_grad() called, not yet carried out (see zero_grad)
+    bool bf16_on_ = false, any_stale_ = false;  // bf16 copies kept; some slot's copy is stale
+    aligned_vector<kernels::bf16_bits> bf16_;
+    std::vector<unsigned char> bf16_stale_;  // per slot
 
     aligned_vector<T>& settled_grads() const {
         auto& self = const_cast<parameter_store&>(*this);  // (a const store never has a pending zero)

@@ -53,13 +53,15 @@ public:
     }
     void update(parameter_store<T>& ps, std::size_t slot) {
         const auto& e = ps.at(slot);
-        T* p = ps.values().data() + e.offset;
+        T* p = ps.value_storage(slot);  // (the bf16 copy, if any, is written below, range by range)
+        parameter_store<T>* store = &ps;
         const T* g = ps.grads().data() + e.offset;
         const std::size_t n = e.shape.size();
         const T lr = T(c_.lr), mu = T(c_.momentum), wd = T(c_.weight_decay);
         if (c_.momentum == 0) {
             kernels::for_ranges<T>(n, parallel_update_min_size, [=](std::size_t lo, std::size_t hi) {
                 for (std::size_t i = lo; i < hi; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+                store->write_bf16(slot, lo, hi);
             });
             return;
         }
@@ -71,6 +73,7 @@ public:
                 b[i] = first ? gi : mu * b[i] + gi;
                 p[i] -= lr * (nesterov ? gi + mu * b[i] : b[i]);
             }
+            store->write_bf16(slot, lo, hi);
         });
     }
 
@@ -118,7 +121,8 @@ public:
     }
     void update(parameter_store<T>& ps, std::size_t slot) {
         const auto& e = ps.at(slot);
-        T* p = ps.values().data() + e.offset;
+        T* p = ps.value_storage(slot);  // (the bf16 copy, if any, is written below, range by range)
+        parameter_store<T>* store = &ps;
         const T* g = ps.grads().data() + e.offset;
         T* m = m_.data() + e.offset;
         T* v = v_.data() + e.offset;
@@ -143,6 +147,7 @@ public:
                 lanes::store(v + i, vi);
                 lanes::store(p + i, pi - V(step) * mi / (sqrt(vi) / V(sqrt_bc2) + V(eps)));
             });
+            store->write_bf16(slot, lo, hi);  // while the range is in L1
         });
     }
 

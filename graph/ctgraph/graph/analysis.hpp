@@ -24,7 +24,19 @@
 namespace ctg {
 
 /// Compile options of a program.
+/// The arithmetic of a program's matrix products (options::precision).
+enum class precision {
+    f32,   ///< as the program's scalar type
+    bf16,  ///< mixed precision: operands rounded to bfloat16, products accumulated in float (float programs)
+};
+
 struct options {
+    // Mixed precision: precision::bf16 runs every matrix product of the program (matmul, affine,
+    // batched products, attention's score and value products, the output head, scan's deferred
+    // weight products, forward and backward) on bf16 operands with float accumulation, on the
+    // CPU's matrix engines through oneDNN (kernels/onednn.hpp). Everything else stays float: layer
+    // norm, softmax, losses, reductions, element-wise ops, the parameter store and the optimizer.
+    ctg::precision precision = ctg::precision::f32;
     bool input_grads = false;  // also compute adjoints of floating-point inputs (dL/dx)
     bool inference = false;    // forward only: no adjoints at all (predictors, decoders)
     // Inference programs place values and op scratch by lifetime: memory is reused as soon as a

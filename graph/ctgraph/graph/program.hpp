@@ -43,6 +43,8 @@ template <class T, options Opt, class... Outs>
 class program {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                   "ctg::compile: the scalar type must be float or double");
+    static_assert(Opt.precision == precision::f32 || std::is_same_v<T, float>,
+                  "ctg::compile: options{.precision = precision::bf16} needs a float program (bf16 products accumulate in float)");
 
 public:
     using scalar = T;
@@ -109,6 +111,7 @@ public:
             const std::size_t i = G::param_nodes[p];
             param_slot_[p] = store_->add(G::label[i], static_shape(i), G::layer_axes[i]);
         }
+        if constexpr (Opt.precision == precision::bf16) store_->enable_bf16();  // products read the weights' bf16 copies
         sorted_slots_ = param_slot_;
         std::sort(sorted_slots_.begin(), sorted_slots_.begin() + G::num_params);
         for (std::size_t p = 0; p < G::num_params; ++p)
@@ -200,6 +203,7 @@ public:
     /// Runs the forward pass. Returns the first output when it is a scalar (the loss).
     auto forward() {
         prepare();
+        if constexpr (Opt.precision == precision::bf16) store_->refresh_bf16();  // copies of weights written since
         ++passes_;  // a new random stream for dropout; backward() reuses this pass's
         run_forward(std::make_index_sequence<N>{});
         forwarded_ = true;
@@ -623,7 +627,7 @@ private:
     void bind_leaves() {
         for (std::size_t p = 0; p < G::num_params; ++p) {
             const std::size_t i = G::param_nodes[p];
-            val_[i].ptr = store_->value(param_slot_[p]);
+            val_[i].ptr = store_->value_storage(param_slot_[p]);  // (reads: the bf16 copy stays current)
             adj_[i].ptr = store_->grad_storage(param_slot_[p]);  // (a pending zero_grad stays pending)
         }
         for (std::size_t k = 0; k < G::num_inputs; ++k) {
@@ -640,7 +644,7 @@ private:
     // ---------------------------------------------------------------- execution
     detail::exec_state state(bool params_fresh = false) const {
         return {val_.data(), adj_.data(), scratch_.data(), shapes_.data(), G::needs_grad.data(), G::is_index.data(), G::label.data(),
-                &G::operands[0][0], G::max_arity, {training_, dropout_seed_, passes_, Opt.inference},
+                &G::operands[0][0], G::max_arity, {training_, dropout_seed_, passes_, Opt.inference, Opt.precision == precision::bf16},
                 params_fresh ? &adj_writes_after_zero.mode[0][0] : &adj_writes.mode[0][0]};
     }
     template <std::size_t... I>

@@ -372,8 +372,8 @@ constexpr int find_role_impl(std::index_sequence<I...>) {
 /// w (K x N) += x^T dy for x (rows x K), dy (rows x N): a deferred weight adjoint (scan_op). One
 /// out-of-line body per element type, not one inlined into every scan type's backward.
 template <class T>
-[[gnu::noinline]] inline void add_xt_dy(std::size_t K, std::size_t N, std::size_t rows, const T* x, const T* dy, T* w) {
-    kernels::gemm(true, false, K, N, rows, T(1), x, K, dy, N, T(1), w, N);
+[[gnu::noinline]] inline void add_xt_dy(std::size_t K, std::size_t N, std::size_t rows, const T* x, const T* dy, T* w, bool bf16) {
+    kernels::gemm(true, false, K, N, rows, T(1), x, K, dy, N, T(1), w, N, nullptr, bf16);
 }
 
 /// y += x (n elements): kernels::add_to out of line, once per element type (inlined at each of a
@@ -877,7 +877,8 @@ struct scan_op {
             const rshape& w = L.shapes[info::hoisted[j]];
             const std::size_t rows = L.steps * (L.shapes[std::size_t(G::operands[i][0])].size() / w.d[0]);
             const T* x = kept + L.kept_off[i];
-            detail::add_xt_dy(w.d[0], w.d[1], rows, x, x + rows * w.d[0], p == 0 ? c.gx_data(first_hoisted + j) : sums + L.grad_off[j]);
+            detail::add_xt_dy(w.d[0], w.d[1], rows, x, x + rows * w.d[0], p == 0 ? c.gx_data(first_hoisted + j) : sums + L.grad_off[j],
+                              c.run.bf16);
         }
     }
 

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -37,7 +38,9 @@ __attribute__((weak)) int blas_thread_shutdown_(void);
 #include <cpuid.h>
 #endif
 
+#include "ctgraph/kernels/bf16.hpp"
 #include "ctgraph/kernels/gemm_profile.hpp"
+#include "ctgraph/kernels/onednn.hpp"
 #include "ctgraph/kernels/parallel.hpp"
 #include "ctgraph/kernels/register_gemm.hpp"
 #include "ctgraph/kernels/simd.hpp"
@@ -279,6 +282,7 @@ struct gemm_args {
     T* C;
     std::size_t ldc;
     const T* bias = nullptr;
+    bool bf16 = false;  // operands rounded to bfloat16, products accumulated in float (float only: see gemm())
     std::uint64_t flops() const { return 2ULL * M * N * K; }
 };
 
@@ -359,6 +363,79 @@ inline std::size_t piece_count(std::uint64_t flops, std::uint64_t flops_together
 
 }  // namespace detail
 
+// ---------------------------------------------------------------- bf16 products
+// What computes a bf16 product (gemm(..., bf16 = true)): its operands rounded to bfloat16, the
+// products accumulated in float, whichever engine runs it.
+//   onednn    oneDNN's kernels (kernels/onednn.hpp), wherever oneDNN has bf16 kernels for the CPU:
+//             AMX tiles (Intel Xeon, 4th generation on) or AVX512-BF16 (AMD Zen 4/5, Intel Cooper
+//             Lake). Measured on a Zen 4 (1 thread): 290-340 GFLOP/s on gpt-m's products against
+//             100-120 for float. oneDNN 2.6's dnnl_primitive_execute allocates 6 small blocks per
+//             call inside the library (its argument map and scratchpad wrappers; ctgraph's own code
+//             allocates nothing): kernels::onednn_executions() counts the calls.
+//   emulated  float products of the bf16-rounded operands (exact products, float sums): CPUs
+//             without bf16 instructions (or ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16). Said once
+//             on stderr.
+// CTG_BF16_ENGINE=onednn|emulated overrides the default (onednn where it cannot run is an error),
+// as set_bf16_engine() does in a test. The choice depends only on the machine and the environment,
+// never on a timing: every process on a machine computes the same bits.
+enum class bf16_engine { onednn, emulated };
+
+/// Whether this process can run engine e.
+inline bool bf16_engine_available(bf16_engine e) {
+    return e == bf16_engine::emulated || onednn_has_bf16();
+}
+inline const char* bf16_engine_name(bf16_engine e) {
+    return e == bf16_engine::onednn ? "onednn" : "emulated";
+}
+
+namespace detail {
+inline bf16_engine default_bf16_engine() {
+    return onednn_has_bf16() ? bf16_engine::onednn : bf16_engine::emulated;
+}
+inline bf16_engine choose_bf16_engine() {
+    const char* v = std::getenv("CTG_BF16_ENGINE");
+    if (!v) return default_bf16_engine();
+    const std::string_view choice(v);
+    for (bf16_engine e : {bf16_engine::onednn, bf16_engine::emulated})
+        if (choice == bf16_engine_name(e)) {
+            if (!bf16_engine_available(e))
+                throw std::invalid_argument("CTG_BF16_ENGINE=" + std::string(choice) +
+                                            ": oneDNN has no bf16 kernels here (its effective ISA: " + onednn_isa_name() + ")");
+            return e;
+        }
+    throw std::invalid_argument("CTG_BF16_ENGINE='" + std::string(choice) + "': expected onednn or emulated");
+}
+inline std::atomic<bf16_engine>& bf16_engine_slot() {
+    static std::atomic<bf16_engine> slot{choose_bf16_engine()};
+    return slot;
+}
+}  // namespace detail
+
+/// This process's bf16 engine (see above): chosen at the first bf16 product, or as set.
+inline bf16_engine get_bf16_engine() { return detail::bf16_engine_slot().load(std::memory_order_relaxed); }
+/// Sets the bf16 engine (tests and benchmarks run each); one this process cannot run throws.
+inline void set_bf16_engine(bf16_engine e) {
+    if (!bf16_engine_available(e))
+        throw std::invalid_argument(std::string("ctg::kernels::set_bf16_engine: '") + bf16_engine_name(e) +
+                                    "' cannot run here (oneDNN's effective ISA " + onednn_isa_name() + ")");
+    detail::bf16_engine_slot().store(e, std::memory_order_relaxed);
+}
+
+/// Says once on stderr that bf16 products are emulated (the first emulated product calls it).
+inline void note_bf16_emulation() {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+        std::fprintf(stderr,
+                     "ctgraph: bf16 products run as float products of bf16-rounded operands (%s): same rounding, "
+                     "float speed\n",
+                     detail::default_bf16_engine() == bf16_engine::emulated ? "oneDNN has no bf16 kernels for this CPU"
+                                                : "as chosen by CTG_BF16_ENGINE or set_bf16_engine");
+}
+
+namespace detail {
+inline void gemm_bf16(const gemm_args<float>& g);  // below gemm_together
+}  // namespace detail
+
 /// Independent products (a product's two VJPs, dA = dC B^T and dB = A^T dC) as one job of the
 /// pool: each cut into pieces (none below parallel_gemm_min_flops in all, so the rnn's two
 /// 16 x 128 x 128 VJPs are one task each), every piece claimed by the first free thread, so the
@@ -367,6 +444,15 @@ inline std::size_t piece_count(std::uint64_t flops, std::uint64_t flops_together
 /// computed as by gemm() alone. Products with no C to write (C == nullptr) are skipped.
 template <class T, std::size_t n>
 inline void gemm_together(std::array<gemm_args<T>, n> g) {
+    if constexpr (std::is_same_v<T, float>) {
+        bool any_bf16 = false;
+        for (const auto& x : g) any_bf16 = any_bf16 || (x.bf16 && x.C);
+        if (any_bf16) {  // each product converts its operands once and splits itself (detail::gemm_bf16)
+            for (const auto& x : g)
+                if (x.C && x.M && x.N) detail::gemm_bf16(x);
+            return;
+        }
+    }
     std::array<detail::gemm_cut, n> c{};
     std::uint64_t flops = 0;
     std::size_t present = 0;
@@ -402,15 +488,142 @@ inline void gemm_together(std::array<gemm_args<T>, n> g) {
 #endif
 }
 
+namespace detail {
+
+// Row blocks of a bf16 product for P threads: whole blocks of 16 rows, one piece below
+// parallel_gemm_min_flops (the cut of a float product by rows, cut_of; no column cuts: the
+// operands are packed once for all pieces).
+inline gemm_cut bf16_cut(std::size_t M, std::uint64_t flops, std::size_t P) {
+    const std::size_t pieces = piece_count(flops, flops, 1, P);
+    if (pieces <= 1 || M < 32) return {};
+    const std::size_t step = range_step(M, pieces, 16);
+    return gemm_cut{true, step, (M + step - 1) / step};
+}
+
+// y (N) = bias + x W for one row x (K, bf16-rounded floats) and a bf16 matrix W (K x N, leading
+// dimension ldw): a decoding step's product, reading half the bytes of a float weight. Eight
+// vectors of columns at a time, as combine_rows (kernels/simd.hpp); bf16 becomes float by a shift.
+inline void combine_rows_bf16(std::size_t K, std::size_t N, const float* x, const bf16_bits* w, std::size_t ldw, float* y,
+                              const float* bias) {
+    std::size_t c = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    const auto widen = [](__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); };
+    if (!scalar_only()) {
+        for (; c + 128 <= N; c += 128) {
+            __m512 acc[8];
+            for (std::size_t b = 0; b < 8; ++b) acc[b] = bias ? _mm512_loadu_ps(bias + c + 16 * b) : _mm512_setzero_ps();
+            for (std::size_t k = 0; k < K; ++k) {
+                const __m512 xv = _mm512_set1_ps(x[k]);
+                const bf16_bits* row = w + k * ldw + c;
+                for (std::size_t b = 0; b < 8; ++b)
+                    acc[b] = _mm512_fmadd_ps(xv, widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16 * b))), acc[b]);
+            }
+            for (std::size_t b = 0; b < 8; ++b) _mm512_storeu_ps(y + c + 16 * b, acc[b]);
+        }
+        for (; c < N; c += 16) {
+            const std::size_t n = std::min<std::size_t>(16, N - c);
+            const __mmask16 m = __mmask16((1u << n) - 1);
+            __m512 acc = bias ? _mm512_maskz_loadu_ps(m, bias + c) : _mm512_setzero_ps();
+            for (std::size_t k = 0; k < K; ++k)
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(x[k]), widen(_mm256_maskz_loadu_epi16(m, w + k * ldw + c)), acc);
+            _mm512_mask_storeu_ps(y + c, m, acc);
+        }
+        return;
+    }
+#endif
+    for (; c < N; ++c) {
+        float acc = bias ? bias[c] : 0.0f;
+        for (std::size_t k = 0; k < K; ++k) acc += x[k] * from_bf16(w[k * ldw + c]);
+        y[c] = acc;
+    }
+}
+
+// A bf16 product (see gemm()). Operands that are parameters of a store keeping bf16 copies
+// (parameter_store::enable_bf16, as mixed-precision programs do) are read from their copy; others
+// are rounded here. Then, by engine: oneDNN (the operands packed once, row blocks of C as pool
+// tasks, each one single-threaded oneDNN call), or the emulation (float products of the rounded
+// values). One row times a weight with a bf16 copy (a decoding step) is combine_rows_bf16 on any
+// engine: it reads the copy in place, half the bytes of the float weight.
+inline void gemm_bf16(const gemm_args<float>& g) {
+    const std::size_t M = g.M, N = g.N, K = g.K;
+    if (M == 0 || N == 0) return;
+    const bf16_bits* a_copy = bf16_copies::instance().find(g.A);
+    const bf16_bits* b_copy = bf16_copies::instance().find(g.B);
+    const std::uint64_t flops = g.flops();
+    const std::size_t P = std::size_t(kernel_pool().threads_here());
+    if (M == 1 && K > 0 && b_copy && !g.trans_b && g.alpha == 1.0f && g.beta == 0.0f) {
+        gemm_flop_counter().fetch_add(flops, std::memory_order_relaxed);
+        scratch<float> x(K);
+        pack_bf16(g.trans_a, 1, K, g.A, g.lda, x.data());
+        const std::size_t pieces = P > 1 && flops >= parallel_gemm_min_flops && N >= 256 ? P : 1;
+        const std::size_t step = range_step(N, pieces, 16);
+        auto piece = [&](std::size_t p) {
+            const std::size_t c0 = p * step, c1 = std::min(N, c0 + step);
+            if (c0 < c1) combine_rows_bf16(K, c1 - c0, x.data(), b_copy + c0, g.ldb, g.C + c0, g.bias ? g.bias + c0 : nullptr);
+        };
+        if (pieces > 1) kernel_pool().run((N + step - 1) / step, piece);
+        else piece(0);
+        return;
+    }
+    const bf16_engine engine = K == 0 ? bf16_engine::emulated : get_bf16_engine();  // K = 0: C = beta C + bias
+    auto pack = [](bool trans, std::size_t rows, std::size_t cols, const float* x, std::size_t ld, const bf16_bits* copy,
+                   auto* out) {
+        if (copy) pack_bf16(trans, rows, cols, copy, ld, out);
+        else pack_bf16(trans, rows, cols, x, ld, out);
+    };
+    if (engine == bf16_engine::emulated) {
+        note_bf16_emulation();
+        scratch<float> a(M * K), b(K * N);
+        pack(g.trans_a, M, K, g.A, g.lda, a_copy, a.data());
+        pack(g.trans_b, K, N, g.B, g.ldb, b_copy, b.data());
+        gemm_together<float, 1>({gemm_args<float>{false, false, M, N, K, g.alpha, a.data(), K, b.data(), N, g.beta, g.C, g.ldc, g.bias}});
+        return;
+    }
+#if defined(CTG_WITH_ONEDNN)
+    gemm_flop_counter().fetch_add(flops, std::memory_order_relaxed);
+    const gemm_cut cut = bf16_cut(M, flops, P);
+    // A weight's copy is read in place where it is already op(B) row-major and contiguous.
+    const bool b_in_place = b_copy && !g.trans_b && g.ldb == N;
+    scratch<bf16_bits> a(M * K), b(b_in_place ? 0 : K * N);
+    pack(g.trans_a, M, K, g.A, g.lda, a_copy, a.data());
+    if (!b_in_place) pack(g.trans_b, K, N, g.B, g.ldb, b_copy, b.data());
+    const bf16_bits* bp = b_in_place ? b_copy : b.data();
+    // oneDNN adds a bias only to alpha A B at beta 0 here; other cases add it after.
+    const bool bias_in = g.bias && g.alpha == 1.0f && g.beta == 0.0f;
+    auto piece = [&](std::size_t p) {
+        const std::size_t r0 = cut.count > 1 ? p * cut.step : 0;
+        const std::size_t rows = cut.count > 1 ? std::min(M, r0 + cut.step) - r0 : M;
+        float* c = g.C + r0 * g.ldc;
+        onednn_matmuls::here().run(rows, N, K, g.alpha, a.data() + r0 * K, bp, g.beta, c, g.ldc, bias_in ? g.bias : nullptr);
+        if (g.bias && !bias_in)
+            for (std::size_t i = 0; i < rows; ++i) add_to(N, g.bias, c + i * g.ldc);
+    };
+    if (cut.count > 1) kernel_pool().run(cut.count, piece);
+    else piece(0);
+#endif
+}
+
+}  // namespace detail
+
 /// C (M x N) = alpha * op(A) (M x K) * op(B) (K x N) + beta * C, plus `bias` (N values, optional:
 /// a linear layer's) in every row; all row-major. On a pool of P > 1 threads a product of at
 /// least parallel_gemm_min_flops is split into row blocks (M >= N) or column blocks, at least P
 /// (see gemm_piece_flops), each one thread's product; every element of C is computed by one
 /// thread from the same operands, so the result does not depend on a race.
+///
+/// bf16 = true (float only; ignored for double): op(A) and op(B) are rounded to bfloat16 and the
+/// products accumulated in float (mixed precision: options{.precision = precision::bf16}), on
+/// oneDNN's bf16 kernels or emulated (kernels/onednn.hpp).
 template <class T>
 inline void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
-                 std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc, const T* bias = nullptr) {
+                 std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc,
+                 const std::type_identity_t<T>* bias = nullptr, bool bf16 = false) {
     if (M == 0 || N == 0) return;
+    if constexpr (std::is_same_v<T, float>)
+        if (bf16) {
+            detail::gemm_bf16(gemm_args<float>{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, true});
+            return;
+        }
     const std::uint64_t flops = 2ULL * M * N * K;
     const std::size_t P = std::size_t(kernel_pool().threads_here());  // 1 inside a task (an attention head's)
     if (P == 1 || flops < parallel_gemm_min_flops) {  // the common small case, without the job's set-up

@@ -27,7 +27,9 @@
 
 namespace ctg::nn {
 
-template <class Model, class T = float>
+/// Products: precision::bf16 runs the two programs' matrix products on bf16 operands (the
+/// program option of the same name), in a float program.
+template <class Model, class T = float, precision Products = precision::f32>
 class gpt_generator {
     static constexpr dim B = dyn('B'), Tp = dyn('T'), C = dyn('C');
     static constexpr std::size_t L = Model::layers, D = Model::width, V = Model::vocab;
@@ -40,8 +42,9 @@ public:
     using CacheV = input<"cache_v", int(L), B, C, int(D)>;
     static constexpr auto prefill_logits() { return Model::prefill_logits(Prompt{}, CacheK{}, CacheV{}); }
     static constexpr auto step_logits() { return Model::step_logits(Token{}, Pos{}, CacheK{}, CacheV{}); }
-    using prefill_program = decltype(compile<T, options{.inference = true}>(prefill_logits()));
-    using step_program = decltype(compile<T, options{.inference = true}>(step_logits()));
+    static constexpr options program_options{.precision = Products, .inference = true};
+    using prefill_program = decltype(compile<T, program_options>(prefill_logits()));
+    using step_program = decltype(compile<T, program_options>(step_logits()));
 
     gpt_generator(std::shared_ptr<parameter_store<T>> store, std::size_t max_batch, std::size_t capacity)
         : prefill_(store), step_(store), max_batch_(max_batch), capacity_(capacity),

@@ -69,7 +69,8 @@ struct matmul_op {
         // Batched products (attention heads) as tasks, a block of batches each.
         kernels::for_items(s.batches, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t i0, std::size_t i1) {
             for (std::size_t i = i0; i < i1; ++i)
-                kernels::gemm(false, false, s.M, s.N, s.K, T(1), a + i * s.sa, s.K, b + i * s.sb, s.N, T(0), y + i * s.sy, s.N);
+                kernels::gemm(false, false, s.M, s.N, s.K, T(1), a + i * s.sa, s.K, b + i * s.sb, s.N, T(0), y + i * s.sy, s.N,
+                              nullptr, c.run.bf16);
         });
     }
     template <class T>
@@ -80,11 +81,13 @@ struct matmul_op {
         // beta = 0 writes a fresh adjoint; a shared weight's (sb == 0) sums over the batches.
         auto grad_a = [&](std::size_t i) {  // (M x K) += (M x N)(N x K)
             const T beta_a = c.fresh(0) && (i == 0 || s.sa) ? T(0) : T(1);
-            kernels::gemm(false, true, s.M, s.K, s.N, T(1), gy + i * s.sy, s.N, b + i * s.sb, s.N, beta_a, ga + i * s.sa, s.K);
+            kernels::gemm(false, true, s.M, s.K, s.N, T(1), gy + i * s.sy, s.N, b + i * s.sb, s.N, beta_a, ga + i * s.sa, s.K,
+                          nullptr, c.run.bf16);
         };
         auto grad_b = [&](std::size_t i) {  // (K x N) += (K x M)(M x N)
             const T beta_b = c.fresh(1) && (i == 0 || s.sb) ? T(0) : T(1);
-            kernels::gemm(true, false, s.K, s.N, s.M, T(1), a + i * s.sa, s.K, gy + i * s.sy, s.N, beta_b, gb + i * s.sb, s.N);
+            kernels::gemm(true, false, s.K, s.N, s.M, T(1), a + i * s.sa, s.K, gy + i * s.sy, s.N, beta_b, gb + i * s.sb, s.N,
+                          nullptr, c.run.bf16);
         };
         auto batches = [&](std::size_t i0, std::size_t i1) {
             for (std::size_t i = i0; i < i1; ++i) {
@@ -99,8 +102,8 @@ struct matmul_op {
         }
         if (ga && gb && s.batches == 1) {  // the two VJP products as one job (an rnn step's 16 x 128 x 128 ones)
             kernels::gemm_together<T, 2>(
-                {kernels::gemm_args<T>{false, true, s.M, s.K, s.N, T(1), gy, s.N, b, s.N, c.fresh(0) ? T(0) : T(1), ga, s.K},
-                 kernels::gemm_args<T>{true, false, s.K, s.N, s.M, T(1), a, s.K, gy, s.N, c.fresh(1) ? T(0) : T(1), gb, s.N}});
+                {kernels::gemm_args<T>{false, true, s.M, s.K, s.N, T(1), gy, s.N, b, s.N, c.fresh(0) ? T(0) : T(1), ga, s.K, nullptr, c.run.bf16},
+                 kernels::gemm_args<T>{true, false, s.K, s.N, s.M, T(1), a, s.K, gy, s.N, c.fresh(1) ? T(0) : T(1), gb, s.N, nullptr, c.run.bf16}});
             return;
         }
         if (ga && gb) {  // over batches that share an operand: the two VJPs as a pair

@@ -61,7 +61,8 @@ struct scaled_dot_weights_op {
         kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
             for (std::size_t f = f0; f < f1; ++f) {
                 T* pf = p + f * s.n * s.m;
-                kernels::gemm(false, true, s.n, s.m, s.d, T(c), q + f * s.n * s.d, s.d, k + f * s.m * s.d, s.d, T(0), pf, s.m);
+                kernels::gemm(false, true, s.n, s.m, s.d, T(c), q + f * s.n * s.d, s.d, k + f * s.m * s.d, s.d, T(0), pf, s.m, nullptr,
+                              io.run.bf16);
                 for (std::size_t i = 0; i < s.n; ++i) rows.forward_row(f * s.n + i, pf + i * s.m, pf + i * s.m);
             }
         });
@@ -85,10 +86,10 @@ struct scaled_dot_weights_op {
                     rows.backward_row(f * s.n + i, p + off + i * s.m, gp + off + i * s.m, gs + i * s.m, true);
                 if (gq)  // (n x d) += c (n x m)(m x d)
                     kernels::gemm(false, false, s.n, s.d, s.m, T(c), gs, s.m, k + f * s.m * s.d, s.d, io.fresh(0) ? T(0) : T(1),
-                                  gq + f * s.n * s.d, s.d);
+                                  gq + f * s.n * s.d, s.d, nullptr, io.run.bf16);
                 if (gk)  // (m x d) += c (m x n)(n x d)
                     kernels::gemm(true, false, s.m, s.d, s.n, T(c), gs, s.m, q + f * s.n * s.d, s.d, io.fresh(1) ? T(0) : T(1),
-                                  gk + f * s.m * s.d, s.d);
+                                  gk + f * s.m * s.d, s.d, nullptr, io.run.bf16);
             }
         });
     }

@@ -1,0 +1,179 @@
+// ctgraph/kernels/bf16.hpp: bfloat16 operands for matrix products.
+//
+// bfloat16 is the top half of an IEEE float: sign, the same 8 exponent bits, 7 mantissa bits. A
+// float becomes one by rounding to nearest, ties to even, on the dropped 16 bits; a bfloat16 becomes
+// a float exactly (16 zero bits appended). Products of two bfloat16 values are exact in float (8 +
+// 8 significant bits), so a product of bf16-rounded operands accumulated in float differs from the
+// exact one only by the float sums.
+//
+// Rounding is the CPU's VCVTNEPS2BF16 where the build has AVX512-BF16, else the same rule in
+// integer arithmetic: round to nearest even, NaN stays NaN (quiet), and subnormal inputs become
+// zero of the same sign, as the instruction does (it treats subnormal inputs as zero). Both give
+// the same bits (tested on every float class in tests/test_bf16.cpp).
+//
+// pack(): op(X) (rows x cols, X row-major with leading dimension ld, op = identity or transpose)
+// written row-major and contiguous, as bf16 bits (for oneDNN's bf16 kernels) or as bf16-rounded
+// floats (for the float kernels, on CPUs without bf16 instructions): the operands every bf16
+// product reads, whatever computes it.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace ctg::kernels {
+
+/// A bfloat16 value's bits.
+using bf16_bits = std::uint16_t;
+
+/// f rounded to bfloat16 (nearest, ties to even; NaN quiet; subnormals to signed zero).
+inline bf16_bits to_bf16(float f) {
+    std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+    if ((u & 0x7F800000u) == 0) return bf16_bits((u >> 16) & 0x8000u);  // zero or subnormal: signed zero
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return bf16_bits((u >> 16) | 0x0040u);  // NaN: quiet, sign kept
+    u += 0x7FFFu + ((u >> 16) & 1u);                                         // ties to even (overflows to inf)
+    return bf16_bits(u >> 16);
+}
+/// The float a bfloat16 stands for (exact).
+inline float from_bf16(bf16_bits b) { return std::bit_cast<float>(std::uint32_t(b) << 16); }
+/// f rounded to bfloat16 and back: the value a bf16 product reads for f.
+inline float round_bf16(float f) { return from_bf16(to_bf16(f)); }
+
+namespace detail {
+
+inline void to_bf16_row(std::size_t n, const float* x, bf16_bits* y) {
+    std::size_t i = 0;
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+#endif
+    for (; i < n; ++i) y[i] = to_bf16(x[i]);
+}
+inline void to_bf16_row(std::size_t n, const float* x, float* y) {
+    std::size_t i = 0;
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16) {
+        const __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+        _mm512_storeu_ps(y + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
+    }
+#endif
+    for (; i < n; ++i) y[i] = round_bf16(x[i]);
+}
+
+}  // namespace detail
+
+/// Writes op(X) (rows x cols; X row-major with leading dimension ld; op(X) = X^T when trans) into
+/// `out` row-major and contiguous, each element rounded to bfloat16: Out = bf16_bits (the bits) or
+/// float (the rounded value).
+template <class Out>
+inline void pack_bf16(bool trans, std::size_t rows, std::size_t cols, const float* x, std::size_t ld, Out* out) {
+    if (!trans) {
+        for (std::size_t r = 0; r < rows; ++r) detail::to_bf16_row(cols, x + r * ld, out + r * cols);
+        return;
+    }
+    // out[r][c] = x[c][r]: tiles of 16 x 16, each read as 16 contiguous stretches of x, converted
+    // 16 at a time, and written out transposed.
+    constexpr std::size_t tile = 16;
+    Out converted[tile * tile];
+    for (std::size_t c0 = 0; c0 < cols; c0 += tile) {
+        const std::size_t nc = std::min(tile, cols - c0);
+        for (std::size_t r0 = 0; r0 < rows; r0 += tile) {
+            const std::size_t nr = std::min(tile, rows - r0);
+            for (std::size_t c = 0; c < nc; ++c) detail::to_bf16_row(nr, x + (c0 + c) * ld + r0, converted + c * tile);
+            for (std::size_t r = 0; r < nr; ++r)
+                for (std::size_t c = 0; c < nc; ++c) out[(r0 + r) * cols + c0 + c] = converted[c * tile + r];
+        }
+    }
+}
+
+}  // namespace ctg::kernels
+
+// ---------------------------------------------------------------- bf16 copies of weights
+namespace ctg::kernels {
+
+/// Where the bf16 copies of parameter values live (parameter_store::enable_bf16): ranges of float
+/// memory and the bf16 copy of each, registered by the stores that keep copies. A bf16 product
+/// asks it for its operands (kernels::gemm): an operand inside a registered range is read from
+/// the copy, converted when the values were written (an optimizer's step), not at every product.
+/// A store keeps its copy current before a program's products read it (see params.hpp).
+class bf16_copies {
+public:
+    static bf16_copies& instance() {
+        static bf16_copies registry;
+        return registry;
+    }
+    /// The bf16 copy of the float at p, or nullptr when p is in no registered range.
+    const bf16_bits* find(const float* p) const {
+        const std::size_t n = count_.load(std::memory_order_acquire);
+        for (std::size_t i = 0; i < n; ++i) {
+            const range& r = ranges_[i];
+            const float* b = r.begin.load(std::memory_order_relaxed);
+            if (b && p >= b && p < r.end.load(std::memory_order_relaxed))
+                return r.copy.load(std::memory_order_relaxed) + (p - b);
+        }
+        return nullptr;
+    }
+    /// Registers (or, with the same owner, moves) the copy of [begin, end); false when the table is
+    /// full (the products then convert that store's operands as any other's).
+    bool put(const void* owner, const float* begin, const float* end, const bf16_bits* copy) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        std::size_t i = 0;
+        const std::size_t n = count_.load(std::memory_order_relaxed);
+        while (i < n && ranges_[i].owner != owner && ranges_[i].owner != nullptr) ++i;
+        if (i == ranges_.size()) return false;
+        range& r = ranges_[i];
+        r.begin.store(nullptr, std::memory_order_relaxed);  // no reader matches a half-written entry
+        r.owner = owner;
+        r.end.store(end, std::memory_order_relaxed);
+        r.copy.store(copy, std::memory_order_relaxed);
+        r.begin.store(begin, std::memory_order_release);
+        if (i == n) count_.store(n + 1, std::memory_order_release);
+        return true;
+    }
+    void remove(const void* owner) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (std::size_t i = 0; i < count_.load(std::memory_order_relaxed); ++i)
+            if (ranges_[i].owner == owner) {
+                ranges_[i].begin.store(nullptr, std::memory_order_release);
+                ranges_[i].owner = nullptr;
+            }
+    }
+
+private:
+    struct range {
+        std::atomic<const float*> begin{nullptr}, end{nullptr};
+        std::atomic<const bf16_bits*> copy{nullptr};
+        const void* owner = nullptr;
+    };
+    std::array<range, 64> ranges_{};
+    std::atomic<std::size_t> count_{0};
+    std::mutex mutex_;
+};
+
+/// Copies op(X) (rows x cols) of bf16 values X (leading dimension ld) into `out`, row-major and
+/// contiguous: a bf16 copy of a weight used transposed (a backward product's W^T).
+inline void pack_bf16(bool trans, std::size_t rows, std::size_t cols, const bf16_bits* x, std::size_t ld, bf16_bits* out) {
+    if (!trans) {
+        for (std::size_t r = 0; r < rows; ++r) std::copy_n(x + r * ld, cols, out + r * cols);
+        return;
+    }
+    constexpr std::size_t tile = 16;
+    for (std::size_t c0 = 0; c0 < cols; c0 += tile)
+        for (std::size_t r0 = 0; r0 < rows; r0 += tile)
+            for (std::size_t c = c0; c < std::min(cols, c0 + tile); ++c)
+                for (std::size_t r = r0; r < std::min(rows, r0 + tile); ++r) out[r * cols + c] = x[c * ld + r];
+}
+/// The same into floats (the emulated engine's operands).
+inline void pack_bf16(bool trans, std::size_t rows, std::size_t cols, const bf16_bits* x, std::size_t ld, float* out) {
+    for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < cols; ++c) out[r * cols + c] = from_bf16(trans ? x[c * ld + r] : x[r * ld + c]);
+}
+
+}  // namespace ctg::kernels

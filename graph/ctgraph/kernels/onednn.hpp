@@ -1,0 +1,237 @@
+// ctgraph/kernels/onednn.hpp: bf16 matrix products on oneDNN's kernels (AMX, AVX512-BF16).
+//
+// oneDNN (Debian's libdnnl-dev 2.6) dispatches each product to the best kernel the CPU has: AMX
+// tiles on Intel Xeons that have them (brg:avx512_core_amx_bf16), AVX512-BF16 dot products on AMD
+// Zen 4/5 and Intel Cooper Lake (brg:avx512_core_bf16). It does the job better than our own code
+// could: its kernels are tuned per microarchitecture, and AMX needs tile configuration and memory
+// layouts that only a library with a JIT keeps up with.
+//
+// gemm() runs bf16 products here wherever oneDNN has bf16 kernels for the CPU
+// (kernels::bf16_engine in kernels/gemm.hpp has the rule and the fallback).
+//
+// Primitives: one per (thread, shape class), created by a thread's first product of that class
+// and reused by every later one: a training step's products are the same from step to step, so a
+// steady-state step creates none (kernels::onednn_primitives_created() counts them). Memory objects
+// are created with the primitive and re-pointed with set_data_handle, each primitive has its own
+// scratchpad (user mode), and execution goes through the C API with a fixed argument array.
+// ctgraph's side of a product thus allocates nothing; oneDNN 2.6's dnnl_primitive_execute itself
+// allocates 6 small blocks per call (its argument map and scratchpad wrappers: measured by
+// counting operator new around the call). inside_onednn() tells an allocation counter which ones
+// are oneDNN's (ctg-bench reports them apart).
+//
+// Threads: Debian's oneDNN runs on OpenMP. ctgraph's pool splits a product into pieces (row blocks)
+// and each piece is one single-threaded oneDNN call: every thread that calls oneDNN sets its own
+// OpenMP thread count to 1 first (omp_set_num_threads is per thread), so oneDNN never starts a team
+// of its own beside the pool and the cores are never oversubscribed.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ctgraph/kernels/bf16.hpp"
+#include "ctgraph/memory.hpp"
+
+#if defined(CTG_WITH_ONEDNN)
+#include <dlfcn.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace ctg::kernels {
+
+/// Whether oneDNN has bf16 kernels for this CPU (honours ONEDNN_MAX_CPU_ISA); false in a build
+/// without oneDNN.
+inline bool onednn_has_bf16() {
+#if defined(CTG_WITH_ONEDNN)
+    static const bool has = [] {
+        const auto isa = unsigned(dnnl::get_effective_cpu_isa());
+        const auto bf16 = unsigned(dnnl::cpu_isa::avx512_core_bf16);
+        return (isa & bf16) == bf16;  // ISA values are nested bit masks
+    }();
+    return has;
+#else
+    return false;
+#endif
+}
+
+/// Whether oneDNN runs AMX tiles on this CPU (honours ONEDNN_MAX_CPU_ISA).
+inline bool onednn_has_amx() {
+#if defined(CTG_WITH_ONEDNN)
+    static const bool has = [] {
+        const auto isa = unsigned(dnnl::get_effective_cpu_isa());
+        const auto amx = unsigned(dnnl::cpu_isa::avx512_core_amx);
+        return (isa & amx) == amx;
+    }();
+    return has;
+#else
+    return false;
+#endif
+}
+
+/// The name of the ISA oneDNN dispatches to ("avx512_core_bf16", "avx512_core_amx", ...), for reports.
+inline std::string onednn_isa_name() {
+#if defined(CTG_WITH_ONEDNN)
+    switch (dnnl::get_effective_cpu_isa()) {
+        case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+        case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+        case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+        case dnnl::cpu_isa::avx512_core: return "avx512_core";
+        case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+        case dnnl::cpu_isa::avx2: return "avx2";
+        default: return "other";
+    }
+#else
+    return "none (built without oneDNN)";
+#endif
+}
+
+/// oneDNN product calls so far in this process.
+inline std::atomic<std::uint64_t>& onednn_executions() {
+    static std::atomic<std::uint64_t> n{0};
+    return n;
+}
+/// True on a thread while it is inside oneDNN (creating or running a primitive): what an
+/// allocation counter reads to tell oneDNN's allocations from ctgraph's.
+inline bool& inside_onednn() {
+    thread_local bool inside = false;
+    return inside;
+}
+
+/// oneDNN primitives created so far in this process (tests: none per steady-state step).
+inline std::atomic<std::uint64_t>& onednn_primitives_created() {
+    static std::atomic<std::uint64_t> n{0};
+    return n;
+}
+
+#if defined(CTG_WITH_ONEDNN)
+namespace detail {
+
+// One thread's oneDNN state: engine, stream and the primitives of the shape classes it has run.
+class onednn_matmuls {
+public:
+    static onednn_matmuls& here() {
+        thread_local onednn_matmuls m;
+        return m;
+    }
+
+    // C (M x N, leading dimension ldc) = alpha A B + beta C (+ bias in every row when given), A
+    // (M x K) and B (K x N) bf16 (or float: the f32 overload), contiguous row-major; C and bias
+    // float. alpha must be 1 where a bias is given.
+    void run(std::size_t M, std::size_t N, std::size_t K, float alpha, const bf16_bits* A, const bf16_bits* B,
+             float beta, float* C, std::size_t ldc, const float* bias) {
+        run_any(key{M, N, K, ldc, alpha, beta, bias != nullptr, true}, A, B, C, bias);
+    }
+    void run(std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A, const float* B, float beta,
+             float* C, std::size_t ldc, const float* bias) {
+        run_any(key{M, N, K, ldc, alpha, beta, bias != nullptr, false}, A, B, C, bias);
+    }
+
+private:
+    struct key {
+        std::size_t M, N, K, ldc;
+        float alpha, beta;
+        bool bias, bf16;
+        bool operator==(const key&) const = default;
+    };
+
+    void run_any(const key& k, const void* A, const void* B, float* C, const float* bias) {
+        entry& e = find(k);
+        e.a.set_data_handle(const_cast<void*>(A));
+        e.b.set_data_handle(const_cast<void*>(B));
+        e.c.set_data_handle(C);
+        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e.a.get()},
+                                   {DNNL_ARG_WEIGHTS, e.b.get()},
+                                   {DNNL_ARG_DST, e.c.get()},
+                                   {DNNL_ARG_SCRATCHPAD, e.pad.get()},
+                                   {DNNL_ARG_BIAS, nullptr}};
+        int n = 4;
+        if (bias) {
+            e.bias.set_data_handle(const_cast<float*>(bias));
+            args[n++].memory = e.bias.get();
+        }
+        inside_onednn() = true;
+        const dnnl_status_t status = dnnl_primitive_execute(e.prim.get(), stream_.get(), n, args);
+        inside_onednn() = false;
+        onednn_executions().fetch_add(1, std::memory_order_relaxed);
+        if (status != dnnl_success)
+            throw std::runtime_error("ctg::kernels: oneDNN could not run a product of " + shape_text(e.k));
+    }
+
+    struct entry {
+        key k;
+        dnnl::matmul prim;
+        dnnl::memory a, b, c, bias, pad;
+        aligned_vector<std::byte> scratchpad;
+    };
+
+    onednn_matmuls() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+        // oneDNN's OpenMP team for calls from this thread: one thread (see the file comment).
+        // libgomp is loaded with libdnnl; found at run time so that nothing links it by name.
+        using set_threads_fn = void (*)(int);
+        if (auto set = reinterpret_cast<set_threads_fn>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) set(1);
+    }
+
+    static std::string shape_text(const key& k) {
+        return std::to_string(k.M) + " x " + std::to_string(k.K) + " by " + std::to_string(k.K) + " x " + std::to_string(k.N);
+    }
+
+    entry& find(const key& k) {
+        for (entry& e : entries_)
+            if (e.k == k) return e;
+        struct inside {  // creation allocates too (once per shape class and thread)
+            inside() { inside_onednn() = true; }
+            ~inside() { inside_onednn() = false; }
+        } mark;
+        return create(k);
+    }
+
+    entry& create(const key& k) {
+        using dt = dnnl::memory::data_type;
+        using dims = dnnl::memory::dims;
+        const auto M = dnnl::memory::dim(k.M), N = dnnl::memory::dim(k.N), K = dnnl::memory::dim(k.K);
+        try {
+            const dt in = k.bf16 ? dt::bf16 : dt::f32;
+            const dnnl::memory::desc a_md(dims{M, K}, in, dims{K, 1}), b_md(dims{K, N}, in, dims{N, 1}),
+                c_md(dims{M, N}, dt::f32, dims{dnnl::memory::dim(k.ldc), 1}), bias_md(dims{1, N}, dt::f32, dims{N, 1});
+            dnnl::primitive_attr attr;
+            attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+            if (k.alpha != 1.0f) attr.set_output_scales(0, {k.alpha});
+            if (k.beta != 0.0f) {
+                dnnl::post_ops po;
+                po.append_sum(k.beta);
+                attr.set_post_ops(po);
+            }
+            const auto desc = k.bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
+            const dnnl::matmul::primitive_desc pd(desc, attr, engine_);
+            entry e{k, dnnl::matmul(pd), {}, {}, {}, {}, {}, {}};
+            e.scratchpad.resize(pd.scratchpad_desc().get_size() + 64);
+            e.a = dnnl::memory(a_md, engine_, DNNL_MEMORY_NONE);
+            e.b = dnnl::memory(b_md, engine_, DNNL_MEMORY_NONE);
+            e.c = dnnl::memory(c_md, engine_, DNNL_MEMORY_NONE);
+            e.bias = dnnl::memory(bias_md, engine_, DNNL_MEMORY_NONE);
+            e.pad = dnnl::memory(pd.scratchpad_desc(), engine_, e.scratchpad.data());
+            onednn_primitives_created().fetch_add(1, std::memory_order_relaxed);
+            entries_.push_back(std::move(e));
+            return entries_.back();
+        } catch (const dnnl::error& err) {
+            throw std::runtime_error(std::string("ctg::kernels: oneDNN could not create a ") + (k.bf16 ? "bf16" : "float") +
+                                     " product of " + shape_text(k) + ": " +
+                                     err.what());
+        }
+    }
+
+    dnnl::engine engine_;
+    dnnl::stream stream_;
+    std::vector<entry> entries_;
+};
+
+}  // namespace detail
+#endif
+
+}  // namespace ctg::kernels

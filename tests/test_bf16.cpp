@@ -1,0 +1,232 @@
+// Mixed precision: bf16 rounding, bf16 products on every engine this machine can run against a
+// float64 product of the same rounded operands, and programs compiled with
+// options{.precision = precision::bf16} against float64 programs on rounded values.
+#include <catch2/catch.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include <ctgraph/ctgraph.hpp>
+
+using namespace ctg;
+using kernels::bf16_bits;
+
+namespace {
+
+// Round to nearest even on the top 16 bits, written from the definition (not as the library does).
+bf16_bits reference_bf16(float f) {
+    const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+    if (std::isnan(f)) return bf16_bits((u >> 16) | 0x40);
+    if (std::fpclassify(f) == FP_SUBNORMAL || f == 0.0f) return bf16_bits((u >> 16) & 0x8000);
+    const std::uint32_t lower = u & 0xFFFF, upper = u >> 16;
+    if (lower > 0x8000 || (lower == 0x8000 && (upper & 1))) return bf16_bits(upper + 1);
+    return bf16_bits(upper);
+}
+
+std::vector<float> special_and_random_floats() {
+    std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::max(), std::numeric_limits<float>::lowest(),
+                            std::numeric_limits<float>::min(), std::numeric_limits<float>::denorm_min(),
+                            -std::numeric_limits<float>::denorm_min(), 1e-39f,
+                            std::bit_cast<float>(0x3F808000u),   // a tie, lower bf16 even: stays
+                            std::bit_cast<float>(0x3F818000u),   // a tie, lower bf16 odd: rounds up
+                            std::bit_cast<float>(0x3F808001u),   // just above a tie
+                            std::bit_cast<float>(0x7F7FFFFFu),   // the largest float: rounds to inf
+                            std::bit_cast<float>(0x7FA00000u)};  // a signalling NaN: quiet
+    std::mt19937 rng(7);
+    for (int i = 0; i < 4000; ++i) v.push_back(std::bit_cast<float>(std::uint32_t(rng())));
+    return v;
+}
+
+std::vector<float> randoms(std::size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d;
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+struct engine_scope {  // restores the process's engine after a test chose one
+    kernels::bf16_engine saved = kernels::get_bf16_engine();
+    ~engine_scope() { kernels::set_bf16_engine(saved); }
+};
+
+std::vector<kernels::bf16_engine> runnable_engines() {
+    std::vector<kernels::bf16_engine> e{kernels::bf16_engine::emulated};
+    if (kernels::bf16_engine_available(kernels::bf16_engine::onednn)) e.push_back(kernels::bf16_engine::onednn);
+    return e;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 rounding: nearest even, NaN quiet, subnormals to zero; packing rounds the same in every path", "[bf16]") {
+    const auto v = special_and_random_floats();
+    std::vector<bf16_bits> bits(v.size());
+    std::vector<float> rounded(v.size());
+    kernels::pack_bf16(false, 1, v.size(), v.data(), v.size(), bits.data());      // vector path (AVX512-BF16 here)
+    kernels::pack_bf16(false, 1, v.size(), v.data(), v.size(), rounded.data());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        INFO("element " << i << " bits 0x" << std::hex << std::bit_cast<std::uint32_t>(v[i]));
+        const bf16_bits want = reference_bf16(v[i]);
+        CHECK(kernels::to_bf16(v[i]) == want);
+        CHECK(bits[i] == want);
+        CHECK(std::bit_cast<std::uint32_t>(rounded[i]) == std::uint32_t(want) << 16);
+    }
+    CHECK(kernels::to_bf16(std::bit_cast<float>(0x3F808000u)) == 0x3F80);
+    CHECK(kernels::to_bf16(std::bit_cast<float>(0x3F818000u)) == 0x3F82);
+    CHECK(std::isinf(kernels::round_bf16(std::numeric_limits<float>::max())));
+    CHECK(std::isnan(kernels::round_bf16(std::numeric_limits<float>::quiet_NaN())));
+    // Transposed packing: the same values, transposed (tiles of 16 and their edges).
+    const std::size_t R = 37, C = 21;
+    const auto x = randoms(R * C, 3);
+    std::vector<bf16_bits> t(R * C);
+    kernels::pack_bf16(true, C, R, x.data(), C, t.data());  // op(X) = X^T, C x R
+    for (std::size_t r = 0; r < R; ++r)
+        for (std::size_t c = 0; c < C; ++c) CHECK(t[c * R + r] == reference_bf16(x[r * C + c]));
+}
+
+TEST_CASE("bf16 products on every engine equal a float64 product of the rounded operands", "[bf16]") {
+    engine_scope restore;
+    struct shape {
+        std::size_t M, N, K;
+    };
+    for (const kernels::bf16_engine engine : runnable_engines()) {
+        kernels::set_bf16_engine(engine);
+        for (const shape s : {shape{1, 1, 1}, shape{3, 5, 7}, shape{1, 384, 96}, shape{9, 33, 17}, shape{64, 48, 40},
+                              shape{200, 130, 77}, shape{256, 64, 256}})
+            for (int ta = 0; ta < 2; ++ta)
+                for (int tb = 0; tb < 2; ++tb)
+                    for (int mode = 0; mode < 3; ++mode) {
+                        const std::size_t M = s.M, N = s.N, K = s.K;
+                        const auto A = randoms(M * K, 1), B = randoms(K * N, 2), bias = randoms(N, 3), C0 = randoms(M * N, 4);
+                        std::vector<float> C = C0;
+                        // mode 0: C = A B + bias; 1: C = 0.5 A B + C; 2: C = 2 A B - 0.5 C + bias
+                        const float alpha = mode == 0 ? 1.0f : mode == 1 ? 0.5f : 2.0f;
+                        const float beta = mode == 0 ? 0.0f : mode == 1 ? 1.0f : -0.5f;
+                        const float* b = mode == 1 ? nullptr : bias.data();
+                        if (mode == 0) std::fill(C.begin(), C.end(), std::numeric_limits<float>::quiet_NaN());  // never read
+                        kernels::gemm<float>(ta, tb, M, N, K, alpha, A.data(), ta ? M : K, B.data(), tb ? K : N, beta, C.data(), N,
+                                             b, true);
+                        double worst = 0, scale = 0;
+                        for (std::size_t i = 0; i < M; ++i)
+                            for (std::size_t j = 0; j < N; ++j) {
+                                double acc = 0;
+                                for (std::size_t k = 0; k < K; ++k)
+                                    acc += double(kernels::round_bf16(ta ? A[k * M + i] : A[i * K + k])) *
+                                           double(kernels::round_bf16(tb ? B[j * K + k] : B[k * N + j]));
+                                const double want = alpha * acc + (b ? b[j] : 0.0) + (beta != 0 ? beta * C0[i * N + j] : 0.0);
+                                worst = std::max(worst, std::abs(want - double(C[i * N + j])));
+                                scale = std::max(scale, std::abs(want));
+                            }
+                        INFO(kernels::bf16_engine_name(engine) << " " << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb
+                                                               << " mode " << mode);
+                        // float accumulation of K exact products: a few float roundings of the scale
+                        CHECK(worst <= 1e-6 * std::sqrt(double(K)) * scale + 1e-30);
+                    }
+    }
+}
+
+TEST_CASE("bf16 engines: the environment's choice is checked, and the engines agree", "[bf16]") {
+    engine_scope restore;
+    ::setenv("CTG_BF16_ENGINE", "bogus", 1);
+    CHECK_THROWS_WITH(kernels::detail::choose_bf16_engine(), Catch::Contains("expected onednn or emulated"));
+    ::setenv("CTG_BF16_ENGINE", "emulated", 1);
+    CHECK(kernels::detail::choose_bf16_engine() == kernels::bf16_engine::emulated);
+    ::unsetenv("CTG_BF16_ENGINE");
+    CHECK(kernels::detail::choose_bf16_engine() ==
+          (kernels::onednn_has_bf16() ? kernels::bf16_engine::onednn : kernels::bf16_engine::emulated));
+    if (!kernels::onednn_has_bf16()) {
+        CHECK_THROWS_WITH(kernels::set_bf16_engine(kernels::bf16_engine::onednn), Catch::Contains("cannot run here"));
+        return;
+    }
+    // The two engines on one product: equal to float summation order.
+    const std::size_t M = 96, N = 80, K = 200;
+    const auto A = randoms(M * K, 5), B = randoms(K * N, 6);
+    std::vector<float> c[2];
+    int i = 0;
+    for (const auto e : {kernels::bf16_engine::onednn, kernels::bf16_engine::emulated}) {
+        kernels::set_bf16_engine(e);
+        c[i].assign(M * N, 0.0f);
+        kernels::gemm<float>(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, c[i].data(), N, nullptr, true);
+        ++i;
+    }
+    double worst = 0, scale = 0;
+    for (std::size_t j = 0; j < M * N; ++j)
+        worst = std::max(worst, double(std::abs(c[0][j] - c[1][j]))), scale = std::max(scale, double(std::abs(c[1][j])));
+    CHECK(worst <= 1e-5 * scale);
+    CHECK(worst > 0);  // the bf16 rounding is the same, but the engines do sum differently (not one path twice)
+}
+
+namespace {
+inline constexpr dim B = dyn('B'), T = dyn('T');
+
+template <class S>
+xt::xtensor<S, 3> tensor3(const std::vector<float>& v, std::size_t a, std::size_t b, std::size_t c, bool round) {
+    xt::xtensor<S, 3> t = xt::zeros<S>({a, b, c});
+    for (std::size_t i = 0; i < v.size(); ++i) t.data()[i] = S(round ? kernels::round_bf16(v[i]) : v[i]);
+    return t;
+}
+}  // namespace
+
+TEST_CASE("a bf16 program: each product equals float64 on bf16-rounded operands, forward and backward", "[bf16]") {
+    engine_scope restore;
+    using X = input<"x", B, T, 12>;
+    using G = input<"g", B, T, 8>;
+    using W = param<"W", 12, 8>;
+    using Bias = param<"b", 8>;
+    // affine (a linear layer) and matmul by a weight.
+    const auto loss = sum(mul(affine(X{}, W{}, Bias{}), G{})) + sum(mul(matmul(X{}, W{}), G{}));
+    for (const kernels::bf16_engine engine : runnable_engines()) {
+        kernels::set_bf16_engine(engine);
+        auto mixed = compile<float, options{.precision = precision::bf16, .input_grads = true}>(loss);
+        auto exact = compile<double, options{.input_grads = true}>(loss);
+        // float64 program on the rounded weights and inputs (G enters the products as the adjoint:
+        // rounded too, as the bf16 backward rounds it).
+        mixed.params().init(11);
+        exact.params().init(11);
+        for (std::size_t s = 0; s < mixed.params().size(); ++s)
+            for (std::size_t k = 0; k < mixed.params().at(s).shape.size(); ++k)
+                exact.params().value(s)[k] = double(kernels::round_bf16(mixed.params().value(s)[k]));
+        const auto x = randoms(2 * 5 * 12, 12), g = randoms(2 * 5 * 8, 13);
+        mixed.feed<"x">(tensor3<float>(x, 2, 5, 12, false));
+        mixed.feed<"g">(tensor3<float>(g, 2, 5, 8, false));
+        exact.feed<"x">(tensor3<double>(x, 2, 5, 12, true));
+        exact.feed<"g">(tensor3<double>(g, 2, 5, 8, true));
+        mixed.zero_grad();
+        exact.zero_grad();
+        const double lm = mixed.forward(), le = exact.forward();
+        mixed.backward();
+        exact.backward();
+        INFO(kernels::bf16_engine_name(engine));
+        // The loss multiplies the (bf16) products by the unrounded G in float; the reference by the
+        // rounded G: within G's rounding (2^-9 relative) of the loss's terms.
+        CHECK(std::abs(lm - le) <= 4e-3 * (std::abs(le) + 1));
+        // dW = x^T G (twice), db = column sums of G (float, not a product): each within float
+        // accumulation of the same rounded operands.
+        for (std::size_t s = 0; s < mixed.params().size(); ++s) {
+            const auto& e = mixed.params().at(s);
+            double worst = 0, scale = 0;
+            for (std::size_t k = 0; k < e.shape.size(); ++k) {
+                worst = std::max(worst, std::abs(double(mixed.params().grad(s)[k]) - exact.params().grad(s)[k]));
+                scale = std::max(scale, std::abs(exact.params().grad(s)[k]));
+            }
+            INFO("parameter " << e.name);
+            if (e.name == "b") CHECK(worst <= 4e-3 * scale);  // sums of the unrounded G (the reference's is rounded)
+            else CHECK(worst <= 1e-5 * scale);
+        }
+        // dx = G W^T (twice): one bf16 product each.
+        const auto dx = mixed.input_grad<"x">();
+        const auto dxe = exact.input_grad<"x">();
+        double worst = 0, scale = 0;
+        for (std::size_t k = 0; k < dx.size(); ++k)
+            worst = std::max(worst, std::abs(double(dx.data()[k]) - dxe.data()[k])), scale = std::max(scale, std::abs(dxe.data()[k]));
+        CHECK(worst <= 1e-5 * scale);
+    }
+}
