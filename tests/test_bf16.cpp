@@ -3,7 +3,11 @@
 // options{.precision = precision::bf16} against float64 programs on rounded values.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <bit>
+#include <filesystem>
+#include <string>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -13,6 +17,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/train.hpp>
 
 using namespace ctg;
 using kernels::bf16_bits;
@@ -229,4 +234,85 @@ TEST_CASE("a bf16 program: each product equals float64 on bf16-rounded operands,
             worst = std::max(worst, std::abs(double(dx.data()[k]) - dxe.data()[k])), scale = std::max(scale, std::abs(dxe.data()[k]));
         CHECK(worst <= 1e-5 * scale);
     }
+}
+
+TEST_CASE("bf16 copies of weights: the optimizer's copy equals a fresh conversion, a weight written by hand is read anew",
+          "[bf16]") {
+    using X = input<"x", B, 12>;
+    using Y = index_input<"y", B>;
+    const auto loss = softmax_cross_entropy(
+        affine(relu(affine(X{}, param<"W1", 12, 16>{}, param<"b1", 16>{})), param<"W2", 16, 5>{}, param<"b2", 5>{}), Y{});
+    using P = decltype(compile<float, options{.precision = precision::bf16}>(loss));
+    P a = compile<float, options{.precision = precision::bf16}>(loss), b = compile<float, options{.precision = precision::bf16}>(loss);
+    a.params().init(3);
+    b.params().init(3);
+    CHECK(a.params().has_bf16());
+    auto opt_a = optim::adamw<float>(1e-2, 0.1), opt_b = optim::adamw<float>(1e-2, 0.1);
+    auto sgd_a = optim::sgd<float>({.lr = 0.05, .momentum = 0.9}), sgd_b = optim::sgd<float>({.lr = 0.05, .momentum = 0.9});
+    xt::xtensor<float, 2> x = xt::zeros<float>({24, 12});
+    const auto xs = randoms(24 * 12, 21);
+    std::copy(xs.begin(), xs.end(), x.data());
+    xt::xtensor<int, 1> y = xt::zeros<int>({24});
+    for (std::size_t i = 0; i < 24; ++i) y(i) = int(i % 5);
+    for (auto* p : {&a, &b}) p->feed<"x">(x), p->feed<"y">(y);
+    for (int step = 0; step < 6; ++step) {
+        // a: the fused step (each copy rewritten as its parameter is updated, inside backward);
+        // b: the plain loop, then every copy marked stale (converted afresh before the next forward)
+        if (step < 3) train_step(a, opt_a); else train_step(a, sgd_a);
+        b.zero_grad();
+        b.forward();
+        b.backward();
+        if (step < 3) opt_b.step(b.params()); else sgd_b.step(b.params());
+        b.params().values();  // (a write access: marks every copy stale)
+    }
+    for (std::size_t s = 0; s < a.params().size(); ++s)
+        for (std::size_t k = 0; k < a.params().at(s).shape.size(); ++k) {
+            INFO(a.params().at(s).name << "[" << k << "]");
+            REQUIRE(a.params().value(s)[k] == b.params().value(s)[k]);
+            REQUIRE(a.params().bf16_value(s)[k] == kernels::to_bf16(a.params().value(s)[k]));
+        }
+    // A weight written through value() is what the next forward multiplies with.
+    const std::size_t w1 = a.params().slot("W1");
+    const double before = a.forward();
+    for (std::size_t k = 0; k < a.params().at(w1).shape.size(); ++k) a.params().value(w1)[k] *= -2.0f;
+    const double after = a.forward();
+    CHECK(after != before);
+    auto fresh = compile<float, options{.precision = precision::bf16}>(loss);
+    fresh.params().values() = a.params().values();
+    fresh.feed<"x">(x);
+    fresh.feed<"y">(y);
+    CHECK(fresh.forward() == after);
+}
+
+TEST_CASE("a bf16 run saved and resumed from a checkpoint goes on bit for bit", "[bf16]") {
+    using model = nn::gpt<11, 8, 16, 2, 2>;
+    const auto loss = model::loss(index_input<"x", B, T>{}, index_input<"y", B, T>{});
+    using P = decltype(compile<float, options{.precision = precision::bf16}>(loss));
+    xt::xtensor<int, 2> x = xt::zeros<int>({3, 8}), y = xt::zeros<int>({3, 8});
+    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = int(i * 7 % 11), y.data()[i] = int(i * 5 % 11);
+    auto run = [&](P& p, optim::adam<float>& opt, int steps) {
+        for (int s = 0; s < steps; ++s) {
+            p.feed<"x">(x);
+            p.feed<"y">(y);
+            train_step(p, opt);
+        }
+    };
+    P whole = compile<float, options{.precision = precision::bf16}>(loss), first = compile<float, options{.precision = precision::bf16}>(loss);
+    whole.params().init(5);
+    first.params().init(5);
+    auto opt_whole = optim::adamw<float>(1e-2), opt_first = optim::adamw<float>(1e-2);
+    run(whole, opt_whole, 6);
+    run(first, opt_first, 3);
+    const std::string path = (std::filesystem::temp_directory_path() / ("ctg_bf16_resume_" + std::to_string(::getpid()) + ".npz")).string();
+    checkpoint::save(path, first.params(), opt_first, run_state{});
+    P second = compile<float, options{.precision = precision::bf16}>(loss);  // a new program: its copies start stale
+    auto opt_second = optim::adamw<float>(1e-2);
+    checkpoint::load(path, second.params(), opt_second);
+    std::filesystem::remove(path);
+    run(second, opt_second, 3);
+    for (std::size_t s = 0; s < whole.params().size(); ++s)
+        for (std::size_t k = 0; k < whole.params().at(s).shape.size(); ++k) {
+            INFO(whole.params().at(s).name << "[" << k << "]");
+            REQUIRE(whole.params().value(s)[k] == second.params().value(s)[k]);
+        }
 }
