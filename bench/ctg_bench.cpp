@@ -434,12 +434,12 @@ int run_rates(const args& a) {
 #if defined(CTG_WITH_ONEDNN)
     {
         auto& m = kernels::detail::onednn_matmuls::here();
-        onednn_f32 = rate([&] { m.run(n, n, n, 1.0f, A.data(), B.data(), 0.0f, C.data(), n, nullptr); });
+        onednn_f32 = rate([&] { m.run(false, false, n, n, n, 1.0f, A.data(), n, B.data(), n, 0.0f, C.data(), n, nullptr); });
         if (kernels::onednn_has_bf16()) {
             std::vector<kernels::bf16_bits> a(n * n), b(n * n);
             kernels::pack_bf16(false, n, n, A.data(), n, a.data());
             kernels::pack_bf16(false, n, n, B.data(), n, b.data());
-            onednn_bf16 = rate([&] { m.run(n, n, n, 1.0f, a.data(), b.data(), 0.0f, C.data(), n, nullptr); });
+            onednn_bf16 = rate([&] { m.run(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, C.data(), n, nullptr); });
         }
     }
 #endif

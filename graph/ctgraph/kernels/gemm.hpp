@@ -433,7 +433,8 @@ inline void note_bf16_emulation() {
 }
 
 namespace detail {
-inline void gemm_bf16(const gemm_args<float>& g);  // below gemm_together
+inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted = nullptr,
+                      const bf16_bits* b_converted = nullptr);  // below gemm_together
 }  // namespace detail
 
 /// Independent products (a product's two VJPs, dA = dC B^T and dB = A^T dC) as one job of the
@@ -447,7 +448,19 @@ inline void gemm_together(std::array<gemm_args<T>, n> g) {
     if constexpr (std::is_same_v<T, float>) {
         bool any_bf16 = false;
         for (const auto& x : g) any_bf16 = any_bf16 || (x.bf16 && x.C);
-        if (any_bf16) {  // each product converts its operands once and splits itself (detail::gemm_bf16)
+        if (any_bf16) {  // each product splits itself (detail::gemm_bf16)
+            // A linear layer's two gradient products read dY, one as A (dY W^T), one as B (x^T dY):
+            // converted once for both (it was a third of a bf16 step's conversions).
+            if constexpr (n == 2)
+                if (g[0].C && g[1].C && g[0].A == g[1].B && !g[0].trans_a && !g[1].trans_b && g[0].lda == g[1].ldb &&
+                    g[0].M == g[1].K && g[0].K == g[1].N && g[0].M && g[0].K && g[0].N && g[1].M &&
+                    get_bf16_engine() == bf16_engine::onednn && !bf16_copies::instance().find(g[0].A)) {
+                    scratch<bf16_bits> dy(g[0].M * g[0].K);
+                    pack_bf16(false, g[0].M, g[0].K, g[0].A, g[0].lda, dy.data());
+                    detail::gemm_bf16(g[0], dy.data(), nullptr);
+                    detail::gemm_bf16(g[1], nullptr, dy.data());
+                    return;
+                }
             for (const auto& x : g)
                 if (x.C && x.M && x.N) detail::gemm_bf16(x);
             return;
@@ -544,11 +557,15 @@ inline void combine_rows_bf16(std::size_t K, std::size_t N, const float* x, cons
 // tasks, each one single-threaded oneDNN call), or the emulation (float products of the rounded
 // values). One row times a weight with a bf16 copy (a decoding step) is combine_rows_bf16 on any
 // engine: it reads the copy in place, half the bytes of the float weight.
-inline void gemm_bf16(const gemm_args<float>& g) {
+// a_converted / b_converted: the operand already converted as it is stored (rows x cols of its
+// op's storage, contiguous), by a caller that shares one conversion between two products.
+inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted, const bf16_bits* b_converted) {
     const std::size_t M = g.M, N = g.N, K = g.K;
     if (M == 0 || N == 0) return;
     const bf16_bits* a_copy = bf16_copies::instance().find(g.A);
     const bf16_bits* b_copy = bf16_copies::instance().find(g.B);
+    const bool a_given = !a_copy && a_converted && get_bf16_engine() == bf16_engine::onednn;
+    const bool b_given = !b_copy && b_converted && get_bf16_engine() == bf16_engine::onednn;
     const std::uint64_t flops = g.flops();
     const std::size_t P = std::size_t(kernel_pool().threads_here());
     if (M == 1 && K > 0 && b_copy && !g.trans_b && g.alpha == 1.0f && g.beta == 0.0f) {
@@ -582,19 +599,25 @@ inline void gemm_bf16(const gemm_args<float>& g) {
 #if defined(CTG_WITH_ONEDNN)
     gemm_flop_counter().fetch_add(flops, std::memory_order_relaxed);
     const gemm_cut cut = bf16_cut(M, flops, P);
-    // A weight's copy is read in place where it is already op(B) row-major and contiguous.
-    const bool b_in_place = b_copy && !g.trans_b && g.ldb == N;
-    scratch<bf16_bits> a(M * K), b(b_in_place ? 0 : K * N);
-    pack(g.trans_a, M, K, g.A, g.lda, a_copy, a.data());
-    if (!b_in_place) pack(g.trans_b, K, N, g.B, g.ldb, b_copy, b.data());
-    const bf16_bits* bp = b_in_place ? b_copy : b.data();
+    // Operands converted as they are stored (oneDNN reads a transposed one through its strides, at
+    // the rate of a plain one: a transposing copy was 14 % of gpt-m's bf16 step); a weight's bf16
+    // copy is read in place.
+    const std::size_t a_rows = g.trans_a ? K : M, a_cols = g.trans_a ? M : K;
+    const std::size_t b_rows = g.trans_b ? N : K, b_cols = g.trans_b ? K : N;
+    scratch<bf16_bits> a(a_copy || a_given ? 0 : a_rows * a_cols), b(b_copy || b_given ? 0 : b_rows * b_cols);
+    if (!a_copy && !a_given) pack_bf16(false, a_rows, a_cols, g.A, g.lda, a.data());
+    if (!b_copy && !b_given) pack_bf16(false, b_rows, b_cols, g.B, g.ldb, b.data());
+    const bf16_bits* ap = a_copy ? a_copy : a_given ? a_converted : a.data();
+    const bf16_bits* bp = b_copy ? b_copy : b_given ? b_converted : b.data();
+    const std::size_t lda = a_copy ? g.lda : a_cols, ldb = b_copy ? g.ldb : b_cols;
     // oneDNN adds a bias only to alpha A B at beta 0 here; other cases add it after.
     const bool bias_in = g.bias && g.alpha == 1.0f && g.beta == 0.0f;
     auto piece = [&](std::size_t p) {
         const std::size_t r0 = cut.count > 1 ? p * cut.step : 0;
         const std::size_t rows = cut.count > 1 ? std::min(M, r0 + cut.step) - r0 : M;
         float* c = g.C + r0 * g.ldc;
-        onednn_matmuls::here().run(rows, N, K, g.alpha, a.data() + r0 * K, bp, g.beta, c, g.ldc, bias_in ? g.bias : nullptr);
+        onednn_matmuls::here().run(g.trans_a, g.trans_b, rows, N, K, g.alpha, g.trans_a ? ap + r0 : ap + r0 * lda, lda, bp,
+                                   ldb, g.beta, c, g.ldc, bias_in ? g.bias : nullptr);
         if (g.bias && !bias_in)
             for (std::size_t i = 0; i < rows; ++i) add_to(N, g.bias, c + i * g.ldc);
     };

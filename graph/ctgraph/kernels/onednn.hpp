@@ -120,23 +120,24 @@ public:
         return m;
     }
 
-    // C (M x N, leading dimension ldc) = alpha A B + beta C (+ bias in every row when given), A
-    // (M x K) and B (K x N) bf16 (or float: the f32 overload), contiguous row-major; C and bias
-    // float. alpha must be 1 where a bias is given.
-    void run(std::size_t M, std::size_t N, std::size_t K, float alpha, const bf16_bits* A, const bf16_bits* B,
-             float beta, float* C, std::size_t ldc, const float* bias) {
-        run_any(key{M, N, K, ldc, alpha, beta, bias != nullptr, true}, A, B, C, bias);
+    // C (M x N, leading dimension ldc) = alpha op(A) op(B) + beta C (+ bias in every row when
+    // given), as kernels::gemm with row-major operands of leading dimensions lda, ldb (oneDNN reads
+    // a transposed operand through its strides: no copy); A and B bf16 (or float: the f32
+    // overload), C and bias float. alpha must be 1 where a bias is given.
+    void run(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha, const bf16_bits* A,
+             std::size_t lda, const bf16_bits* B, std::size_t ldb, float beta, float* C, std::size_t ldc, const float* bias) {
+        run_any(key{M, N, K, lda, ldb, ldc, alpha, beta, trans_a, trans_b, bias != nullptr, true}, A, B, C, bias);
     }
-    void run(std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A, const float* B, float beta,
-             float* C, std::size_t ldc, const float* bias) {
-        run_any(key{M, N, K, ldc, alpha, beta, bias != nullptr, false}, A, B, C, bias);
+    void run(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+             std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc, const float* bias) {
+        run_any(key{M, N, K, lda, ldb, ldc, alpha, beta, trans_a, trans_b, bias != nullptr, false}, A, B, C, bias);
     }
 
 private:
     struct key {
-        std::size_t M, N, K, ldc;
+        std::size_t M, N, K, lda, ldb, ldc;
         float alpha, beta;
-        bool bias, bf16;
+        bool trans_a, trans_b, bias, bf16;
         bool operator==(const key&) const = default;
     };
 
@@ -178,7 +179,8 @@ private:
     }
 
     static std::string shape_text(const key& k) {
-        return std::to_string(k.M) + " x " + std::to_string(k.K) + " by " + std::to_string(k.K) + " x " + std::to_string(k.N);
+        return std::string(k.trans_a ? "A^T " : "A ") + std::to_string(k.M) + " x " + std::to_string(k.K) +
+               (k.trans_b ? " by B^T " : " by B ") + std::to_string(k.K) + " x " + std::to_string(k.N);
     }
 
     entry& find(const key& k) {
@@ -197,7 +199,9 @@ private:
         const auto M = dnnl::memory::dim(k.M), N = dnnl::memory::dim(k.N), K = dnnl::memory::dim(k.K);
         try {
             const dt in = k.bf16 ? dt::bf16 : dt::f32;
-            const dnnl::memory::desc a_md(dims{M, K}, in, dims{K, 1}), b_md(dims{K, N}, in, dims{N, 1}),
+            const auto lda = dnnl::memory::dim(k.lda), ldb = dnnl::memory::dim(k.ldb);
+            const dnnl::memory::desc a_md(dims{M, K}, in, k.trans_a ? dims{1, lda} : dims{lda, 1}),
+                b_md(dims{K, N}, in, k.trans_b ? dims{1, ldb} : dims{ldb, 1}),
                 c_md(dims{M, N}, dt::f32, dims{dnnl::memory::dim(k.ldc), 1}), bias_md(dims{1, N}, dt::f32, dims{N, 1});
             dnnl::primitive_attr attr;
             attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
