@@ -1,5 +1,5 @@
 // gemm-shapes: one thread's matrix-product rate on the shapes of the reference workloads, OpenBLAS
-// against ctgraph's register kernel, side by side (medians of 31 timings of 20 calls each). It is
+// against ctgraph's register kernel, side by side, and oneDNN's float and bf16 kernels (medians of 31 timings of 20 calls each). It is
 // the measurement behind kernels::use_register_gemm, which chooses between them in gemm(): rerun
 // it on a new machine before moving that crossover. Its first line names the policy the process
 // chose for this machine (kernels::register_gemm_policy; CTG_REGISTER_GEMM=table|everywhere sets it).
@@ -55,10 +55,27 @@ void measure(const shape& s) {
     for (std::size_t i = 0; i < R.size(); ++i) err = std::max(err, double(std::abs(R[i] - C[i])));
     const double mflop = 2.0 * double(s.M * s.N * s.K) / 1e6;
     const double tb = median_us(blas), tr = median_us(reg);
-    std::printf("%c%c %5zu %5zu %5zu  %-22s  OpenBLAS %8.2f us %6.1f GF/s   register %8.2f us %6.1f GF/s   %5.2fx  %s  (max err %.1e)\n",
+    // oneDNN's float and bf16 kernels on the same shape (bf16: operands converted beforehand, as a
+    // weight's bf16 copy is; kernels/onednn.hpp), for the engine table of the docs.
+    double tdf = 0, tdb = 0;
+#if defined(CTG_WITH_ONEDNN)
+    {
+        auto& m = ctg::kernels::detail::onednn_matmuls::here();
+        tdf = median_us([&] { m.run(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C.data(), s.N, nullptr); });
+        if (ctg::kernels::onednn_has_bf16()) {
+            std::vector<ctg::kernels::bf16_bits> a(A.size()), b(B.size());
+            ctg::kernels::pack_bf16(false, 1, A.size(), A.data(), A.size(), a.data());
+            ctg::kernels::pack_bf16(false, 1, B.size(), B.data(), B.size(), b.data());
+            tdb = median_us([&] { m.run(s.ta, s.tb, s.M, s.N, s.K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, C.data(), s.N, nullptr); });
+        }
+    }
+#endif
+    const auto gf = [&](double us) { return us > 0 ? mflop * 1e3 / us : 0.0; };
+    std::printf("%c%c %5zu %5zu %5zu  %-22s  OpenBLAS %8.2f us %6.1f GF/s   register %8.2f us %6.1f GF/s   %5.2fx  %s  (max err %.1e)"
+                "   oneDNN f32 %6.1f GF/s  bf16 %6.1f GF/s\n",
                 s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.M, s.N, s.K, s.where, tb, mflop * 1e3 / tb, tr, mflop * 1e3 / tr,
                 tb / tr, ctg::kernels::use_register_gemm<float>(s.ta, s.tb, s.M, s.N, s.K) ? "use_register_gemm: yes" : "use_register_gemm: no",
-                err);
+                err, gf(tdf), gf(tdb));
 }
 
 }  // namespace

@@ -2,11 +2,24 @@
 # Parity with PyTorch: dumps a workload with bench/torch_ref.py (float32 and float64) and checks
 # ctg-bench against it (loss, every gradient, weights after the first update).
 #   scripts/parity.sh CTG_BENCH WORKDIR WORKLOAD...
+#   scripts/parity.sh --bf16 CTG_BENCH WORKDIR WORKLOAD...
+# --bf16: the program with bf16 products (ctg-bench --precision bf16) against the float64 dump,
+# each tensor within 3e-2 or 1.5 times PyTorch's own mixed precision's error on it (the dump of
+# torch_ref.py --autocast bf16, in WORKDIR/autocast).
 set -euo pipefail
+bf16=0
+if [[ ${1:-} == --bf16 ]]; then bf16=1; shift; fi
 bench=$1; dir=$2; shift 2
 here="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$dir"
 for w in "$@"; do
+  if ((bf16)); then
+    OMP_NUM_THREADS=1 /usr/bin/python3 "$here/bench/torch_ref.py" --workload "$w" --dump-npz "$dir" --dtype float64 > /dev/null
+    OMP_NUM_THREADS=1 /usr/bin/python3 "$here/bench/torch_ref.py" --workload "$w" --dump-npz "$dir/autocast" --dtype float32 \
+      --autocast bf16 > /dev/null
+    "$bench" --workload "$w" --check "$dir" --dtype float64 --precision bf16
+    continue
+  fi
   for dtype in float32 float64; do
     OMP_NUM_THREADS=1 /usr/bin/python3 "$here/bench/torch_ref.py" --workload "$w" --dump-npz "$dir" --dtype "$dtype" > /dev/null
     "$bench" --workload "$w" --check "$dir" --dtype "$dtype"
