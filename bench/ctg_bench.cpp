@@ -342,18 +342,26 @@ int run_decode_check(const args& a) {
     const std::size_t n = W::new_tokens, V = W::V;
     if (want_tokens.size() != n || want_logits.size() != n * V)
         throw io_error(dir + "/result.npz: expected " + std::to_string(n) + " tokens and logits of " + std::to_string(V));
-    std::size_t same = 0;
-    for (std::size_t t = 0; t < n; ++t) same += w.tokens[t] == want_tokens[t];
-    comparison worst;
+    std::size_t same = 0, first_diff = n;
     for (std::size_t t = 0; t < n; ++t) {
+        same += w.tokens[t] == want_tokens[t];
+        if (w.tokens[t] != want_tokens[t] && first_diff == n) first_diff = t;
+    }
+    // bf16 weights: a near-tie may pick another token, and then the prefixes differ: logits are
+    // compared up to the first token that differs (measured on decode-cache against float64: 4.9e-3
+    // at worst there; 255 of 256 tokens equal), and 95 % of the tokens must agree.
+    const bool mixed = W::products == precision::bf16;
+    const tolerance t_logits = tol;
+    comparison worst;
+    for (std::size_t t = 0; t < (mixed ? std::min(n, first_diff + 1) : n); ++t) {
         const std::vector<double> ours(w.logits[0].begin() + long(t * V), w.logits[0].begin() + long((t + 1) * V));
         const std::vector<double> ref(want_logits.begin() + long(t * V), want_logits.begin() + long((t + 1) * V));
-        const comparison c = compare(ours, ref, tol);
+        const comparison c = compare(ours, ref, t_logits);
         if (!c.ok || c.err > worst.err) worst = c;
     }
-    const bool ok = same == n && worst.ok;
+    const bool ok = (mixed ? same * 100 >= n * 95 : same == n) && worst.ok;
     std::printf("%s (%s): %zu of %zu tokens equal; logits worst max|a - b| / max|b| per step %.3e (limit %g)\nparity: %s\n",
-                W::name, tol.name, same, n, worst.err, tol.rel, ok ? "PASS" : "FAIL");
+                W::name, tol.name, same, n, worst.err, t_logits.rel, ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
 }
 
