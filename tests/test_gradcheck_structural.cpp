@@ -85,6 +85,52 @@ TEST_CASE("gradcheck: composed graphs with shared subexpressions", "[gradcheck]"
     CHECK(check_gradients(att, {.dims = {{'B', 2}, {'T', 3}}}) > 0);
 }
 
+TEST_CASE("gradcheck: an op's value read again beside it, through both adjoint paths (overwrite and accumulate)",
+          "[gradcheck]") {
+    // masked_softmax writes its scores' adjoint with = when it is their first writer in backward;
+    // with the scores also added to its result, the other reader's adjoint is there first and it
+    // must add.
+    using S = input<"seq", B, T, 4>;
+    auto scores = matmul(S{} * param<"Wq", 4, 4>{}, transpose(S{} * param<"Wk", 4, 4>{}));
+    CHECK(check_gradients(masked_softmax(scores, causal{}) + scores, {.dims = {{'B', 2}, {'T', 3}}}) > 0);
+    CHECK(check_gradients(scores + masked_softmax(scores, causal{}), {.dims = {{'B', 2}, {'T', 3}}}) > 0);
+    CHECK(check_gradients(masked_softmax(scores, causal{}), {.dims = {{'B', 2}, {'T', 3}}}) > 0);
+}
+
+TEST_CASE("dropout(x) + x: the branch through dropout keeps its 1/(1-p) scale when x has another reader",
+          "[gradcheck]") {
+    // In training mode the mask is random; read it back from the program (dropout's value / x) and
+    // check dL/dx = G (mask / (1 - p) + 1) exactly, for the two orders of the sum.
+    using X = input<"x", B, 6>;
+    using G = input<"g", B, 6>;
+    auto check = [](auto out) {
+        auto prog = compile<double, options{.input_grads = true}>(sum(mul(out, G{})));
+        prog.dropout_seed(5);
+        std::mt19937_64 rng(3);
+        std::uniform_real_distribution<double> u(0.5, 1.5);
+        std::vector<double> x(4 * 6), g(4 * 6);
+        for (auto& v : x) v = u(rng);
+        for (auto& v : g) v = u(rng) - 1.0;
+        prog.feed("x", x.data(), rshape{2, {4, 6}});
+        prog.feed("g", g.data(), rshape{2, {4, 6}});
+        prog.forward();
+        prog.backward();
+        const auto dropped = prog.value_of(dropout<0.25>(X{}));
+        const auto dx = prog.template input_grad<"x">();
+        std::size_t kept = 0;
+        for (std::size_t i = 0; i < x.size(); ++i) {
+            const double m = dropped.data()[i] / x[i];  // 0 or 1 / (1 - p)
+            CHECK((m == 0.0 || std::abs(m - 1.0 / 0.75) < 1e-12));
+            kept += m != 0.0;
+            CHECK(dx.data()[i] == Approx(g[i] * (m + 1.0)).epsilon(1e-12));
+        }
+        CHECK(kept > 0);
+        CHECK(kept < x.size());  // both kinds of elements were checked
+    };
+    check(dropout<0.25>(X{}) + X{});
+    check(X{} + dropout<0.25>(X{}));
+}
+
 namespace {
 // Runs a scalar loss over inputs z (5,4) and t (5,4) and returns the loss and dL/dz.
 template <class Loss>

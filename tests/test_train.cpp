@@ -26,6 +26,15 @@ auto gru_loss() {
     auto hs = nn::gru<"gru", 6, 8>::run(embedding(param<"E", 11, 6>{}, Tok{}));
     return softmax_cross_entropy(hs * param<"out", 8, 11>{} + param<"out_b", 11>{}, index_input<"tgt", T, B>{});
 }
+// Parameters read by two nodes: an embedding tied to the output head (a gather and a product
+// through its transpose) and a weight applied twice, tanh(tanh(x W) W): the fused update must wait
+// for each one's last contribution.
+auto tied_loss() {
+    using E = param<"E", 11, 8>;
+    using W = param<"W", 8, 8>;
+    auto h = tanh(tanh(embedding(E{}, index_input<"tokens", B, T>{}) * W{}) * W{});
+    return softmax_cross_entropy(h * transpose(E{}), index_input<"targets", B, T>{});
+}
 using small_gpt = nn::gpt<11, 8, 8, 2, 2, 16, void, 0.1>;
 auto gpt_loss() { return small_gpt::loss(index_input<"tokens", B, T>{}, index_input<"targets", B, T>{}); }
 
@@ -115,6 +124,8 @@ TEMPLATE_TEST_CASE("the generated step equals the hand-written loop bit for bit"
     SECTION("GPT (repeat, dropout), Adam") { compare_fused<S>(gpt_loss(), adam); }
     SECTION("GPT (repeat, dropout), AdamW") { compare_fused<S>(gpt_loss(), adamw); }
     SECTION("GPT, AdamW with clipping (the plain order)") { compare_fused<S>(gpt_loss(), adamw, 0.5); }
+    SECTION("a tied embedding and a weight read twice, SGD with momentum") { compare_fused<S>(tied_loss(), sgd); }
+    SECTION("a tied embedding and a weight read twice, AdamW") { compare_fused<S>(tied_loss(), adamw); }
 }
 
 TEST_CASE("the update of a parameter runs inside backward, once its gradient is final", "[train]") {
