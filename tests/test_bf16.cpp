@@ -147,6 +147,12 @@ TEST_CASE("bf16 engines: the environment's choice is checked, and the engines ag
     ::unsetenv("CTG_BF16_ENGINE");
     CHECK(kernels::detail::choose_bf16_engine() ==
           (kernels::onednn_has_bf16() ? kernels::bf16_engine::onednn : kernels::bf16_engine::emulated));
+    // ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16 (ctest bf16.below_bf16_isa) leaves oneDNN without bf16
+    // kernels: the default is then the emulation, as on a CPU without bf16 instructions.
+    if (const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA"); isa && (std::string(isa) == "AVX512_CORE" || std::string(isa) == "AVX2")) {
+        CHECK_FALSE(kernels::onednn_has_bf16());
+        CHECK(kernels::get_bf16_engine() == kernels::bf16_engine::emulated);
+    }
     if (!kernels::onednn_has_bf16()) {
         CHECK_THROWS_WITH(kernels::set_bf16_engine(kernels::bf16_engine::onednn), Catch::Contains("cannot run here"));
         return;
