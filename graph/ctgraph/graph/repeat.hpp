@@ -28,7 +28,7 @@
 #include <string>
 #include <utility>
 
-#include "ctgraph/graph/scan.hpp"
+#include "ctgraph/graph/cell.hpp"
 
 namespace ctg {
 

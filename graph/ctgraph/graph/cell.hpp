@@ -1,0 +1,346 @@
+// ctgraph/graph/cell.hpp: a cell, the static sub-graph that scan (graph/scan.hpp) runs at every
+// time step and repeat (graph/repeat.hpp) at every layer: what it reads and computes (cell_info),
+// where its values, adjoints and scratch live in a step's frame (cell_frame), its plans remembered
+// per input shape, and the folds that run its nodes forward and backward.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "ctgraph/graph/analysis.hpp"
+#include "ctgraph/graph/exec.hpp"
+#include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/parallel.hpp"
+#include "ctgraph/kernels/simd.hpp"
+#include "ctgraph/memory.hpp"
+#include "ctgraph/op.hpp"
+
+namespace ctg {
+namespace detail {
+
+/// Compile-time facts about a cell's sub-graph. PerStepParams (depth, see repeat.hpp): the cell's
+/// parameters differ per step (one slice of a stacked parameter each), so whatever reads them runs
+/// every step; otherwise (scan) parameters are loop invariants.
+template <class CellOut, bool PerStepParams = false>
+struct cell_info {
+    using G = graph<topo_order<CellOut>, options{}, 1>;
+    static constexpr std::size_t N = G::size;
+    static constexpr std::size_t out = N - 1;  // the cell's result is last in topological order
+
+    /// Depends on the state, the step input or (PerStepParams) a parameter: differs per step.
+    static constexpr std::array<bool, N> variant = [] {
+        std::array<bool, N> v{};
+        for (std::size_t i = 0; i < N; ++i) {
+            v[i] = G::kind[i] == leaf_kind::placeholder || (PerStepParams && G::kind[i] == leaf_kind::param);
+            for (std::size_t k = 0; k < G::arity[i]; ++k) v[i] = v[i] || v[std::size_t(G::operands[i][k])];
+        }
+        return v;
+    }();
+    /// Op nodes that run every step (they get per-step values, scratch and adjoints).
+    static constexpr std::array<bool, N> computed = [] {
+        std::array<bool, N> c{};
+        for (std::size_t i = 0; i < N; ++i) c[i] = variant[i] && G::kind[i] == leaf_kind::none;
+        return c;
+    }();
+    /// Invariant nodes read by variant ones: they become operands of the scan node.
+    static constexpr std::array<bool, N> hoisted_mask = [] {
+        std::array<bool, N> h{};
+        for (std::size_t i = 0; i < N; ++i)
+            if (computed[i])
+                for (std::size_t k = 0; k < G::arity[i]; ++k) {
+                    const std::size_t j = std::size_t(G::operands[i][k]);
+                    if (!variant[j]) h[j] = true;
+                }
+        return h;
+    }();
+    static constexpr std::size_t num_hoisted = [] {
+        std::size_t n = 0;
+        for (bool b : hoisted_mask) n += b;
+        return n;
+    }();
+    static constexpr std::array<std::size_t, num_hoisted + 1> hoisted = [] {
+        std::array<std::size_t, num_hoisted + 1> r{};
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < N; ++i)
+            if (hoisted_mask[i]) r[n++] = i;
+        return r;
+    }();
+    /// The per-step parameters (PerStepParams only), in topological order.
+    static constexpr std::size_t num_step_params = [] {
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < N; ++i) n += PerStepParams && G::kind[i] == leaf_kind::param;
+        return n;
+    }();
+    static constexpr std::array<std::size_t, num_step_params + 1> step_params = [] {
+        std::array<std::size_t, num_step_params + 1> r{};
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < N; ++i)
+            if (PerStepParams && G::kind[i] == leaf_kind::param) r[n++] = i;
+        return r;
+    }();
+    /// Every node except index-valued ones and constants may get an adjoint inside the cell; one that
+    /// nothing outside needs (a leaf whose outer operand has none) is null, so its VJP is skipped.
+    static constexpr std::array<bool, N> has_adjoint = [] {
+        std::array<bool, N> g{};
+        for (std::size_t i = 0; i < N; ++i) g[i] = !G::is_index[i] && G::kind[i] != leaf_kind::constant;
+        return g;
+    }();
+
+    /// How each step's VJPs write the computed nodes' adjoints (adj_write_modes): the first writer
+    /// assigns or zeroes, so the per-step adjoint block is never cleared as a whole. The cell's
+    /// result and its leaves (state, step input, invariants, parameters) belong to the enclosing op.
+    static constexpr auto adj_writes = [] {
+        std::array<bool, N> owned{}, runs{};
+        for (std::size_t i = 0; i < N; ++i) {
+            runs[i] = computed[i] && has_adjoint[i];
+            owned[i] = runs[i] && i != out;
+        }
+        return adj_write_modes(G::arity, G::operands, owned, runs);
+    }();
+    /// The VJP that writes each owned adjoint first (its consumer of highest index), or N for one
+    /// no VJP writes (zeroed at the start of the step): where that adjoint's life begins.
+    static constexpr std::array<std::size_t, N> first_writer = [] {
+        std::array<std::size_t, N> f{};
+        for (std::size_t j = 0; j < N; ++j) f[j] = adj_writes.orphan[j] ? N : j;
+        for (std::size_t i = 0; i < N; ++i)
+            for (std::size_t k = 0; k < G::arity[i]; ++k)
+                if (adj_writes.mode[i][k] != adj_write::add) f[std::size_t(G::operands[i][k])] = i;
+        return f;
+    }();
+    static constexpr std::size_t num_orphans = [] {
+        std::size_t n = 0;
+        for (bool b : adj_writes.orphan) n += b;
+        return n;
+    }();
+    static constexpr std::array<std::size_t, num_orphans + 1> orphans = [] {
+        std::array<std::size_t, num_orphans + 1> r{};
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < N; ++i)
+            if (adj_writes.orphan[i]) r[n++] = i;
+        return r;
+    }();
+
+    template <std::size_t... J>
+    static auto hoisted_types(std::index_sequence<J...>) -> tlist<typename G::template node_t<hoisted[J]>...>;
+    using hoisted_list = decltype(hoisted_types(std::make_index_sequence<num_hoisted>{}));
+    template <std::size_t... J>
+    static auto step_param_types(std::index_sequence<J...>) -> tlist<typename G::template node_t<step_params[J]>...>;
+    using step_param_list = decltype(step_param_types(std::make_index_sequence<num_step_params>{}));
+};
+
+/// Where one step of a cell keeps its values, op scratch and adjoints, computed from the runtime
+/// shapes of the cell's nodes (shared by scan and repeat). Element offsets, each rounded up.
+template <class Info>
+struct cell_frame {
+    using G = typename Info::G;
+    static constexpr std::size_t N = Info::N;
+    std::array<rshape, N> shapes{};
+    std::array<std::size_t, N> val_off{}, adj_off{}, scr_off{}, scr_size{};
+    std::size_t per_step = 0, adj_block = 0;
+    bool forward_only = false;  // one frame for every step (run_info::forward_only), no adjoints
+
+    /// Where step (or layer) t's frame starts: all steps' values are kept for backward, a
+    /// forward-only pass reuses one frame.
+    std::size_t frame_off(std::size_t t) const { return forward_only ? 0 : t * per_step; }
+    /// Elements of the frames of `steps` steps.
+    std::size_t frames_size(std::size_t steps) const { return forward_only ? per_step : steps * per_step; }
+
+    /// Binds the cell's dimension letters from the runtime shapes of some of its nodes:
+    /// {cell node, runtime shape, leading axes of that shape to skip}.
+    struct binding {
+        std::size_t node;
+        rshape shape;
+        std::size_t skip;
+    };
+    void plan(const binding* known, std::size_t count, bool forward_pass_only) {
+        forward_only = forward_pass_only;
+        std::array<std::pair<char, std::size_t>, 16> env{};
+        std::size_t nenv = 0;
+        for (const binding& b : std::span(known, count))
+            for (std::size_t a = 0; a < G::rank[b.node]; ++a) {
+                const char c = G::dims[b.node][a].sym;
+                if (!c) continue;
+                bool seen = false;
+                for (std::size_t e = 0; e < nenv; ++e) seen = seen || env[e].first == c;
+                if (!seen && nenv < env.size()) env[nenv++] = {c, b.shape.d[a + b.skip]};
+            }
+        auto value_of = [&](char c) -> std::size_t {
+            for (std::size_t e = 0; e < nenv; ++e)
+                if (env[e].first == c) return env[e].second;
+            return 0;
+        };
+        for (std::size_t i = 0; i < N; ++i) {
+            shapes[i].rank = G::rank[i];
+            for (std::size_t a = 0; a < G::rank[i]; ++a)
+                shapes[i].d[a] = G::dims[i][a].sym ? value_of(G::dims[i][a].sym) : std::size_t(G::dims[i][a].n);
+        }
+        scratch_sizes(std::make_index_sequence<N>{});
+        if (forward_only) {
+            place_values_by_lifetime();
+            return;
+        }
+        // Per step: values and op scratch of the computed nodes (the result lives elsewhere).
+        std::size_t off = 0;
+        for (std::size_t i = 0; i < N; ++i) {
+            if (!Info::computed[i]) continue;
+            if (i != Info::out && !G::aliases[i]) {  // an aliasing node reads its operand's memory
+                val_off[i] = off;
+                off += round_up_lines(shapes[i].size());
+            }
+            scr_off[i] = off;
+            off += round_up_lines(scr_size[i]);
+        }
+        per_step = off;
+        place_adjoints();
+    }
+
+    /// Adjoints share memory by lifetime. Node j's adjoint is live from its first writer's VJP
+    /// (Info::first_writer[j], the consumer of highest index) until j's own VJP has read it; the VJPs
+    /// run from the last node down, so two adjoints may share memory when one's node runs before the
+    /// other's first writer (j1 > fw2). First fit, in the order they become live: a Transformer
+    /// block's adjoints take about a third of their sum.
+    void place_adjoints() {
+        std::array<std::size_t, N> order{};
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < N; ++i)
+            if (Info::computed[i] && i != Info::out) order[n++] = i;
+        std::sort(order.begin(), order.begin() + n,
+                  [](std::size_t x, std::size_t y) { return Info::first_writer[x] > Info::first_writer[y]; });
+        // Backward time runs from node N - 1 down: adjoint j is live at steps N - first_writer[j] .. N - j.
+        std::array<lifetime, N> blocks{};
+        std::array<std::size_t, N> offset{};
+        std::array<std::pair<std::size_t, std::size_t>, N> taken{};
+        for (std::size_t a = 0; a < n; ++a) {
+            const std::size_t j = order[a];
+            blocks[a] = {N - Info::first_writer[j], N - j, round_up_lines(shapes[j].size())};
+        }
+        adj_block = place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
+        for (std::size_t a = 0; a < n; ++a) adj_off[order[a]] = offset[a];
+    }
+
+    /// A forward-only frame: values and op scratch of one step by lifetime (first fit), as an
+    /// inference program places its own (program::place_values_by_lifetime). Node i's value is live
+    /// from its forward to its last reader's in the step (its aliases' readers included), its
+    /// scratch during its forward; nothing of a step is read by the next but the result.
+    void place_values_by_lifetime() {
+        std::array<std::size_t, N> until = G::last_use;
+        for (std::size_t i = N; i-- > 0;)
+            if (Info::computed[i] && G::aliases[i]) {
+                const std::size_t o = std::size_t(G::operands[i][0]);
+                until[o] = std::max(until[o], until[i]);
+            }
+        per_step = place_forward_frame(
+            until, [](std::size_t i) { return Info::computed[i] && i != Info::out && !G::aliases[i]; },
+            [this](std::size_t i) { return round_up_lines(shapes[i].size()); },
+            [this](std::size_t i) { return Info::computed[i] ? round_up_lines(scr_size[i]) : std::size_t(0); },
+            val_off, scr_off);
+        adj_block = 0;
+    }
+
+    /// Points the aliasing nodes of one step (reshape) at their operand's memory, once every other
+    /// value of the step has its place. The cell's result keeps its own (the op then copies).
+    static void resolve_aliases(std::array<view, N>& val) {
+        for (std::size_t i = 0; i < N; ++i)
+            if (Info::computed[i] && G::aliases[i] && i != Info::out) val[i].ptr = val[std::size_t(G::operands[i][0])].ptr;
+    }
+
+    /// Zeroes the adjoints of one step that no VJP writes (see cell_info::orphans).
+    template <class T>
+    void zero_orphans(T* adj_block_base) const {
+        for (std::size_t k = 0; k < Info::num_orphans; ++k) {
+            const std::size_t i = Info::orphans[k];
+            std::memset(adj_block_base + adj_off[i], 0, shapes[i].size() * sizeof(T));
+        }
+    }
+
+private:
+    template <std::size_t... I>
+    void scratch_sizes(std::index_sequence<I...>) {
+        ((scr_size[I] = Info::computed[I] ? detail::scratch_size_of<detail::op_of_t<typename G::template node_t<I>>,
+                                                                    G::arity[I]>(shapes.data(), &G::operands[0][0],
+                                                                                  G::max_arity, I, forward_only)
+                                          : 0),
+         ...);
+    }
+};
+
+/// plan(xs, forward_only) remembered per op type and thread: scan and repeat keep no state and plan
+/// their cell from the operand shapes at every call (a decoding step calls each once per token);
+/// the same shapes give the same layout, so only new shapes plan again (first-fit placement was
+/// 2 % of a decoded token). The reference stays valid until the same op type plans again on this
+/// thread, which cannot happen inside its own call (an op cannot contain itself).
+/// `parts` (scan's batch parts) is part of the key; plan(xs, forward_only, parts).
+template <class Layout, std::size_t K, class Plan>
+const Layout& remembered_plan(const std::array<rshape, K>& xs, bool forward_only, std::size_t parts, Plan&& plan) {
+    struct entry {
+        std::array<rshape, K> shapes{};
+        std::size_t parts = 0;
+        bool forward_only = false, valid = false;
+        Layout layout{};
+    };
+    thread_local entry last;
+    if (!last.valid || last.forward_only != forward_only || last.parts != parts || !(last.shapes == xs)) {
+        last.layout = plan(xs, forward_only, parts);
+        last.shapes = xs;
+        last.parts = parts;
+        last.forward_only = forward_only;
+        last.valid = true;
+    }
+    return last.layout;
+}
+
+/// Runs one step of a cell: the computed nodes' forward in order, or their VJPs in reverse order.
+template <class Info, class T, std::size_t... I>
+void run_cell_forward(const exec_state& s, std::index_sequence<I...>) {
+    using G = typename Info::G;
+    ((Info::computed[I] ? exec_forward<op_of_t<typename G::template node_t<I>>, G::arity[I], T>(s, I) : void()), ...);
+}
+/// after(i) runs right after node i's VJP, while its adjoint is still intact (scan keeps some).
+template <class Info, class T, class After, std::size_t... I>
+void run_cell_backward(const exec_state& s, After&& after, std::index_sequence<I...>) {
+    using G = typename Info::G;
+    constexpr std::size_t M = sizeof...(I);
+    ((Info::computed[M - 1 - I] ? (exec_backward<op_of_t<typename G::template node_t<M - 1 - I>>, G::arity[M - 1 - I],
+                                                 !G::is_index[M - 1 - I], T>(s, M - 1 - I),
+                                   after(M - 1 - I))
+                                : void()),
+     ...);
+}
+
+template <class N, int Role>
+constexpr bool is_role() {
+    if constexpr (N::kind == leaf_kind::placeholder) return N::role == Role; else return false;
+}
+template <class CellOut, int Role, std::size_t... I>
+constexpr int find_role_impl(std::index_sequence<I...>) {
+    using G = typename cell_info<CellOut>::G;
+    constexpr bool hits[] = {is_role<typename G::template node_t<I>, Role>()..., false};
+    for (std::size_t i = 0; i < sizeof...(I); ++i)
+        if (hits[i]) return int(i);
+    return -1;
+}
+
+template <class S, bool Index>
+struct placeholder_of;
+template <dim... D, bool Index>
+struct placeholder_of<shape<D...>, Index> {
+    template <int Role>
+    using type = placeholder<Role, Index, D...>;
+};
+
+// A step's input shape: a sequence's without its leading axis (time for scan, layers for repeat).
+template <class Xs>
+struct step_shape {
+    static constexpr auto value = [] {
+        std::array<dim, Xs::shape::rank - 1> r{};
+        for (std::size_t i = 1; i < Xs::shape::rank; ++i) r[i - 1] = Xs::shape::dims[i];
+        return r;
+    }();
+};
+
+}  // namespace detail
+}  // namespace ctg
