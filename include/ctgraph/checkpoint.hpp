@@ -193,8 +193,9 @@ void save(const std::string& path, const parameter_store<T>& store, Optimizer& o
                         "' was sized for another parameter store");
         for (std::size_t s = 0; s < store.size(); ++s) {
             const auto& e = store.at(s);
-            const T* data = v.data() + e.offset;
+            const T* data = nullptr;
             if (v.empty()) zeros.assign(e.shape.size(), T(0)), data = zeros.data();  // before the first step
+            else data = v.data() + e.offset;  // (not before: offset arithmetic on an empty vector's null is UB)
             arrays.push_back(npz::from_data("optim/" + std::string(state) + "/" + e.name, data, e.shape.to_vector()));
         }
     });
