@@ -19,6 +19,8 @@
 #include <ctgraph/ctgraph.hpp>
 #include <ctgraph/train.hpp>
 
+#include "allocation_counter.hpp"
+
 using namespace ctg;
 using kernels::bf16_bits;
 
@@ -321,4 +323,36 @@ TEST_CASE("a bf16 run saved and resumed from a checkpoint goes on bit for bit", 
             INFO(whole.params().at(s).name << "[" << k << "]");
             REQUIRE(whole.params().value(s)[k] == second.params().value(s)[k]);
         }
+}
+
+TEST_CASE("a bf16 (mixed-precision) GPT step and decoding allocate nothing; no oneDNN primitive is made per step",
+          "[allocation][bf16]") {
+    using model = nn::gpt<11, 8, 16, 2, 2>;  // the resume test's program type: compiled once for both
+    auto prog = compile<float, options{.precision = precision::bf16}>(
+        model::loss(index_input<"x", B, T>{}, index_input<"y", B, T>{}));
+    prog.params().init(4);
+    auto opt = optim::adamw<float>(1e-3, 0.1);
+    xt::xtensor<int, 2> x = xt::ones<int>({3, 8});
+    const auto primitives = [] { return kernels::onednn_primitives_created().load(); };
+    prog.feed<"x">(x);
+    prog.feed<"y">(x);
+    train_step(prog, opt);  // the first step makes each shape class's primitives
+    train_step(prog, opt);
+    const auto made = primitives();
+    CHECK(allocations_during([&] {
+              prog.feed<"x">(x);
+              prog.feed<"y">(x);
+              train_step(prog, opt);
+          }) == 0);
+    CHECK(primitives() == made);
+    nn::gpt_generator<model, float, precision::bf16> gen(prog.shared_params(), 1, 8);
+    std::mt19937_64 rng(1);
+    std::vector<std::vector<int>> out;
+    const std::vector<std::vector<int>> prompt = {{1, 2, 3}};
+    gen.generate_into(out, prompt, 4, {}, rng);
+    const long before = allocations();
+    const auto made_decoding = primitives();
+    for (int r = 0; r < 3; ++r) gen.generate_into(out, prompt, 4, {}, rng);
+    CHECK(allocations() - before == 0);
+    CHECK(primitives() == made_decoding);
 }
