@@ -85,7 +85,7 @@ def main():
 
     rows = []
     for w in workloads:
-        steps = str(args.steps)  # every workload the same (issue 10: medians of at least 20 steps)
+        steps = str(args.steps)  # every workload the same (WORKLOADS.md: medians of at least 20 steps)
         for k in args.threads:
             env = thread_env(k)
             t_runs, c_runs = [], []

@@ -125,7 +125,7 @@ inline gemm_machine this_machine() {
 // bench/gemm-shapes: on the Zen 5 the register kernel won on every shape but one (N of one vector:
 // 1.0x), 1.2-2.9x; on a Zen 4 it lost below about a million multiply-adds (OpenBLAS's small
 // kernels: 113-116 against 99-111 GFLOP/s), where the table keeps OpenBLAS.
-// (Until the ninth session this was a timing of one 64^3 product at start-up, against a 1.5x
+// (This was once a timing of one 64^3 product at start-up, against a 1.5x
 // threshold; on the Zen 5 host the ratio ranged over 1.2-1.5x between processes and the policy
 // flipped in 4 runs of 20: a program's bits and speed depended on the timing.)
 inline register_gemm_policy policy_for(const gemm_machine& m) {
