@@ -157,20 +157,8 @@ private:
     std::mutex mutex_;
 };
 
-/// Copies op(X) (rows x cols) of bf16 values X (leading dimension ld) into `out`, row-major and
-/// contiguous: a bf16 copy of a weight used transposed (a backward product's W^T).
-inline void pack_bf16(bool trans, std::size_t rows, std::size_t cols, const bf16_bits* x, std::size_t ld, bf16_bits* out) {
-    if (!trans) {
-        for (std::size_t r = 0; r < rows; ++r) std::copy_n(x + r * ld, cols, out + r * cols);
-        return;
-    }
-    constexpr std::size_t tile = 16;
-    for (std::size_t c0 = 0; c0 < cols; c0 += tile)
-        for (std::size_t r0 = 0; r0 < rows; r0 += tile)
-            for (std::size_t c = c0; c < std::min(cols, c0 + tile); ++c)
-                for (std::size_t r = r0; r < std::min(rows, r0 + tile); ++r) out[r * cols + c] = x[c * ld + r];
-}
-/// The same into floats (the emulated engine's operands).
+/// op(X) of bf16 values X (leading dimension ld) as floats, row-major and contiguous: the emulated
+/// engine's operand read from a weight's bf16 copy.
 inline void pack_bf16(bool trans, std::size_t rows, std::size_t cols, const bf16_bits* x, std::size_t ld, float* out) {
     for (std::size_t r = 0; r < rows; ++r)
         for (std::size_t c = 0; c < cols; ++c) out[r * cols + c] = from_bf16(trans ? x[c * ld + r] : x[r * ld + c]);

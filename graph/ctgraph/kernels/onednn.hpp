@@ -60,20 +60,6 @@ inline bool onednn_has_bf16() {
 #endif
 }
 
-/// Whether oneDNN runs AMX tiles on this CPU (honours ONEDNN_MAX_CPU_ISA).
-inline bool onednn_has_amx() {
-#if defined(CTG_WITH_ONEDNN)
-    static const bool has = [] {
-        const auto isa = unsigned(dnnl::get_effective_cpu_isa());
-        const auto amx = unsigned(dnnl::cpu_isa::avx512_core_amx);
-        return (isa & amx) == amx;
-    }();
-    return has;
-#else
-    return false;
-#endif
-}
-
 /// The name of the ISA oneDNN dispatches to ("avx512_core_bf16", "avx512_core_amx", ...), for reports.
 inline std::string onednn_isa_name() {
 #if defined(CTG_WITH_ONEDNN)
