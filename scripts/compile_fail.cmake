@@ -1,4 +1,5 @@
-# Runs the compiler on SRC, which must fail, with stderr matching the regex of its "// EXPECT:" line.
+# Runs the compiler on SRC, which must fail with exactly one error (one mistake, one error), that
+# error's line matching the regex of the first "// EXPECT:" line and the whole message every one.
 # An optional "// MAX_ERROR_BYTES: N" line also bounds the length of the compiler's message.
 # -D CXX=compiler -D SRC=file.cpp -D INCLUDES=dir|dir|dir
 file(STRINGS ${SRC} expect_lines REGEX "^// EXPECT: ")
@@ -29,6 +30,24 @@ if(max_lines)
     message(FATAL_ERROR "${SRC}: the compiler's message is ${err_bytes} bytes, more than ${max_bytes}")
   endif()
 endif()
-string(REGEX MATCHALL "error:" errors "${err}")
+# The diagnostics that are errors: "file:line:col: error: ..." (g++ and clang), "fatal error: ...";
+# a quoted source line that happens to contain "error:" is not one.
+string(REPLACE ";" "," err_lines "${err}")  # (a CMake list: ';' would split a line)
+string(REPLACE "\n" ";" err_lines "${err_lines}")
+set(errors)
+foreach(l IN LISTS err_lines)
+  if(l MATCHES "^([^ ].*: )?(fatal )?error: ")
+    list(APPEND errors "${l}")
+  endif()
+endforeach()
 list(LENGTH errors n_errors)
-message(STATUS "${SRC}: failed as expected with ${n_errors} error(s)")
+if(NOT n_errors EQUAL 1)
+  string(REPLACE ";" "\n" listed "${errors}")
+  message(FATAL_ERROR "${SRC}: ${n_errors} errors, where the mistake must give exactly one:\n${listed}")
+endif()
+list(GET expect_lines 0 first)
+string(REGEX REPLACE "^// EXPECT: " "" pattern "${first}")
+if(NOT errors MATCHES "${pattern}")
+  message(FATAL_ERROR "${SRC}: the one error is not '${pattern}':\n${errors}")
+endif()
+message(STATUS "${SRC}: failed as expected, with one error")

@@ -177,11 +177,12 @@ constexpr auto attention_weights(Q q, K k, Score = {}, Mask mask = {}) {
             auto s = Score::scores(q, k);
             using S = decltype(s);
             using want = shape_from<detail::score_dims<typename Q::shape, typename K::shape>>;
-            static_assert(with_shapes<S::is_poison || std::is_same_v<typename S::shape, want>,
-                                      typename S::shape::pretty, typename want::pretty>::value,
+            constexpr bool fits = S::is_poison || std::is_same_v<typename S::shape, want>;
+            static_assert(with_shapes<fits, typename S::shape::pretty, typename want::pretty>::value,
                           "ctg::attention: a score function must return (..., n, m) for queries (..., n, d_q) and "
                           "keys (..., m, d_k)");
-            return masked_softmax(s, mask);
+            if constexpr (!fits) return poison{};  // said once, here: not again by the ops it would feed
+            else return masked_softmax(s, mask);
         }
     }
 }

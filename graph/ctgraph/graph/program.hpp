@@ -147,13 +147,15 @@ public:
     /// declaration; dynamic ones bind the dimension letters (checked together at forward()).
     template <fixed_string Name, class E>
     void feed(const xt::xexpression<E>& e) {
-        constexpr int i = leaf<Name>();
-        static_assert(with_name<(G::kind[i] == leaf_kind::input || G::kind[i] == leaf_kind::index_input), Name>::value,
+        constexpr int i = leaf<Name>();  // a missing name is reported there; the checks below then pass
+        static_assert(with_name<(leaf_index<Name> < 0 || G::kind[i] == leaf_kind::input ||
+                                 G::kind[i] == leaf_kind::index_input),
+                                Name>::value,
                       "ctg::program::feed: this leaf is not an input");
         const auto& d = e.derived_cast();
         rshape s = to_rshape(d.shape(), std::size_t(i));
         if constexpr (G::kind[i] == leaf_kind::index_input) {
-            static_assert(std::is_integral_v<typename E::value_type>,
+            static_assert(leaf_index<Name> < 0 || std::is_integral_v<typename E::value_type>,
                           "ctg::program::feed: an index_input takes an integer tensor");
             std::size_t k = 0;
             for (auto v : d) {  // check everything before changing anything
@@ -299,7 +301,8 @@ public:
     template <fixed_string Name>
     auto input_grad() {
         constexpr int i = leaf<Name>();
-        static_assert(with_name<G::needs_grad[i] && G::kind[i] == leaf_kind::input, Name>::value,
+        static_assert(with_name<leaf_index<Name> < 0 || (G::needs_grad[i] && G::kind[i] == leaf_kind::input),
+                                Name>::value,
                       "ctg::program::input_grad: no gradient for this input (compile with options{.input_grads = true})");
         return adapt(adj_[i].template as<T>(), shapes_[i]);
     }
@@ -418,20 +421,25 @@ private:
     }();
 
     // ---------------------------------------------------------------- compile-time lookups
+    /// The node of the leaf named Name; -1 when there is none.
+    template <fixed_string Name>
+    static constexpr int leaf_index = [] {
+        for (std::size_t i = 0; i < N; ++i)
+            if (G::is_leaf(i) && G::kind[i] != leaf_kind::constant && G::label[i] == Name.view()) return int(i);
+        return -1;
+    }();
+    /// The same, for an entry point: a missing name is its one error (the checks that follow pass
+    /// when the name is missing, so they do not add a second).
     template <fixed_string Name>
     static constexpr int leaf() {
-        constexpr int idx = [] {
-            for (std::size_t i = 0; i < N; ++i)
-                if (G::is_leaf(i) && G::kind[i] != leaf_kind::constant && G::label[i] == Name.view()) return int(i);
-            return -1;
-        }();
-        static_assert(with_name<(idx >= 0), Name>::value, "ctg::program: no leaf of this name in the program");
-        return idx < 0 ? 0 : idx;
+        static_assert(with_name<(leaf_index<Name> >= 0), Name>::value,
+                      "ctg::program: no leaf of this name in the program");
+        return leaf_index<Name> < 0 ? 0 : leaf_index<Name>;
     }
     template <fixed_string Name>
     static constexpr std::size_t param_ordinal() {
         constexpr int i = leaf<Name>();
-        static_assert(with_name<G::kind[i] == leaf_kind::param, Name>::value,
+        static_assert(with_name<leaf_index<Name> < 0 || G::kind[i] == leaf_kind::param, Name>::value,
                       "ctg::program::param: this leaf is not a parameter");
         for (std::size_t p = 0; p < G::num_params; ++p)
             if (G::param_nodes[p] == std::size_t(i)) return p;
@@ -724,12 +732,91 @@ private:
     std::uint64_t dropout_seed_ = 0, passes_ = 0;
 };
 
-/// Compiles outputs (usually one scalar loss) into a program over scalar type T.
+/// The program of outputs one of which is poison: a static check failed and its static_assert has
+/// said where. It offers the public interface of a program, with every member a no-op (parameters
+/// in a real, empty store; results are empty views), so that the code that goes on using it
+/// (feeding, training loops, optimizers, ctg::trainer, generators, checkpoints) compiles without a
+/// second error: one mistake, one error.
+template <class T, options Opt, class... Outs>
+    requires any_poison<Outs...>
+class program<T, Opt, Outs...> {
+    // The type of a program's views (xt::adapt of a T* lvalue), over no elements.
+    static auto empty() {
+        T* none = nullptr;
+        return xt::adapt(none, std::size_t(0), xt::no_ownership(), std::vector<std::size_t>{0});
+    }
+    using empty_view = decltype(empty());
+
+public:
+    using scalar = T;
+    static constexpr std::size_t N = 0;
+    static constexpr std::size_t num_outputs = sizeof...(Outs);
+    static constexpr std::array<std::size_t, num_outputs> output_nodes{};
+
+    program() : program(std::make_shared<parameter_store<T>>()) {}
+    explicit program(std::shared_ptr<parameter_store<T>> store) : store_(std::move(store)) {}
+    program(const program&) = delete;
+    program& operator=(const program&) = delete;
+    program(program&&) noexcept = default;
+    program& operator=(program&&) noexcept = default;
+
+    parameter_store<T>& params() { return *store_; }
+    const parameter_store<T>& params() const { return *store_; }
+    std::shared_ptr<parameter_store<T>> shared_params() const { return store_; }
+    void zero_grad() {}
+    template <fixed_string Name>
+    empty_view param() { return empty(); }
+    template <fixed_string Name>
+    empty_view grad() { return empty(); }
+
+    template <fixed_string Name>
+    static constexpr bool has_input = true;
+    template <fixed_string Name, class E>
+    void feed(const E&) {}
+    void feed(std::string_view, const T*, const rshape&) {}
+    void bind(std::string_view, T*, const rshape&) {}
+    void feed(std::string_view, const index_t*, const rshape&) {}
+
+    T forward() { return T(0); }
+    void backward() {}
+    template <class OnFinal>
+    void backward_with(OnFinal&&) {}
+    empty_view seed(std::size_t) { return empty(); }
+    void training(bool) {}
+    bool training() const { return false; }
+    void dropout_seed(std::uint64_t) {}
+    std::pair<std::uint64_t, std::uint64_t> dropout_state() const { return {0, 0}; }
+    void set_dropout_state(std::uint64_t, std::uint64_t) {}
+    void check_finite(bool) {}
+    void poison_arena(bool) {}
+
+    template <std::size_t K = 0>
+    empty_view output() { return empty(); }
+    template <fixed_string Name>
+    empty_view input_grad() { return empty(); }
+    template <class E>
+    empty_view value_of(E) { return empty(); }
+    template <class E>
+    empty_view adjoint_of(E) { return empty(); }
+    const view& value_view(std::size_t) const { return none_; }
+    const view& adjoint_view(std::size_t) const { return none_; }
+    const rshape& node_shape(std::size_t) const { return none_.shape; }
+    std::size_t arena_elements() const { return 0; }
+    std::size_t dim_value(char) const { return 0; }
+    std::string to_text() const { return {}; }
+    std::string to_dot() const { return {}; }
+
+private:
+    std::shared_ptr<parameter_store<T>> store_;
+    view none_{};
+};
+
+/// Compiles outputs (usually one scalar loss) into a program over scalar type T. When an output is
+/// poison (its error was reported where it happened), the program is the no-op one above.
 template <class T = float, options Opt = options{}, expr... Outs>
 auto compile(Outs...) {
     static_assert(sizeof...(Outs) >= 1, "ctg::compile: give at least one output");
-    if constexpr (any_poison<Outs...>) return poison{};  // the error was reported where it happened
-    else return program<T, Opt, Outs...>{};
+    return program<T, Opt, Outs...>{};
 }
 
 /// The program type compile<T, Opt>(outs...) returns, for declaring members.

@@ -42,11 +42,23 @@ constexpr auto merge_heads(X x) {
     else return reshape<S::dims[0], S::dims[2], S::dims[1].n * S::dims[3].n>(permute<0, 2, 1, 3>(x));
 }
 
+namespace detail {
+/// The width check of multi_head_attention, said once per (D, Heads) however many of its entry
+/// points a model uses; they return poison when it fails. (A static_assert in the class itself
+/// would leave clang an incomplete class, and an error at every use of it.)
+template <int D, int Heads>
+constexpr bool heads_divide_width() {
+    static_assert(Heads > 0 && D % Heads == 0,
+                  "ctg::nn::multi_head_attention: the width must be a multiple of the number of heads");
+    return Heads > 0 && D % Heads == 0;
+}
+}  // namespace detail
+
 /// Multi-head attention with Heads heads over model width D; parameter names start with P.
 template <fixed_string P, int D, int Heads, class Score = scaled_dot_score>
 struct multi_head_attention {
-    static_assert(D % Heads == 0, "ctg::nn::multi_head_attention: the width must be a multiple of the number of heads");
-    static constexpr int head_dim = D / Heads;
+    static constexpr bool width_ok = detail::heads_divide_width<D, Heads>();
+    static constexpr int head_dim = width_ok ? D / Heads : 1;
     using W_q = param<P + fixed_string("q.weight"), D, D>;
     using b_q = param<P + fixed_string("q.bias"), D>;
     using W_k = param<P + fixed_string("k.weight"), D, D>;
@@ -58,11 +70,11 @@ struct multi_head_attention {
 
     /// The per-head queries, keys and values (B, h, n, D/h).
     template <expr X>
-    static constexpr auto queries(X x) { return split_heads<Heads>(affine(x, W_q{}, b_q{})); }
+    static constexpr auto queries(X x) { return split(affine(x, W_q{}, b_q{})); }
     template <expr X>
-    static constexpr auto keys(X x) { return split_heads<Heads>(affine(x, W_k{}, b_k{})); }
+    static constexpr auto keys(X x) { return split(affine(x, W_k{}, b_k{})); }
     template <expr X>
-    static constexpr auto values(X x) { return split_heads<Heads>(affine(x, W_v{}, b_v{})); }
+    static constexpr auto values(X x) { return split(affine(x, W_v{}, b_v{})); }
 
     /// Queries from xq (B, n, D), keys and values from xkv (B, m, D) -> (B, n, D).
     template <expr Xq, expr Xkv, attention_mask Mask = no_mask>
@@ -78,7 +90,7 @@ struct multi_head_attention {
     static constexpr auto self_prefill(X x, Kc kc, Vc vc, Mask mask = {}) {
         auto k = cache_store<true>(affine(x, W_k{}, b_k{}), kc);
         auto v = cache_store(affine(x, W_v{}, b_v{}), vc);
-        return affine(merge_heads(attention(queries(x), split_heads<Heads>(k), split_heads<Heads>(v), Score{}, mask)),
+        return affine(merge_heads(attention(queries(x), split(k), split(v), Score{}, mask)),
                       W_o{}, b_o{});
     }
     /// One decoding step: x (B, 1, D) at positions pos (B) appends its key and value to the caches
@@ -87,14 +99,22 @@ struct multi_head_attention {
     static constexpr auto self_step(X x, Kc kc, Vc vc, Pos pos) {
         static_assert(std::is_same_v<Score, scaled_dot_score>,
                       "ctg::nn::multi_head_attention: KV-cache decoding is implemented for the scaled-dot score");
-        return affine(cached_attention<Heads>(affine(x, W_q{}, b_q{}), affine(x, W_k{}, b_k{}), affine(x, W_v{}, b_v{}),
-                                              kc, vc, pos),
-                      W_o{}, b_o{});
+        if constexpr (!width_ok) return poison{};
+        else return affine(cached_attention<Heads>(affine(x, W_q{}, b_q{}), affine(x, W_k{}, b_k{}),
+                                                   affine(x, W_v{}, b_v{}), kc, vc, pos),
+                           W_o{}, b_o{});
     }
     /// The weights (B, h, n, m) of cross(xq, xkv, mask): read them with prog.value_of(...).
     template <expr Xq, expr Xkv, attention_mask Mask = no_mask>
     static constexpr auto weights(Xq xq, Xkv xkv, Mask mask = {}) {
         return attention_weights(queries(xq), keys(xkv), Score{}, mask);
+    }
+
+private:
+    template <expr X>
+    static constexpr auto split(X x) {
+        if constexpr (!width_ok) return poison{};  // said once, by heads_divide_width
+        else return split_heads<Heads>(x);
     }
 };
 
