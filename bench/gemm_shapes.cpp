@@ -2,7 +2,7 @@
 // against ctgraph's register kernel, side by side, and oneDNN's float and bf16 kernels (medians of 31 timings of 20 calls each). It is
 // the measurement behind kernels::use_register_gemm, which chooses between them in gemm(): rerun
 // it on a new machine before moving that crossover. Its first line names the policy the process
-// chose for this machine (kernels::register_gemm_policy; CTG_REGISTER_GEMM=table|everywhere sets it).
+// chose for this machine (kernels::register_gemm_policy; CTG_REGISTER_GEMM=table|everywhere|onednn sets it).
 //
 //   build/bench/gemm-shapes            every shape of the table below
 //   build/bench/gemm-shapes M N K TA TB  one shape (TA, TB: 0 or 1)
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
     // use_register_gemm below follows this process's policy (kernels/gemm.hpp): `table` where
     // OpenBLAS runs at the machine's full vector rate, `everywhere` where it does not
     std::printf("register_gemm_policy: %s%s\n",
-                ctg::kernels::get_register_gemm_policy() == ctg::kernels::register_gemm_policy::everywhere ? "everywhere" : "table",
+                ctg::kernels::register_gemm_policy_name(ctg::kernels::get_register_gemm_policy()),
                 std::getenv("CTG_REGISTER_GEMM") ? " (CTG_REGISTER_GEMM)" : " (this machine)");
     if (argc == 6) {
         measure({std::atoi(argv[4]) != 0, std::atoi(argv[5]) != 0, std::size_t(std::atol(argv[1])),

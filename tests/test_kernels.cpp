@@ -192,7 +192,7 @@ TEST_CASE("the register kernel is chosen where it measured faster, and gemm() ag
         }
 }
 
-TEST_CASE("both register-kernel policies: gemm() matches the reference on every path; the choice can be named", "[kernels]") {
+TEST_CASE("every float-product policy: gemm() matches the reference on every path; the choice can be named", "[kernels]") {
     struct restore {
         kernels::register_gemm_policy before = kernels::get_register_gemm_policy();
         ~restore() { kernels::set_register_gemm_policy(before); }
@@ -206,12 +206,24 @@ TEST_CASE("both register-kernel policies: gemm() matches the reference on every 
     // head's products, one row, an outer product, N below one vector, tails in every dimension
     const shape shapes[] = {{false, false, 16, 128, 128}, {false, true, 16, 128, 128}, {true, false, 128, 128, 16},
                             {false, true, 64, 64, 32},    {false, false, 1, 70, 33},   {true, false, 9, 40, 1},
-                            {false, false, 20, 12, 30},   {true, true, 37, 45, 19},    {false, true, 3, 100, 64}};
-    for (auto policy : {kernels::register_gemm_policy::table, kernels::register_gemm_policy::everywhere}) {
+                            {false, false, 20, 12, 30},   {true, true, 37, 45, 19},    {false, true, 3, 100, 64},
+                            // oneDNN's under `onednn` (32+ rows, 2^18+ multiply-adds), each transpose, tails
+                            {false, false, 64, 72, 64},   {true, false, 40, 96, 80},   {false, true, 96, 33, 100},
+                            {true, true, 33, 80, 128}};
+    std::vector<kernels::register_gemm_policy> policies{kernels::register_gemm_policy::table,
+                                                        kernels::register_gemm_policy::everywhere};
+    if (kernels::onednn_has_avx512()) policies.push_back(kernels::register_gemm_policy::onednn);
+    else CHECK_THROWS_WITH(kernels::set_register_gemm_policy(kernels::register_gemm_policy::onednn),
+                           Catch::Contains("oneDNN has no AVX-512 kernels here"));
+    for (auto policy : policies) {
         kernels::set_register_gemm_policy(policy);
+        CHECK(kernels::use_onednn_gemm<float>(64, 72, 64) == (policy == kernels::register_gemm_policy::onednn));
+        CHECK_FALSE(kernels::use_onednn_gemm<float>(16, 128, 128));    // few rows: the register kernel
+        CHECK_FALSE(kernels::use_onednn_gemm<float>(32, 64, 64));      // below 2^18 multiply-adds
+        CHECK_FALSE(kernels::use_onednn_gemm<double>(256, 256, 256));  // double: OpenBLAS
 #if defined(__OPTIMIZE__)
         // below the table's crossover: OpenBLAS by the table, the register kernel everywhere else
-        CHECK(kernels::use_register_gemm<float>(false, false, 16, 128, 128) == (policy == kernels::register_gemm_policy::everywhere));
+        CHECK(kernels::use_register_gemm<float>(false, false, 16, 128, 128) == (policy != kernels::register_gemm_policy::table));
         CHECK_FALSE(kernels::use_register_gemm<float>(false, false, 64, 8, 64));  // N under one vector: never
         CHECK_FALSE(kernels::use_register_gemm<double>(false, false, 256, 256, 256));  // double: OpenBLAS
 #endif
@@ -224,6 +236,14 @@ TEST_CASE("both register-kernel policies: gemm() matches the reference on every 
                 kernels::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda, Bm.data(), ldb, beta, C1.data(), s.N);
                 kernels::gemm_reference(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda, Bm.data(), ldb, beta, C2.data(), s.N);
                 for (std::size_t i = 0; i < C1.size(); ++i) CHECK(C1[i] == Approx(C2[i]).epsilon(1e-5).margin(1e-4));
+                // with a bias (a linear layer's): in the kernel at beta 0, added after otherwise
+                const auto bias = random_vector<float>(s.N, 14);
+                auto D1 = random_vector<float>(s.M * s.N, 15);
+                auto D2 = D1;
+                kernels::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda, Bm.data(), ldb, beta, D1.data(), s.N, bias.data());
+                kernels::gemm_reference(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), lda, Bm.data(), ldb, beta, D2.data(), s.N,
+                                        bias.data());
+                for (std::size_t i = 0; i < D1.size(); ++i) CHECK(D1[i] == Approx(D2[i]).epsilon(1e-5).margin(1e-4));
             }
     }
     // The policy follows the machine: the register kernel everywhere only with full-width AVX-512
@@ -235,6 +255,10 @@ TEST_CASE("both register-kernel policies: gemm() matches the reference on every 
     CHECK(policy_for({true, true, "SkylakeX"}) == register_gemm_policy::table);      // OpenBLAS's own AVX-512
     CHECK(policy_for({false, true, "Haswell"}) == register_gemm_policy::table);      // an AVX2 build
     CHECK(policy_for({true, true, ""}) == register_gemm_policy::everywhere);         // another BLAS
+    CHECK(policy_for({true, true, "Prescott", true, true}) == register_gemm_policy::onednn);   // Intel AVX-512 with oneDNN
+    CHECK(policy_for({true, true, "SkylakeX", true, true}) == register_gemm_policy::onednn);   // ... whatever OpenBLAS runs
+    CHECK(policy_for({true, true, "Prescott", true, false}) == register_gemm_policy::everywhere);  // no oneDNN
+    CHECK(policy_for({true, true, "Haswell", false, true}) == register_gemm_policy::everywhere);   // AMD: not measured faster
     // CTG_REGISTER_GEMM names the policy instead; anything else is an error
     const char* saved = std::getenv("CTG_REGISTER_GEMM");
     const std::string saved_value = saved ? saved : "";
@@ -242,6 +266,10 @@ TEST_CASE("both register-kernel policies: gemm() matches the reference on every 
     CHECK(kernels::detail::choose_register_gemm_policy() == kernels::register_gemm_policy::table);
     ::setenv("CTG_REGISTER_GEMM", "everywhere", 1);
     CHECK(kernels::detail::choose_register_gemm_policy() == kernels::register_gemm_policy::everywhere);
+    if (kernels::onednn_has_avx512()) {
+        ::setenv("CTG_REGISTER_GEMM", "onednn", 1);
+        CHECK(kernels::detail::choose_register_gemm_policy() == kernels::register_gemm_policy::onednn);
+    }
     ::setenv("CTG_REGISTER_GEMM", "fastest", 1);
     CHECK_THROWS_WITH(kernels::detail::choose_register_gemm_policy(), Catch::Contains("CTG_REGISTER_GEMM='fastest'"));
     if (saved) ::setenv("CTG_REGISTER_GEMM", saved_value.c_str(), 1);

@@ -88,10 +88,11 @@ inline thread_pool& kernel_pool() {
     return pool;
 }
 
-/// Where gemm() multiplies with the register kernel instead of OpenBLAS (float, optimised builds).
+/// Which kernel gemm() multiplies float products with: the register kernel, OpenBLAS or oneDNN.
 enum class register_gemm_policy {
-    table,       ///< where register_gemm_faster says (measured where OpenBLAS runs at the machine's full vector rate)
-    everywhere,  ///< every product it tiles (N of one vector or more): OpenBLAS runs narrower vectors than the machine
+    table,       ///< register kernel where register_gemm_faster says, else OpenBLAS (measured where OpenBLAS runs at the machine's full vector rate)
+    everywhere,  ///< register kernel for every product it tiles (N of one vector or more): OpenBLAS runs narrower vectors than the machine
+    onednn,      ///< oneDNN's f32 kernels for products of 32+ rows and 2^18+ multiply-adds, the register kernel for the rest (Intel AVX-512)
 };
 
 namespace detail {
@@ -102,6 +103,8 @@ struct gemm_machine {
     bool avx512_build = false;       // this build's kernels use 512-bit vectors (-march with AVX-512)
     bool avx512_full_width = false;  // the CPU runs them at twice the AVX2 rate (not Zen 4's two 256-bit halves)
     std::string_view blas_core;      // openblas_get_corename(): "Haswell", "SkylakeX", "Zen", ...
+    bool intel = false;              // GenuineIntel
+    bool onednn_avx512 = false;      // this build has oneDNN and it dispatches AVX-512 (or better) kernels here
 };
 
 inline gemm_machine this_machine() {
@@ -112,6 +115,8 @@ inline gemm_machine this_machine() {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     __get_cpuid(0, &eax, &ebx, &ecx, &edx);
     const bool amd = ebx == 0x68747541u;  // "Auth" of "AuthenticAMD"
+    m.intel = ebx == 0x756e6547u;         // "Genu" of "GenuineIntel"
+    m.onednn_avx512 = onednn_has_avx512();
     __get_cpuid(1, &eax, &ebx, &ecx, &edx);
     const unsigned family = ((eax >> 8) & 0xfu) + (((eax >> 8) & 0xfu) == 0xfu ? (eax >> 20) & 0xffu : 0u);
     m.avx512_full_width = !(amd && family == 0x19);  // Zen 4 (family 19h) splits 512-bit operations in two
@@ -128,7 +133,14 @@ inline gemm_machine this_machine() {
 // (This was once a timing of one 64^3 product at start-up, against a 1.5x
 // threshold; on the Zen 5 host the ratio ranged over 1.2-1.5x between processes and the policy
 // flipped in 4 runs of 20: a program's bits and speed depended on the timing.)
+// On an Intel AVX-512 CPU with oneDNN: `onednn`. Measured with bench/gemm-shapes on a Xeon of
+// model 207 (Emerald Rapids, AMX not exposed to the VM), 1 thread: oneDNN's f32 brgemm ran gpt-m's
+// and gpt-s's products at 97-134 GFLOP/s against the register kernel's 39-115 (its weight-gradient
+// shapes, A^T B, 39-45: 2.4-2.7x slower), and OpenBLAS 0.3.21, which does not know the model and
+// runs its Prescott (SSE3) kernels, at 15-28; the register kernel kept the small products (the rnn's
+// 16 x 128 x 128 step: 147 against 85).
 inline register_gemm_policy policy_for(const gemm_machine& m) {
+    if (m.intel && m.avx512_build && m.onednn_avx512) return register_gemm_policy::onednn;
     for (std::string_view own : {"SkylakeX", "Cooperlake", "SapphireRapids"})  // OpenBLAS's AVX-512 cores
         if (m.blas_core == own) return register_gemm_policy::table;
     return m.avx512_build && m.avx512_full_width ? register_gemm_policy::everywhere : register_gemm_policy::table;
@@ -141,7 +153,13 @@ inline register_gemm_policy choose_register_gemm_policy() {
         const std::string_view choice(v);
         if (choice == "table") return register_gemm_policy::table;
         if (choice == "everywhere") return register_gemm_policy::everywhere;
-        throw std::invalid_argument("CTG_REGISTER_GEMM='" + std::string(choice) + "': expected 'table' or 'everywhere'");
+        if (choice == "onednn") {
+            if (!onednn_has_avx512())
+                throw std::invalid_argument("CTG_REGISTER_GEMM=onednn: oneDNN has no AVX-512 kernels here (its effective ISA: " +
+                                            onednn_isa_name() + ")");
+            return register_gemm_policy::onednn;
+        }
+        throw std::invalid_argument("CTG_REGISTER_GEMM='" + std::string(choice) + "': expected 'table', 'everywhere' or 'onednn'");
     }
     return policy_for(this_machine());
 }
@@ -157,7 +175,25 @@ inline std::atomic<register_gemm_policy>& register_gemm_policy_slot() {
 /// detail::choose_register_gemm_policy), or as set. Setting it is for tests and benchmarks of
 /// both paths; results of the two differ in the last bits (sums in another order).
 inline register_gemm_policy get_register_gemm_policy() { return detail::register_gemm_policy_slot().load(std::memory_order_relaxed); }
-inline void set_register_gemm_policy(register_gemm_policy p) { detail::register_gemm_policy_slot().store(p, std::memory_order_relaxed); }
+inline void set_register_gemm_policy(register_gemm_policy p) {
+    if (p == register_gemm_policy::onednn && !onednn_has_avx512())
+        throw std::invalid_argument("ctg::kernels::set_register_gemm_policy(onednn): oneDNN has no AVX-512 kernels here (its effective ISA: " +
+                                    onednn_isa_name() + ")");
+    detail::register_gemm_policy_slot().store(p, std::memory_order_relaxed);
+}
+
+inline const char* register_gemm_policy_name(register_gemm_policy p) {
+    return p == register_gemm_policy::table ? "table" : p == register_gemm_policy::everywhere ? "everywhere" : "onednn";
+}
+
+/// Whether gemm() runs a float product on oneDNN's f32 kernels (policy onednn; products of 32 rows
+/// or more and at least 2^18 multiply-adds: below that the register kernel won on the Xeon that
+/// set the rule, and a call's set-up in oneDNN costs about a microsecond).
+template <class T>
+inline bool use_onednn_gemm(std::size_t M, std::size_t N, std::size_t K) {
+    if (!std::is_same_v<T, float> || scalar_only()) return false;
+    return get_register_gemm_policy() == register_gemm_policy::onednn && M >= 32 && M * N * K >= (std::size_t(1) << 18);
+}
 
 /// Whether gemm() multiplies op(A) (M x K) by op(B) (K x N) with the register kernel: float, in an
 /// optimised build, where the policy says. A build without optimisation (Debug) compiles the
@@ -167,7 +203,7 @@ template <class T>
 inline bool use_register_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K) {
 #if defined(__OPTIMIZE__)
     if (!std::is_same_v<T, float> || scalar_only()) return false;
-    if (get_register_gemm_policy() == register_gemm_policy::everywhere) return N >= batch<T>::size;
+    if (get_register_gemm_policy() != register_gemm_policy::table) return N >= batch<T>::size;
     return register_gemm_faster<T>(trans_a, trans_b, M, N, K);
 #else
     (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K;
@@ -190,6 +226,16 @@ inline void gemm_serial(bool trans_a, bool trans_b, std::size_t M, std::size_t N
         combine_rows(K, N, A, B, ldb, C, bias);  // a vector times a matrix (a decoding step): no BLAS call overhead
         return;
     }
+#if defined(CTG_WITH_ONEDNN)
+    if constexpr (std::is_same_v<T, float>)
+        if (K > 0 && use_onednn_gemm<T>(M, N, K)) {  // oneDNN adds a bias only at alpha 1, beta 0; else after
+            const bool bias_in = bias && alpha == 1.0f && beta == 0.0f;
+            onednn_matmuls::here().run(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias_in ? bias : nullptr);
+            if (bias && !bias_in)
+                for (std::size_t i = 0; i < M; ++i) add_to(N, bias, C + i * ldc);
+            return;
+        }
+#endif
     if (bias) {
         // The register kernel adds the bias as it stores C (no pass of its own); other paths: the
         // bias is written into C first and the product accumulates onto it (OpenBLAS reads C at
@@ -215,7 +261,7 @@ inline void gemm_serial(bool trans_a, bool trans_b, std::size_t M, std::size_t N
         return;
     }
     const bool register_everywhere = use_register_gemm<T>(trans_a, trans_b, M, N, K) &&  // (Debug: never measured)
-                                     get_register_gemm_policy() == register_gemm_policy::everywhere;
+                                     get_register_gemm_policy() != register_gemm_policy::table;
     if (!trans_a && trans_b && M <= 16 && M < N && K >= 64 && !register_everywhere) {
         // A B^T with few rows (a VJP's dX = dY W^T over a small batch: the rnn's recurrent step),
         // unless the register kernel takes every product (it runs them at 2.1x OpenBLAS's rate

@@ -12,8 +12,9 @@
 // Primitives: one per (thread, shape class), created by a thread's first product of that class
 // and reused by every later one: a training step's products are the same from step to step, so a
 // steady-state step creates none (kernels::onednn_primitives_created() counts them). Memory objects
-// are created with the primitive and re-pointed with set_data_handle, each primitive has its own
-// scratchpad (user mode), and execution goes through the C API with a fixed argument array.
+// are created with the primitive and re-pointed with set_data_handle, a thread's primitives share
+// one scratchpad (user mode; a thread runs one product at a time), and execution goes through the
+// C API with a fixed argument array.
 // ctgraph's side of a product thus allocates nothing; oneDNN 2.6's dnnl_primitive_execute itself
 // allocates 6 small blocks per call (its argument map and scratchpad wrappers: measured by
 // counting operator new around the call). inside_onednn() tells an allocation counter which ones
@@ -53,6 +54,21 @@ inline bool onednn_has_bf16() {
         const auto isa = unsigned(dnnl::get_effective_cpu_isa());
         const auto bf16 = unsigned(dnnl::cpu_isa::avx512_core_bf16);
         return (isa & bf16) == bf16;  // ISA values are nested bit masks
+    }();
+    return has;
+#else
+    return false;
+#endif
+}
+
+/// Whether oneDNN dispatches AVX-512 (or better) kernels here (honours ONEDNN_MAX_CPU_ISA): its f32
+/// kernels are then a candidate for float products (kernels::register_gemm_policy::onednn).
+inline bool onednn_has_avx512() {
+#if defined(CTG_WITH_ONEDNN)
+    static const bool has = [] {
+        const auto isa = unsigned(dnnl::get_effective_cpu_isa());
+        const auto avx512 = unsigned(dnnl::cpu_isa::avx512_core);
+        return (isa & avx512) == avx512;
     }();
     return has;
 #else
@@ -154,7 +170,6 @@ private:
         key k;
         dnnl::matmul prim;
         dnnl::memory a, b, c, bias, pad;
-        aligned_vector<std::byte> scratchpad;
     };
 
     onednn_matmuls() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
@@ -199,13 +214,19 @@ private:
             }
             const auto desc = k.bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md);
             const dnnl::matmul::primitive_desc pd(desc, attr, engine_);
-            entry e{k, dnnl::matmul(pd), {}, {}, {}, {}, {}, {}};
-            e.scratchpad.resize(pd.scratchpad_desc().get_size() + 64);
+            entry e{k, dnnl::matmul(pd), {}, {}, {}, {}, {}};
+            // One scratchpad per thread, as large as its largest primitive's: the thread runs one
+            // product at a time. Growing it re-points every primitive's scratchpad memory.
+            const std::size_t pad_bytes = pd.scratchpad_desc().get_size() + 64;
+            const bool grow = pad_bytes > scratchpad_.size();
+            if (grow) scratchpad_.resize(pad_bytes);
             e.a = dnnl::memory(a_md, engine_, DNNL_MEMORY_NONE);
             e.b = dnnl::memory(b_md, engine_, DNNL_MEMORY_NONE);
             e.c = dnnl::memory(c_md, engine_, DNNL_MEMORY_NONE);
             e.bias = dnnl::memory(bias_md, engine_, DNNL_MEMORY_NONE);
-            e.pad = dnnl::memory(pd.scratchpad_desc(), engine_, e.scratchpad.data());
+            e.pad = dnnl::memory(pd.scratchpad_desc(), engine_, scratchpad_.data());
+            if (grow)
+                for (entry& old : entries_) old.pad.set_data_handle(scratchpad_.data());
             onednn_primitives_created().fetch_add(1, std::memory_order_relaxed);
             entries_.push_back(std::move(e));
             return entries_.back();
@@ -219,6 +240,7 @@ private:
     dnnl::engine engine_;
     dnnl::stream stream_;
     std::vector<entry> entries_;
+    aligned_vector<std::byte> scratchpad_;  // shared by this thread's primitives (see create)
 };
 
 }  // namespace detail
