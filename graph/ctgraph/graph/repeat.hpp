@@ -253,11 +253,9 @@ struct repeat_op {
 
 }  // namespace ops
 
-/// Applies `block` L times to `x` (see the file comment); the block's parameters are stacked
-/// (L, ...) under the names Prefix + their own. block(h, extra...) receives a placeholder for each
-/// extra value.
-template <int L, fixed_string Prefix, class Block, expr X, class... Extra>
-constexpr auto repeat(Block block, X x, [[maybe_unused]] Extra... extra) {
+namespace detail {
+template <int L, fixed_string Prefix, class Block, class X, class... Extra>
+constexpr auto repeat_checked(Block block, X x, [[maybe_unused]] Extra... extra) {
     static_assert(L >= 1, "ctg::repeat: at least one layer");
     static_assert(sizeof...(Extra) <= 64, "ctg::repeat: at most 64 extra arguments");
     using State = typename detail::placeholder_of<typename X::shape, X::is_index>::template type<0>;
@@ -265,7 +263,7 @@ constexpr auto repeat(Block block, X x, [[maybe_unused]] Extra... extra) {
         return b(State{}, typename detail::placeholder_of<typename detail::repeat_arg<Extra>::shape,
                                                           detail::repeat_arg<Extra>::type::is_index>::template type<int(2 + E)>{}...);
     }(block, std::index_sequence_for<Extra...>{}));
-    if constexpr (any_poison<X, typename detail::repeat_arg<Extra>::type...> || Out::is_poison) {
+    if constexpr (Out::is_poison) {
         return poison{};
     } else {
         static_assert(with_shapes<std::is_same_v<typename Out::shape, typename X::shape>, typename Out::shape::pretty,
@@ -287,6 +285,16 @@ constexpr auto repeat(Block block, X x, [[maybe_unused]] Extra... extra) {
         return detail::make_repeat_node<Op>(x, tlist<typename detail::repeat_arg<Extra>::type...>{}, params{},
                                             typename info::hoisted_list{});
     }
+}
+}  // namespace detail
+
+/// Applies `block` L times to `x` (see the file comment); the block's parameters are stacked
+/// (L, ...) under the names Prefix + their own. block(h, extra...) receives a placeholder for each
+/// extra value.
+template <int L, fixed_string Prefix, class Block, expr X, class... Extra>
+constexpr auto repeat(Block block, X x, Extra... extra) {
+    if constexpr (any_poison<X, typename detail::repeat_arg<Extra>::type...>) return poison{};  // said where made
+    else return detail::repeat_checked<L, Prefix>(block, x, extra...);
 }
 
 }  // namespace ctg

@@ -64,6 +64,7 @@ namespace ctg {
 /// Marks "no initial state" (zeros) where scan takes one.
 struct zero_state {
     using shape = ctg::shape<>;
+    static constexpr bool is_poison = false;
 };
 
 namespace detail {
@@ -608,10 +609,9 @@ constexpr auto make_scan_node(Xs xs, tlist<H...>, Pre... pre) {
 }
 }  // namespace detail
 
-/// Runs `cell` over the leading (time) axis of `xs`; the state has shape (B, StateDims...) where B is
-/// xs's second dimension. See the file comment.
-template <dim... StateDims, class Cell, expr Xs, class H0 = zero_state, class Len = zero_state>
-constexpr auto scan(Cell cell, Xs xs, H0 h0 = {}, Len lengths = {}) {
+namespace detail {
+template <dim... StateDims, class Cell, class Xs, class H0, class Len>
+constexpr auto scan_checked(Cell cell, Xs xs, H0 h0, Len lengths) {
     static_assert(Xs::shape::rank >= 2, "ctg::scan: the sequence needs a time axis and a batch axis (T, B, ...)");
     using state_shape = shape<Xs::shape::dims[1], StateDims...>;
     using State = typename detail::placeholder_of<state_shape, false>::template type<0>;
@@ -643,6 +643,15 @@ constexpr auto scan(Cell cell, Xs xs, H0 h0 = {}, Len lengths = {}) {
         else if constexpr (has_len) return detail::make_scan_node<Op>(xs, hoisted{}, lengths);
         else return detail::make_scan_node<Op>(xs, hoisted{});
     }
+}
+}  // namespace detail
+
+/// Runs `cell` over the leading (time) axis of `xs`; the state has shape (B, StateDims...) where B is
+/// xs's second dimension. See the file comment.
+template <dim... StateDims, class Cell, expr Xs, class H0 = zero_state, class Len = zero_state>
+constexpr auto scan(Cell cell, Xs xs, H0 h0 = {}, Len lengths = {}) {
+    if constexpr (any_poison<Xs, H0, Len>) return poison{};  // its error was said where it was made
+    else return detail::scan_checked<StateDims...>(cell, xs, h0, lengths);
 }
 
 }  // namespace ctg

@@ -15,6 +15,7 @@
 // weights exchange with torch.nn.GRU / nn.LSTM by transposing.
 #pragma once
 #include "ctgraph/graph/scan.hpp"
+#include "ctgraph/nn/checks.hpp"
 #include "ctgraph/ops/add.hpp"
 #include "ctgraph/ops/affine.hpp"
 #include "ctgraph/ops/concat.hpp"
@@ -59,7 +60,12 @@ struct gate_weights {
     using b_i = param<P + fixed_string("_b_i"), G * H>;
     using b_h = param<P + fixed_string("_b_h"), G * H>;
     /// The input's part of every gate: x W_i + b_i.
-    static constexpr auto project(auto xs) { return affine(xs, W_i{}, b_i{}); }
+    template <expr Xs>
+    static constexpr auto project(Xs xs) {
+        if constexpr (Xs::is_poison) return poison{};
+        else if constexpr (!detail::cell_input_fits<W_i::name, X, G * H, detail::last_dim<Xs>>()) return poison{};
+        else return affine(xs, W_i{}, b_i{});
+    }
     /// The state's part of every gate: h W_h + b_h.
     static constexpr auto recurrent_part(auto h) { return affine(h, W_h{}, b_h{}); }
 };
@@ -74,7 +80,12 @@ struct elman : recurrent<elman<P, X, H, Phi>, H> {
         static_assert(Phi != activation::gelu, "ctg::nn::elman: the activation is tanh or relu");
         if constexpr (Phi == activation::tanh) return ctg::tanh(a); else return ctg::relu(a);
     }
-    static constexpr auto project(auto xs) { return affine(xs, W_x{}, b{}); }
+    template <expr Xs>
+    static constexpr auto project(Xs xs) {
+        if constexpr (Xs::is_poison) return poison{};
+        else if constexpr (!detail::cell_input_fits<W_x::name, X, H, detail::last_dim<Xs>>()) return poison{};
+        else return affine(xs, W_x{}, b{});
+    }
     static constexpr auto step(auto h, auto p) { return phi(h * W_h{} + p); }
 };
 

@@ -12,6 +12,7 @@
 // stored (in, out), the transpose of PyTorch's (out, in). The score is a template argument (any ctg::score_for type, per head).
 #pragma once
 #include "ctgraph/attention.hpp"
+#include "ctgraph/nn/checks.hpp"
 #include "ctgraph/ops/affine.hpp"
 #include "ctgraph/ops/kv_cache.hpp"
 #include "ctgraph/ops/matmul.hpp"
@@ -42,19 +43,8 @@ constexpr auto merge_heads(X x) {
     else return reshape<S::dims[0], S::dims[2], S::dims[1].n * S::dims[3].n>(permute<0, 2, 1, 3>(x));
 }
 
-namespace detail {
-/// The width check of multi_head_attention, said once per (D, Heads) however many of its entry
-/// points a model uses; they return poison when it fails. (A static_assert in the class itself
-/// would leave clang an incomplete class, and an error at every use of it.)
-template <int D, int Heads>
-constexpr bool heads_divide_width() {
-    static_assert(Heads > 0 && D % Heads == 0,
-                  "ctg::nn::multi_head_attention: the width must be a multiple of the number of heads");
-    return Heads > 0 && D % Heads == 0;
-}
-}  // namespace detail
-
-/// Multi-head attention with Heads heads over model width D; parameter names start with P.
+/// Multi-head attention with Heads heads over model width D; parameter names start with P. Its
+/// checks (nn/checks.hpp) are said once however many graphs use it; a failed one gives poison.
 template <fixed_string P, int D, int Heads, class Score = scaled_dot_score>
 struct multi_head_attention {
     static constexpr bool width_ok = detail::heads_divide_width<D, Heads>();
@@ -79,7 +69,8 @@ struct multi_head_attention {
     /// Queries from xq (B, n, D), keys and values from xkv (B, m, D) -> (B, n, D).
     template <expr Xq, expr Xkv, attention_mask Mask = no_mask>
     static constexpr auto cross(Xq xq, Xkv xkv, Mask mask = {}) {
-        return affine(merge_heads(attention(queries(xq), keys(xkv), values(xkv), Score{}, mask)), W_o{}, b_o{});
+        if constexpr (!(fits<Xq>() && fits<Xkv>())) return poison{};
+        else return affine(merge_heads(attention(queries(xq), keys(xkv), values(xkv), Score{}, mask)), W_o{}, b_o{});
     }
     /// Self-attention: queries, keys and values from x (B, n, D) -> (B, n, D).
     template <expr X, attention_mask Mask = no_mask>
@@ -88,10 +79,13 @@ struct multi_head_attention {
     /// side) into the caches, keys (B, D, C) and values (B, C, D): the prefill of decoding with a KV cache.
     template <expr X, expr Kc, expr Vc, attention_mask Mask = no_mask>
     static constexpr auto self_prefill(X x, Kc kc, Vc vc, Mask mask = {}) {
-        auto k = cache_store<true>(affine(x, W_k{}, b_k{}), kc);
-        auto v = cache_store(affine(x, W_v{}, b_v{}), vc);
-        return affine(merge_heads(attention(queries(x), split(k), split(v), Score{}, mask)),
-                      W_o{}, b_o{});
+        if constexpr (!fits<X>()) {
+            return poison{};
+        } else {
+            auto k = cache_store<true>(affine(x, W_k{}, b_k{}), kc);
+            auto v = cache_store(affine(x, W_v{}, b_v{}), vc);
+            return affine(merge_heads(attention(queries(x), split(k), split(v), Score{}, mask)), W_o{}, b_o{});
+        }
     }
     /// One decoding step: x (B, 1, D) at positions pos (B) appends its key and value to the caches
     /// and attends over them (causal by construction: the cache holds positions 0 .. pos).
@@ -99,7 +93,7 @@ struct multi_head_attention {
     static constexpr auto self_step(X x, Kc kc, Vc vc, Pos pos) {
         static_assert(std::is_same_v<Score, scaled_dot_score>,
                       "ctg::nn::multi_head_attention: KV-cache decoding is implemented for the scaled-dot score");
-        if constexpr (!width_ok) return poison{};
+        if constexpr (!fits<X>()) return poison{};
         else return affine(cached_attention<Heads>(affine(x, W_q{}, b_q{}), affine(x, W_k{}, b_k{}),
                                                    affine(x, W_v{}, b_v{}), kc, vc, pos),
                            W_o{}, b_o{});
@@ -111,9 +105,15 @@ struct multi_head_attention {
     }
 
 private:
+    // The width and an input's last dimension (false for poison, whose error was said).
+    template <expr X>
+    static constexpr bool fits() {
+        if constexpr (X::is_poison) return false;
+        else return width_ok && detail::attention_input_fits<W_q::name, D, detail::last_dim<X>>();
+    }
     template <expr X>
     static constexpr auto split(X x) {
-        if constexpr (!width_ok) return poison{};  // said once, by heads_divide_width
+        if constexpr (!width_ok) return poison{};
         else return split_heads<Heads>(x);
     }
 };

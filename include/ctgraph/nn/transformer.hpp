@@ -16,6 +16,7 @@
 #include "ctgraph/attention.hpp"
 #include "ctgraph/graph/repeat.hpp"
 #include "ctgraph/nn/cells.hpp"  // nn::activation
+#include "ctgraph/nn/checks.hpp"
 #include "ctgraph/nn/multi_head_attention.hpp"
 #include "ctgraph/ops/add.hpp"
 #include "ctgraph/ops/affine.hpp"
@@ -37,7 +38,9 @@ struct linear {
     using bias = param<P + fixed_string("bias"), Out>;
     template <expr X>
     constexpr auto operator()(X x) const {
-        if constexpr (Bias) return affine(x, weight{}, bias{});  // one node: ops/affine.hpp
+        if constexpr (X::is_poison) return poison{};
+        else if constexpr (!detail::linear_fits<weight::name, In, Out, detail::last_dim<X>>()) return poison{};
+        else if constexpr (Bias) return affine(x, weight{}, bias{});  // one node: ops/affine.hpp
         else return x * weight{};
     }
 };
@@ -48,7 +51,11 @@ struct layer_norm {
     using gamma = param<P + fixed_string("weight"), D>;
     using beta = param<P + fixed_string("bias"), D>;
     template <expr X>
-    constexpr auto operator()(X x) const { return ctg::layer_norm(x, gamma{}, beta{}); }
+    constexpr auto operator()(X x) const {
+        if constexpr (X::is_poison) return poison{};
+        else if constexpr (!detail::layer_norm_fits<gamma::name, D, detail::last_dim<X>>()) return poison{};
+        else return ctg::layer_norm(x, gamma{}, beta{});
+    }
 };
 
 /// Position-wise feed-forward network: fc2(act(fc1(x))), D -> F -> D. GELU is the tanh approximation.
