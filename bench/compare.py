@@ -9,8 +9,11 @@ Each (workload, threads) pair runs PyTorch then ctgraph, --reps times alternatel
 the median over the repetitions of each side's median step time. ratio = PyTorch / ctgraph (above 1:
 ctgraph is faster). GFLOP/s counts matrix products only, by torch_ref.py's formula for the workload.
 GEMM bound = the matrix-product FLOPs a ctgraph step really runs (counted in kernels::gemm) at the
-best single-call sgemm rate of this machine at that thread count, measured in the same run
-(torch_ref.py's mm2048: one 2048^2 sgemm through OpenBLAS); "% bound" = bound / ctgraph time.
+machine's best float rate at that thread count, measured in the same run (the faster of torch_ref.py's
+mm2048, one 2048^2 sgemm through OpenBLAS, and a 2048^3 product through kernels::gemm); "% bound" =
+bound / ctgraph time. Decode workloads: the tokens/s of the memory bound (the machine's read
+bandwidth, ctg-bench --rates, over the bytes a cached token reads: every weight and the cache so
+far) and the fraction of it ctgraph reaches.
 --precision bf16 runs PyTorch's forward under torch.autocast("cpu", dtype=torch.bfloat16)
 (torch_ref.py --autocast bf16) and ctgraph's program with bf16 products (ctg-bench --precision
 bf16); the bound is then the step's product FLOPs at ctgraph's bf16 rate (ctg-bench --rates: a
@@ -28,7 +31,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ALL = ["mlp", "rnn", "s2s", "attn-sdp", "attn-sdp-causal", "attn-dot", "attn-bilinear", "attn-additive",
-       "gpt-s", "gpt-m", "decode-cache", "decode-nocache"]
+       "gpt-s", "gpt-m", "gpt2-124m", "decode-cache", "decode-nocache", "decode-gpt2-cache"]
 
 
 def run_json(cmd, env):
@@ -65,21 +68,23 @@ def main():
     workloads = ALL if args.all else args.workloads
 
     # The machine's sgemm rate per thread count, from the same run.
-    rate = {}
+    rate, bandwidth = {}, {}
     bf16 = args.precision == "bf16"
     if not args.no_bound:
         for k in args.threads:
             r = run_json(["/usr/bin/python3", args.torch_ref, "--workload", "mm2048", "--threads", str(k),
                           "--steps", "5", "--json"], thread_env(k))
-            rate[k] = r["gflops"]
-            print(f"sgemm 2048^2 at {k} thread(s): {rate[k]:.1f} GFLOP/s", file=sys.stderr)
+            print(f"sgemm 2048^2 at {k} thread(s): {r['gflops']:.1f} GFLOP/s (OpenBLAS)", file=sys.stderr)
             m = run_json([args.ctg_bench, "--rates", "--threads", str(k)], thread_env(k))
-            print(f"2048^3 at {k} thread(s): kernels::gemm float {m['gemm_f32_gflops']:.1f}, bf16 "
-                  f"{m['gemm_bf16_gflops']:.1f} GFLOP/s ({m['bf16_engine']}); oneDNN at 1 thread float "
-                  f"{m['onednn_f32_1thread_gflops']:.1f}, bf16 {m['onednn_bf16_1thread_gflops']:.1f} "
-                  f"(ISA {m['onednn_isa']})", file=sys.stderr)
-            if bf16:
-                rate[k] = m["gemm_bf16_gflops"]
+            print(f"2048^3 at {k} thread(s): kernels::gemm float {m['gemm_f32_gflops']:.1f} (policy "
+                  f"{m.get('f32_policy', '?')}), bf16 {m['gemm_bf16_gflops']:.1f} GFLOP/s ({m['bf16_engine']}); "
+                  f"oneDNN at 1 thread float {m['onednn_f32_1thread_gflops']:.1f}, bf16 "
+                  f"{m['onednn_bf16_1thread_gflops']:.1f} (ISA {m['onednn_isa']}); memory read "
+                  f"{m.get('read_gbps', 0):.1f} GB/s", file=sys.stderr)
+            # The bound's rate: the machine's best float rate of the libraries linked (OpenBLAS or
+            # ctgraph's kernels::gemm, which is oneDNN's f32 kernel where the policy says), or bf16's.
+            rate[k] = m["gemm_bf16_gflops"] if bf16 else max(r["gflops"], m["gemm_f32_gflops"])
+            bandwidth[k] = m.get("read_gbps")
     torch_extra = ["--autocast", "bf16"] if bf16 else []
     ctg_extra = ["--precision", "bf16"] if bf16 else []
 
@@ -101,8 +106,11 @@ def main():
             bound = gemm / (rate[k] * 1e9) * 1e3 if k in rate else None
             tokens = ""
             if "tokens_per_s" in c_runs[0]:
-                tokens = "%.0f / %.0f" % (statistics.median(r["tokens_per_s"] for r in t_runs),
-                                          statistics.median(r["tokens_per_s"] for r in c_runs))
+                c_tps = statistics.median(r["tokens_per_s"] for r in c_runs)
+                tokens = "%.0f / %.0f" % (statistics.median(r["tokens_per_s"] for r in t_runs), c_tps)
+                # the memory bound: a token reads every weight and the cache once
+                if bandwidth.get(k) and "bytes_per_token" in c_runs[0]:
+                    tokens += " (%.0f %% of bandwidth bound)" % (100 * c_tps * c_runs[0]["bytes_per_token"] / (bandwidth[k] * 1e9))
             rows.append((w, k, t_ms, c_ms, t_ms / c_ms, flops / t_ms / 1e6, flops / c_ms / 1e6,
                          "-" if bound is None else "%.3f" % bound, "-" if bound is None else "%.0f" % (100 * bound / c_ms),
                          max(r["peak_rss_mib"] for r in t_runs), max(r["peak_rss_mib"] for r in c_runs), tokens,

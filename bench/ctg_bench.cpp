@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -175,7 +176,8 @@ int run_timing(const args& a) {
     std::string tokens;  // the decode workloads: one step is one generation of new_tokens tokens
     if constexpr (requires { W::new_tokens; })
         tokens = ", \"tokens_per_s\": " + std::to_string(double(W::new_tokens) / (median * 1e-3)) +
-                 ", \"ms_per_token\": " + std::to_string(median / double(W::new_tokens));
+                 ", \"ms_per_token\": " + std::to_string(median / double(W::new_tokens)) +
+                 ", \"bytes_per_token\": " + std::to_string(w.bytes_per_token());
     if (a.json) {
         std::printf("{\"workload\": \"%s\", \"precision\": \"%s\", \"bf16_engine\": \"%s\", \"onednn_isa\": \"%s\", \"step\": \"%s\", \"threads\": %d, \"steps\": %d, \"warmup\": %d, \"median_ms\": %.6f, "
                     "\"min_ms\": %.6f, \"max_ms\": %.6f, \"gflops\": %.4f, \"flops_per_step\": %.0f, "
@@ -187,7 +189,8 @@ int run_timing(const args& a) {
                     gemm_flops, peak_rss_mib(), rss_before, first, last, allocs_n, allocs_2n, onednn_allocs_2n, tokens.c_str());
     } else {
         if constexpr (requires { W::new_tokens; })
-            std::printf("%-16s %.1f tokens/s\n", W::name, double(W::new_tokens) / (median * 1e-3));
+            std::printf("%-16s %.1f tokens/s, %.1f MB read per token\n", W::name, double(W::new_tokens) / (median * 1e-3),
+                        w.bytes_per_token() / 1e6);
         if (a.precision == "bf16")
             std::printf("%-16s bf16 products: %s (oneDNN ISA %s)\n", W::name,
                         kernels::get_bf16_engine() == kernels::bf16_engine::onednn ? "oneDNN" : "emulated",
@@ -447,8 +450,8 @@ int run_training_check(const args& a) {
 // ---------------------------------------------------------------- product rates
 // The machine's matrix-product rates at a.threads threads, for the bounds of a report: a 2048^3
 // product through kernels::gemm in float and in bf16 (packing included), and at one thread the
-// same product through oneDNN directly (float and bf16 operands, packed beforehand). Median of 5
-// after one warm-up.
+// same product through oneDNN directly (float and bf16 operands, packed beforehand), median of 5
+// after one warm-up; and the memory read bandwidth (the bound of a cached decoding step).
 int run_rates(const args& a) {
     set_num_threads(a.threads);
     constexpr std::size_t n = 2048;
@@ -484,10 +487,31 @@ int run_rates(const args& a) {
         }
     }
 #endif
+    // Memory read bandwidth: 1 GiB summed as 64-bit integers (vectorised loads, no arithmetic
+    // bound), split among the pool's threads; best of 5 after a pass that faults the pages in.
+    double read_gbps = 0;
+    {
+        std::vector<std::uint64_t> mem(std::size_t(1) << 27, 1);
+        const std::size_t P = std::size_t(a.threads), part = mem.size() / P;
+        std::vector<std::uint64_t> sums(P * 8);  // one cache line per thread
+        for (int r = 0; r < 6; ++r) {
+            const auto t0 = std::chrono::steady_clock::now();
+            kernels::kernel_pool().run(P, [&](std::size_t p) {
+                std::uint64_t acc = 0;
+                for (std::size_t i = p * part, e = i + part; i < e; ++i) acc += mem[i];
+                sums[p * 8] = acc;
+            });
+            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (r > 0) read_gbps = std::max(read_gbps, double(mem.size() * sizeof(std::uint64_t)) / s / 1e9);
+        }
+        if (std::accumulate(sums.begin(), sums.end(), std::uint64_t(0)) != mem.size() / P * P)
+            throw std::logic_error("ctg-bench --rates: the bandwidth pass summed wrong");
+    }
     std::printf("{\"threads\": %d, \"gemm_f32_gflops\": %.2f, \"gemm_bf16_gflops\": %.2f, \"bf16_engine\": \"%s\", "
-                "\"onednn_isa\": \"%s\", \"onednn_f32_1thread_gflops\": %.2f, \"onednn_bf16_1thread_gflops\": %.2f}\n",
+                "\"onednn_isa\": \"%s\", \"onednn_f32_1thread_gflops\": %.2f, \"onednn_bf16_1thread_gflops\": %.2f, "
+                "\"f32_policy\": \"%s\", \"read_gbps\": %.2f}\n",
                 a.threads, f32, bf16, kernels::bf16_engine_name(kernels::get_bf16_engine()), kernels::onednn_isa_name().c_str(),
-                onednn_f32, onednn_bf16);
+                onednn_f32, onednn_bf16, kernels::register_gemm_policy_name(kernels::get_register_gemm_policy()), read_gbps);
     return 0;
 }
 

@@ -358,20 +358,25 @@ template <class T>
 struct gpt_s : gpt_workload<T, "gpt-s", 65, 64, 128, 4, 2, 16> {};
 template <class T>
 struct gpt_m : gpt_workload<T, "gpt-m", 65, 256, 384, 6, 4, 8> {};
+/// GPT-2 small's sizes (vocabulary 50257, d 768, 12 heads, 12 layers) in this model's form (untied
+/// head with bias, sinusoidal positions: 163 M parameters), at llm.c's CPU trainer's batch 4 x 64.
+template <class T>
+struct gpt2_124m : gpt_workload<T, "gpt2-124m", 50257, 64, 768, 12, 12, 4> {};
 
-/// The `decode` workloads: gpt-s weights, greedy generation of 256 tokens after the prompt [[0]],
-/// batch 1; positions run to 256 (the sinusoidal table extends beyond gpt-s's training context).
-/// decode-cache: nn::gpt_generator (prefill, then one cached step per token); decode-nocache: each
-/// new token recomputes the whole prefix with an inference program, as PyTorch's reference does.
-/// A "step" is one whole generation; tokens/s = 256 / its median time.
-template <class P, bool Cache>
+/// The `decode` workloads: greedy generation after the prompt [[0]], batch 1, of gpt-s's weights
+/// (256 new tokens; positions run to 256, the sinusoidal table extends beyond gpt-s's training
+/// context) or gpt2-124m's (decode-gpt2-cache: 128 new tokens). decode-cache: nn::gpt_generator
+/// (prefill, then one cached step per token); decode-nocache: each new token recomputes the whole
+/// prefix with an inference program, as PyTorch's reference does. A "step" is one whole
+/// generation; tokens/s = new tokens / its median time.
+template <class P, bool Cache, fixed_string Name, int Vocab, int Width, int Heads, int Layers, std::size_t NewTokens>
 struct decode_workload {
     using T = scalar_of<P>;
     static constexpr precision products = numerics<P>::products;
-    static constexpr const char* name = Cache ? "decode-cache" : "decode-nocache";
-    static constexpr std::size_t new_tokens = 256, V = 65, d = 128, L = 2;
+    static constexpr const char* name = Name.data;
+    static constexpr std::size_t new_tokens = NewTokens, V = Vocab, d = Width, L = Layers;
     static constexpr dim Td = dyn('T');
-    using model = nn::gpt<65, int(new_tokens) + 1, 128, 4, 2, 512, float>;
+    using model = nn::gpt<Vocab, int(new_tokens) + 1, Width, Heads, Layers, 4 * Width, float>;
     using Tokens = index_input<"x", 1, Td>;
     std::shared_ptr<parameter_store<T>> store = std::make_shared<parameter_store<T>>();
     nn::gpt_generator<model, T, numerics<P>::products> gen{store, 1, new_tokens + 1};
@@ -385,7 +390,16 @@ struct decode_workload {
 
     parameter_store<T>& params() { return *store; }
     static std::set<std::string> transposed() { return gpt_s<P>::transposed(); }
-    static double flops() {  // torch_ref.py: sum over L = 1..256 of the per-token matrix products
+    /// The bytes one cached token reads from memory, averaged over a generation: every weight once
+    /// (bf16 copies in a bf16 program; of the embedding table one row) and the keys and values
+    /// cached so far, in T. What bounds a cached decoding step once the weights outgrow the caches.
+    double bytes_per_token() const {
+        const double weight_bytes = products == precision::bf16 ? 2.0 : double(sizeof(T));
+        const double weights = double(store->num_elements()) - double(V) * double(d) + double(d);
+        const double mean_cached = (double(new_tokens) + 1.0) / 2.0;  // positions 1..new_tokens
+        return weights * weight_bytes + 2.0 * double(L) * mean_cached * double(d) * double(sizeof(T));
+    }
+    static double flops() {  // torch_ref.py: sum over L = 1..new tokens of the per-token matrix products
         double f = 0;
         for (std::size_t n = 1; n <= new_tokens; ++n)
             f += Cache ? L * (24.0 * d * d + 4.0 * n * d) + 2.0 * d * V
@@ -422,9 +436,11 @@ struct decode_workload {
     }
 };
 template <class T>
-struct decode_cache : decode_workload<T, true> {};
+struct decode_cache : decode_workload<T, true, "decode-cache", 65, 128, 4, 2, 256> {};
 template <class T>
-struct decode_nocache : decode_workload<T, false> {};
+struct decode_nocache : decode_workload<T, false, "decode-nocache", 65, 128, 4, 2, 256> {};
+template <class T>
+struct decode_gpt2_cache : decode_workload<T, true, "decode-gpt2-cache", 50257, 768, 12, 12, 128> {};
 
 /// Every workload ctg-bench knows, as one heterogeneous list of class templates (apply<T> gives the
 /// workload in scalar type T): registering a workload is adding it here.
@@ -432,6 +448,7 @@ inline constexpr auto registry = boost::hana::make_tuple(
     boost::hana::template_<mlp>, boost::hana::template_<rnn>, boost::hana::template_<s2s>, boost::hana::template_<attn_sdp>,
     boost::hana::template_<attn_sdp_causal>, boost::hana::template_<attn_dot>, boost::hana::template_<attn_bilinear>,
     boost::hana::template_<attn_additive>, boost::hana::template_<gpt_s>, boost::hana::template_<gpt_m>,
-    boost::hana::template_<decode_cache>, boost::hana::template_<decode_nocache>);
+    boost::hana::template_<gpt2_124m>, boost::hana::template_<decode_cache>, boost::hana::template_<decode_nocache>,
+    boost::hana::template_<decode_gpt2_cache>);
 
 }  // namespace ctg::bench
