@@ -57,3 +57,4 @@
 #include "ctgraph/npz.hpp"
 #include "ctgraph/optim.hpp"
 #include "ctgraph/params.hpp"
+#include "ctgraph/version.hpp"

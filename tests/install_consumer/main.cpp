@@ -1,5 +1,6 @@
 // Built against an installed ctgraph: one training step of a tiny model must lower the loss.
 #include <cstdio>
+#include <string>
 
 #include <ctgraph/ctgraph.hpp>
 
@@ -14,6 +15,7 @@ int main() {
     prog.backward();
     optim::sgd<float>({.lr = 0.01}).step(prog.params());
     const float after = prog.forward();
-    std::printf("loss %f -> %f\n", before, after);
+    static_assert(ctg::version_major == 0 && ctg::version_minor >= 2);
+    std::printf("ctgraph %s: loss %f -> %f\n", std::string(ctg::version).c_str(), before, after);
     return after < before ? 0 : 1;
 }
