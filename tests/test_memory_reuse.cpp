@@ -4,6 +4,7 @@
 // whose memory was reused is an error that says so.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -72,6 +73,27 @@ TEST_CASE("an inference program reuses value memory by lifetime and computes the
     CHECK_NOTHROW(reused.value_of(chain()));  // the output
     CHECK_THROWS_WITH(reused.value_of(h1()), Catch::Contains("inference program is not an output") &&
                                                  Catch::Contains("keep_values = true"));
+}
+
+TEST_CASE("a store read only by inference programs holds no gradients; a training program allocates them", "[memory]") {
+    auto infer = compile<double, reuse>(chain());
+    infer.params().init(5);
+    const auto x = random_values(4 * 8, 1);
+    infer.feed("x", x.data(), rshape{2, {4, 8}});
+    infer.forward();
+    CHECK_FALSE(infer.params().gradients_allocated());
+    // A training program over the same store: its gradients appear, zeroed, and backward fills them.
+    auto loss_of = [] { return sum(chain()); };
+    decltype(compile<double>(loss_of())) train(infer.shared_params());
+    train.feed("x", x.data(), rshape{2, {4, 8}});
+    train.forward();
+    CHECK(train.params().gradients_allocated());
+    train.backward();
+    const std::size_t w1 = train.params().slot("W1");
+    double norm = 0;
+    for (std::size_t i = 0; i < 8 * 16; ++i) norm += std::abs(train.params().grad(w1)[i]);
+    CHECK(norm > 0);
+    CHECK(train.params().grads().size() == train.params().values().size());
 }
 
 namespace {

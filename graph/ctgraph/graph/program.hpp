@@ -636,7 +636,9 @@ private:
         for (std::size_t p = 0; p < G::num_params; ++p) {
             const std::size_t i = G::param_nodes[p];
             val_[i].ptr = store_->value_storage(param_slot_[p]);  // (reads: the bf16 copy stays current)
-            adj_[i].ptr = store_->grad_storage(param_slot_[p]);  // (a pending zero_grad stays pending)
+            // (a pending zero_grad stays pending; an inference program never touches the gradients,
+            // so a store read only by inference programs never allocates them)
+            if constexpr (!Opt.inference) adj_[i].ptr = store_->grad_storage(param_slot_[p]);
         }
         for (std::size_t k = 0; k < G::num_inputs; ++k) {
             const std::size_t i = G::input_nodes[k];
