@@ -100,19 +100,30 @@ def build(tc, work, units, jobs, log=print):
     def one(src_out):
         src, out = src_out
         cmd = [tc.cxx] + tc.flags + ['-c', src, '-o', out]
-        w, mb, cpu = timed(cmd, out + '.log')
+        try:
+            w, mb, cpu = timed(cmd, out + '.log')
+        except RuntimeError as e:
+            if os.path.exists(out):
+                os.remove(out)
+            return src, None, str(e), 0
         return src, w, mb, cpu
+    failed = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
         for src, w, mb, cpu in ex.map(one, todo):
-            stats.append((os.path.basename(src), w, mb, cpu))
+            if w is None:
+                failed[src] = mb
+            else:
+                stats.append((os.path.basename(src), w, mb, cpu))
+    if os.path.join(HERE, 'harness.cpp') in failed:
+        raise RuntimeError('the harness does not compile: ' + failed[os.path.join(HERE, 'harness.cpp')])
     if os.path.exists(cache + '.tmp'):
         os.replace(cache + '.tmp', cache)
     exe = os.path.join(work, 'differential_runner')
-    objs = [cache] + [os.path.join(obj, os.path.basename(u)[:-4] + '-' + tc.key + '.o') for u in units]
+    objs = [cache] + [os.path.join(obj, os.path.basename(u)[:-4] + '-' + tc.key + '.o') for u in units if u not in failed]
     w, mb, cpu = timed([tc.cxx] + [f for f in tc.flags if f.startswith('-f') or f.startswith('-m')] + objs +
                        ['-o', exe] + tc.libs, os.path.join(work, 'link.log'))
     stats.append(('(link)', w, mb, cpu))
-    return exe, stats
+    return exe, stats, failed
 
 
 # ---------------------------------------------------------------------------------------- PyTorch
@@ -234,23 +245,71 @@ def coverage(reports, progs):
                 else:
                     modes[label[i]]['twice' if args[i].count(j) > 1 else 'fresh'] += 1
                     written.add(j)
-    for p in progs:
+    for p in progs:  # inside cells: the cell's own graph, ordered as ctgraph orders it (post-order)
         for n in p['nodes']:
             if n['op'] in ('scan', 'repeat'):
-                for c in n['a']['cell']['nodes']:
-                    if c['op'] not in ('state', 'step', 'extra', 'outer', 'param', 'const', 'full', 'input'):
-                        ops['%s (in %s)' % (c['op'], n['op'])] += 1
+                cell_coverage(n, ops, modes, pairs)
     return ops, modes, pairs
 
 
+def cell_coverage(owner, ops, modes, pairs):
+    cell = owner['a']['cell']
+    nodes = cell['nodes']
+    order, seen = [], set()
+
+    def visit(i):
+        if i in seen:
+            return
+        for j in nodes[i]['args']:
+            visit(j)
+        seen.add(i)
+        order.append(i)
+    visit(cell['out'])
+    placeholders = ('state', 'step', 'extra')
+    variant = {}
+    for i in order:
+        c = nodes[i]
+        variant[i] = c['op'] in placeholders or (owner['op'] == 'repeat' and c['op'] == 'param') or \
+            any(variant[j] for j in c['args'])
+    leaf = lambda c: c['op'] in placeholders + ('param', 'input', 'index', 'const', 'full', 'outer')
+    runs = {i: variant[i] and not leaf(nodes[i]) and not nodes[i]['index'] for i in order}
+    owned = {i: runs[i] and i != cell['out'] for i in order}
+    suffix = ' (in %s)' % owner['op']
+    written = set()
+    for i in reversed(order):
+        c = nodes[i]
+        if leaf(c):
+            continue
+        ops[c['op'] + suffix] += 1
+        for j in c['args']:
+            pairs[(nodes[j]['op'] + suffix, c['op'] + suffix)] += 1
+            if not runs[i] or not owned.get(j):
+                continue
+            if j in written:
+                modes[c['op'] + suffix]['add'] += 1
+            else:
+                modes[c['op'] + suffix]['twice' if c['args'].count(j) > 1 else 'fresh'] += 1
+                written.add(j)
+
+
 def print_coverage(ops, modes, pairs, out=print):
-    out('coverage: op (nodes; operand adjoints written fresh / accumulated / read twice by one node)')
+    leaves = ('param', 'input', 'index_input', 'constant')
+    producers, consumers = collections.defaultdict(set), collections.defaultdict(set)
+    for (a, b), c in pairs.items():
+        producers[b].add(a)
+        consumers[a].add(b)
+    out('coverage: op: nodes; adjoints of its operands written first (=) / added to (+=) / read twice by it;')
+    out('          distinct ops it reads / distinct ops reading it')
     for op in sorted(ops):
         m = modes.get(op, {})
-        out('  %-28s %5d   %5d / %5d / %3d' % (op, ops[op], m.get('fresh', 0), m.get('add', 0), m.get('twice', 0)))
-    real = {p: c for p, c in pairs.items() if p[0] not in ('param', 'input', 'index_input', 'constant')}
-    out('coverage: %d distinct op pairs (producer -> consumer), %d with a leaf producer' % (
-        len(real), len(pairs) - len(real)))
+        out('  %-28s %5d   %5d / %5d / %3d   %3d / %3d' % (op, ops[op], m.get('fresh', 0), m.get('add', 0),
+                                                            m.get('twice', 0), len(producers[op] - set(leaves)),
+                                                            len(consumers[op])))
+    real = {p: c for p, c in pairs.items() if p[0] not in leaves}
+    out('coverage: %d distinct op pairs (producer -> consumer) and %d (leaf -> op)' % (len(real), len(pairs) - len(real)))
+    one_path = [op for op in sorted(ops) if modes.get(op) and (not modes[op].get('fresh') or not modes[op].get('add'))]
+    if one_path:
+        out('coverage: ops seen through one adjoint path only: ' + ', '.join(one_path))
 
 
 # ---------------------------------------------------------------------------------------- the run
@@ -279,23 +338,42 @@ def run_programs(progs, tc, work, jobs, per_unit, log=print, stats_out=None):
     if os.path.exists(os.path.join(work, 'out')):
         shutil.rmtree(os.path.join(work, 'out'))
     os.makedirs(os.path.join(work, 'out'))
+    # as many units as compilers run at once, or more when they would exceed per_unit programs
+    n_units = max(jobs, -(-len(progs) // per_unit))
+    per_unit = max(1, -(-len(progs) // n_units))
     units, arrays = write_program_files(progs, work, per_unit)
     t0 = time.time()
-    exe, stats = build(tc, work, units, jobs)
+    exe, stats, failed = build(tc, work, units, jobs)
+    unit_of = {p['name']: units[k // per_unit] for k, p in enumerate(progs)}
     t_build = time.time() - t0
     if stats_out is not None:
         stats_out.extend(stats)
     t0 = time.time()
     env = dict(os.environ, OPENBLAS_NUM_THREADS='1')
-    p = subprocess.run([exe, os.path.join(work, 'data'), os.path.join(work, 'out')], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, env=env)
+    out_dir = os.path.join(work, 'out')
+    todo = [p['name'] for p in progs if unit_of[p['name']] not in failed]
+    crashed = {}
+    while todo:  # a program that crashes the runner is reported, and the others run on
+        p = subprocess.run([exe, os.path.join(work, 'data'), out_dir] + todo, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, env=env)
+        done = [n for n in todo if os.path.exists(os.path.join(out_dir, n + '.json'))]
+        rest = [n for n in todo if n not in done]
+        if p.returncode == 0 or not rest:
+            break
+        crashed[rest[0]] = 'the runner stopped (exit status %d) on this program:\n%s' % (p.returncode, p.stdout[-3000:])
+        todo = rest[1:]
     t_run = time.time() - t0
-    if p.returncode != 0:
-        log('differential_runner exited with %d:\n%s' % (p.returncode, p.stdout[-4000:]))
     t0 = time.time()
     results = {}
     for prog in progs:
-        results[prog['name']] = check_program(prog, arrays[prog['name']], os.path.join(work, 'out'))
+        if unit_of[prog['name']] in failed:
+            results[prog['name']] = (['C++ compile: the unit holding this program does not compile:\n' +
+                                      failed[unit_of[prog['name']]]], None)
+            continue
+        if prog['name'] in crashed:
+            results[prog['name']] = (['C++ crash: ' + crashed[prog['name']]], None)
+            continue
+        results[prog['name']] = check_program(prog, arrays[prog['name']], out_dir)
     t_torch = time.time() - t0
     return results, (t_build, t_run, t_torch)
 
@@ -304,7 +382,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--toolchain', required=True, help='toolchain.txt written by CMake in the build directory (tests/differential/)')
     ap.add_argument('--work', required=True, help='a directory for sources, objects, data and results')
-    ap.add_argument('--seeds', help='A:B, the seeds A..B-1 (the fixed set of CI)')
+    ap.add_argument('--seeds', help='A:B, the seeds A..B-1 (the fixed set of CI), or a list: 3,7,10:12')
     ap.add_argument('--count', type=int, help='this many programs from --seed on')
     ap.add_argument('--seed', type=int, help='the first seed (default: from the clock, printed)')
     ap.add_argument('--per-unit', type=int, default=25, help='programs per translation unit')
@@ -317,8 +395,10 @@ def main(argv=None):
 
     t_start = time.time()
     if args.seeds:
-        a, b = (int(x) for x in args.seeds.split(':'))
-        seeds = list(range(a, b))
+        seeds = []
+        for part in args.seeds.split(','):
+            a, _, b = part.partition(':')
+            seeds += list(range(int(a), int(b))) if b else [int(a)]
     else:
         first = args.seed if args.seed is not None else int(time.time()) % 1000000007
         print('difftest: seed %d (repeat with --seed %d --count %d)' % (first, first, args.count or 1), flush=True)

@@ -3,6 +3,7 @@
 The PyTorch text is what difftest.py runs (exec), so the program printed for a person is exactly the
 one that was compared.
 """
+import copy
 import math
 import zlib
 
@@ -48,8 +49,9 @@ def c_mask(parts, ops):
     return ' && '.join(out)
 
 
-def c_expr(n, v, scores):
-    """C++ for node n; v(i) names operand i's variable; scores collects namespace-scope score types."""
+def c_expr(n, v, scores, nodes):
+    """C++ for node n of the graph `nodes`; v(i) names operand i's variable; scores collects
+    namespace-scope score types."""
     op, a, args = n['op'], n['a'], [v(i) for i in n['args']]
     s = n['shape']
     if op == 'input':
@@ -91,7 +93,7 @@ def c_expr(n, v, scores):
     if op == 'masked_softmax':
         return 'ctg::masked_softmax(%s, %s)' % (args[0], c_mask(a['mask'], args[1:]))
     if op == 'attention':
-        return c_attention(n, args, scores)
+        return c_attention(n, args, scores, nodes)
     if op == 'at_time':
         return 'ctg::at_time<%d>(%s)' % (a['t'], args[0])
     if op == 'reverse_time':
@@ -99,8 +101,10 @@ def c_expr(n, v, scores):
     raise ValueError('no C++ for op ' + op)
 
 
-def c_attention(n, args, scores):
+def c_attention(n, args, scores, nodes):
     a = n['a']
+    first_param = 2 + (a['form'] == 'attention') + a['n_mask']
+    sp_nodes = [nodes[i] for i in n['args'][first_param:]]
     sc = a['score']
     has_v = a['form'] == 'attention'
     q, k = args[0], args[1]
@@ -113,7 +117,7 @@ def c_attention(n, args, scores):
     elif kind == 'scaled_dot':
         score = 'ctg::scaled_dot_score{}'
     elif kind == 'bilinear':
-        w = n['_sp'][0]
+        w = sp_nodes[0]
         score = 'ctg::bilinear_score<"%s"%s>{}' % (w['name'], cdims(w['shape']))
     elif kind == 'additive':
         ps = ['decltype(%s)' % p for p in sps]
@@ -126,7 +130,7 @@ def c_attention(n, args, scores):
             return {'id': x, 'tanh': 'ctg::tanh(%s)' % x, 'l2': 'ctg::l2_normalize(%s)' % x}[kind]
         body = 'ctg::matmul(%s, ctg::transpose(%s))' % (f(sc['fq'], 'q'), f(sc['fk'], 'k'))
         if sc['temp']:
-            t = n['_sp'][0]
+            t = sp_nodes[0]
             body = 'ctg::mul(%s, ctg::exp(ctg::param<"%s">{}))' % (body, t['name'])
         scores.append('struct %s {  // a score of our own: its backward is generated\n'
                       '    static constexpr auto scores(auto q, auto k) { return %s; }\n};' % (name, body))
@@ -160,7 +164,7 @@ def c_cell(n, v, scores, indent):
         for x in c['args']:
             if cell['nodes'][x]['op'] in ('param', 'const', 'full', 'input', 'index'):
                 pass
-        expr = c_expr(c, lambda i: names[i], scores)
+        expr = c_expr(c, lambda i: names[i], scores, cell['nodes'])
         names[c['id']] = 'c%d' % c['id']
         lines.append('%sauto c%d = %s;' % (indent + '    ', c['id'], expr))
     lines.append('%sreturn %s;' % (indent + '    ', names[cell['out']]))
@@ -168,25 +172,8 @@ def c_cell(n, v, scores, indent):
     return head + '\n' + '\n'.join(lines) + '\n' + indent + '}'
 
 
-def attach_score_params(prog):
-    for n in all_nodes(prog):
-        if n['op'] == 'attention':
-            a = n['a']
-            k = 2 + (a['form'] == 'attention') + a['n_mask']
-            n['_sp'] = [prog_lookup(prog, n, i) for i in n['args'][k:]]
-
-
-def prog_lookup(prog, n, i):
-    return prog['nodes'][i]
-
-
-def all_nodes(prog):
-    return prog['nodes']
-
-
 def cpp(prog):
     """The C++ of one program: a namespace with its build() and its registration."""
-    attach_score_params(prog)
     scores = []
     lines = []
     v = lambda i: 'n%d' % i
@@ -202,7 +189,7 @@ def cpp(prog):
             expr = 'ctg::repeat<%d, "%s">(%s, %s)' % (a['L'], a['prefix'], c_cell(n, v, scores, '    '),
                                                       ', '.join(v(i) for i in n['args']))
         else:
-            expr = c_expr(n, v, scores)
+            expr = c_expr(n, v, scores, prog['nodes'])
         lines.append('    auto n%d = %s;' % (n['id'], expr))
     ret = '    return ctgdiff::make(n%d, std::tuple{%s}, std::tuple{%s});' % (
         prog['loss'], ', '.join(v(i) for i in prog['extras']), ', '.join(v(i) for i in prog['drops']))
@@ -381,7 +368,7 @@ def t_expr(n, v, P, L=None):
     raise ValueError('no PyTorch for op ' + op)
 
 
-def t_attention(n, v, prog):
+def t_attention(n, v, nodes):
     a = n['a']
     sc = a['score']
     args = [v(i) for i in n['args']]
@@ -390,7 +377,7 @@ def t_attention(n, v, prog):
     rest = args[2:]
     vv = rest.pop(0) if has_v else None
     mops, sps = rest[:a['n_mask']], rest[a['n_mask']:]
-    qn, kn = prog['nodes'][n['args'][0]], prog['nodes'][n['args'][1]]
+    qn, kn = nodes[n['args'][0]], nodes[n['args'][1]]
     dk = kn['shape'][-1]
     kind = sc['kind']
     kt = '%s.transpose(-1, -2)' % k
@@ -445,9 +432,10 @@ def t_cell(n, v, prog, indent):
         if c['op'] == 'outer':
             names[c['id']] = v(c['a']['ref'])
             continue
-        if c['op'] == 'cross_entropy':
-            c['_V'] = c['shape'][-1]
-        expr = t_expr(c, lambda i: names[i], P)
+        if c['op'] == 'attention':
+            expr = t_attention(c, lambda i: names[i], cell['nodes'])
+        else:
+            expr = t_expr(c, lambda i: names[i], P)
         names[c['id']] = 'c%d' % c['id']
         lines.append('%s    c%d = %s' % (indent, c['id'], expr))
     lines.append('%s    return %s' % (indent, names[cell['out']]))
@@ -456,6 +444,7 @@ def t_cell(n, v, prog, indent):
 
 def torch_source(prog):
     """The PyTorch program: model(P, I, M, train) -> (loss, [extra outputs])."""
+    prog = copy.deepcopy(prog)
     v = lambda i: 'n%d' % i
     for k, d in enumerate(prog['drops']):
         prog['nodes'][d]['_drop'] = k
@@ -496,7 +485,7 @@ def torch_source(prog):
             lines.append('        h = %s(h, l%s)' % (fname, ''.join(', ' + v(i) for i in n['args'][1:])))
             lines.append('    n%d = h' % n['id'])
         elif n['op'] == 'attention':
-            lines.append('    n%d = %s' % (n['id'], t_attention(n, v, prog)))
+            lines.append('    n%d = %s' % (n['id'], t_attention(n, v, prog['nodes'])))
         else:
             lines.append('    n%d = %s' % (n['id'], t_expr(n, v, P)))
     lines.append('    return n%d, [%s]' % (prog['loss'], ', '.join(v(i) for i in prog['extras'])))

@@ -50,6 +50,7 @@ class Ctx:
         for k in ('name', 'init'):
             if k in props:
                 n[k] = props[k]
+        n['zrow'] = props['zrow'] if 'zrow' in props else self.zero_rows(op, args, a)
         self.nodes.append(n)
         self.consumers.append(0)
         for x in args:
@@ -57,6 +58,26 @@ class Ctx:
         if key is not None:
             self.keys[key] = n['id']
         return n
+
+    def zero_rows(self, op, args, a):
+        """Whether a row of the value may be all zeros (l2_normalize's gradient is 1/eps there)."""
+        z = [self.nodes[i]['zrow'] for i in args]
+        if op in ('relu', 'dropout'):
+            return True
+        if op in ('masked_softmax', 'attention'):
+            return bool(a.get('mask')) or any(z)
+        if op in ('exp', 'sigmoid', 'softmax', 'log_softmax', 'layer_norm', 'affine', 'l2_normalize', 'log',
+                  'input', 'param', 'index', 'const', 'full', 'state', 'step'):
+            return False
+        if op == 'sub' and len(args) == 2 and args[0] == args[1]:
+            return True
+        if op in ('add', 'sub'):
+            return all(z)
+        if op == 'div':
+            return z[0]
+        if op in ('scan', 'repeat'):
+            return a['cell']['nodes'][a['cell']['out']]['zrow'] if 'cell' in a else True
+        return any(z)
 
     def floats(self, pred=lambda n: True):
         return [n for n in self.nodes if not n['index'] and pred(n)]
@@ -115,8 +136,8 @@ class Generator:
         self.r = random.Random(seed)
         r = self.r
         self.dims = {'B': r.choice([1, 2, 2, 3, 3]), 'T': r.choice([2, 3, 4]), 'S': r.choice([2, 3, 4])}
-        if wide:
-            self.dims['B'] = 16
+        if wide:  # large enough for a scan's batch parts and for attention's products and rows to be split
+            self.dims.update({'B': 16, 'T': 48, 'S': 40})
         self.wide = wide
         self.target = target or r.randint(5, 40)
         self.counter = 0
@@ -189,8 +210,8 @@ class Generator:
             return None
         # unread values first (the graph grows deep rather than wide), then values read once (a
         # second reader), recent ones before old ones
-        w = [(1.0 + k) * (8.0 if ctx.consumers[n['id']] == 0 else 2.5 if ctx.consumers[n['id']] == 1 else 1.0)
-             for k, n in enumerate(c)]
+        w = [(1.0 + k) * (8.0 if ctx.consumers[n['id']] == 0 else 2.5 if ctx.consumers[n['id']] == 1 else 1.0) *
+             (0.3 if ctx.kind != 'program' and n['op'] == 'param' else 1.0) for k, n in enumerate(c)]
         return self.r.choices(c, w)[0]
 
     def any_shape(self):
@@ -213,7 +234,7 @@ class Generator:
 
     # ------------------------------------------------------------------ element-wise
     def unary(self, ctx):
-        op = self.r.choice(['neg', 'tanh', 'sigmoid', 'relu', 'gelu', 'exp', 'log', 'scale', 'tanh', 'relu', 'sigmoid'])
+        op = self.r.choice(['neg', 'tanh', 'sigmoid', 'relu', 'gelu', 'exp', 'log', 'scale'])
         if op == 'log':
             x = self.operand(ctx, lambda n: n['pos'] and n['lo'] >= 0.05, pos=True)
         elif op == 'exp':
@@ -301,7 +322,7 @@ class Generator:
 
     def rowwise(self, ctx):
         op = self.r.choice(['softmax', 'log_softmax', 'l2_normalize', 'softmax'])
-        x = self.operand(ctx, lambda n: rank(n) >= 1 and n['bound'] < 30)
+        x = self.operand(ctx, lambda n: rank(n) >= 1 and n['bound'] < 30 and not (op == 'l2_normalize' and n['zrow']))
         if x is None or rank(x) == 0:
             return None
         n_last = self.size(x['shape'][-1])
@@ -556,13 +577,13 @@ class Generator:
         return parts, ops
 
     def attention(self, ctx):
-        if ctx.kind != 'program':
+        if ctx.kind == 'scan':  # (a cell's rows are the batch: attention would mix them)
             return None
         q = self.operand(ctx, lambda n: rank(n) >= 2 and isinstance(n['shape'][-1], int) and n['bound'] < 10)
         if q is None or rank(q) < 2 or not isinstance(q['shape'][-1], int):
             return None
         lead, n_dim, dq = q['shape'][:-2], q['shape'][-2], q['shape'][-1]
-        kind = self.r.choice(['dot', 'scaled_dot', 'bilinear', 'additive', 'custom', 'scaled_dot'])
+        kind = self.r.choice(['dot', 'scaled_dot', 'bilinear', 'additive', 'custom', 'custom'])
         m_dim = self.r.choice([n_dim, n_dim, self.r.choice(['S', 'T', 3])])
         dk = dq if kind in ('dot', 'scaled_dot', 'custom') else self.r.choice([dq, self.sdim()])
         k = self.operand(ctx, lambda n: n['shape'] == lead + [m_dim, dk] and n['bound'] < 10, shape=lead + [m_dim, dk])
@@ -590,8 +611,8 @@ class Generator:
             sparams.append(self.new_param(ctx, [A]))
             score['bias'] = bias
         elif kind == 'custom':
-            score['fq'] = self.r.choice(['id', 'tanh', 'l2'])
-            score['fk'] = self.r.choice(['id', 'tanh', 'l2'])
+            score['fq'] = self.r.choice(['id', 'tanh'] if q['zrow'] else ['id', 'tanh', 'l2'])
+            score['fk'] = self.r.choice(['id', 'tanh'] if k['zrow'] else ['id', 'tanh', 'l2'])
             score['temp'] = self.r.random() < 0.5
             if score['temp']:
                 sparams = [self.new_param(ctx, [], scale=0.5)]
@@ -600,10 +621,22 @@ class Generator:
                [p['id'] for p in sparams]
         shape = lead + [n_dim, v['shape'][-1] if v is not None else m_dim]
         bound = v['bound'] if v is not None else 1.0
-        return ctx.add('attention', args, shape, a, bound=bound)
+        att = ctx.add('attention', args, shape, a, bound=bound)
+        if kind == 'custom' and self.r.random() < 0.5:
+            # the score's own expression written again outside: the same ctgraph node, so the
+            # scores have a second reader besides the masked softmax
+            f = {'id': lambda x: x, 'tanh': lambda x: ctx.add('tanh', [x['id']], x['shape'], bound=1.0),
+                 'l2': lambda x: ctx.add('l2_normalize', [x['id']], x['shape'], bound=1.0)}
+            fq, fk = f[score['fq']](q), f[score['fk']](k)
+            kt = ctx.add('transpose', [fk['id']], lead + [dk, m_dim], bound=fk['bound'])
+            sc = ctx.add('matmul', [fq['id'], kt['id']], lead + [n_dim, m_dim], bound=fq['bound'] * kt['bound'] * dk)
+            if score['temp']:
+                e = ctx.add('exp', [sparams[0]['id']], [], bound=2.0, pos=True, lo=0.5)
+                sc = ctx.add('mul', [sc['id'], e['id']], sc['shape'], bound=sc['bound'] * 2)
+        return att
 
     def masked_softmax(self, ctx):
-        if ctx.kind != 'program':
+        if ctx.kind == 'scan':  # (a cell's rows are the batch: attention would mix them)
             return None
         s = self.operand(ctx, lambda n: rank(n) >= 2 and n['bound'] < 30)
         if s is None or rank(s) < 2:
@@ -641,13 +674,26 @@ class Generator:
     def cell_ops(self, ctx, steps):
         ops = [self.unary, self.binary, self.binary, self.matmul, self.affine, self.rowwise, self.concat,
                self.slice, self.layer_norm, self.reduce]
+        if ctx.kind == 'repeat':  # a Transformer block's attention, its parameters per layer
+            ops += [self.attention, self.masked_softmax]
         made = 0
         tries = 0
+        seen = set()
         while made < steps and tries < steps * 6:
             tries += 1
             n = self.r.choice(ops)(ctx)
-            if n is not None:
+            if n is not None and n['id'] not in seen:
+                seen.add(n['id'])
                 made += 1
+                # a second reader of a computed operand after this node, joined to it (so that
+                # this node's backward adds to that operand's adjoint; cells have both paths too)
+                xs = [ctx.nodes[i] for i in n['args'] if not ctx.nodes[i]['index']
+                      and ctx.nodes[i]['op'] not in ('param', 'const', 'full', 'state', 'step', 'extra', 'outer')]
+                if xs and self.r.random() < 0.5:
+                    x = self.r.choice(xs)
+                    s = ctx.add(self.r.choice(['tanh', 'sigmoid']), [x['id']], x['shape'], bound=1.0)
+                    if x['shape'] == n['shape']:
+                        ctx.add('add', [n['id'], s['id']], n['shape'], bound=n['bound'] + 1.0)
 
     def finish_cell(self, ctx, want):
         """Makes the cell's result: a node of shape `want` read from what the cell computed."""
@@ -662,6 +708,18 @@ class Generator:
             w = self.new_param(ctx, [x['shape'][-1], want[-1]])
             b = self.new_param(ctx, [want[-1]])
             out = ctx.add('affine', [x['id'], w['id'], b['id']], want, bound=x['bound'] * w['bound'] * x['shape'][-1])
+        # what else the cell computed in the result's shape joins it (no work is thrown away, and
+        # values get several readers inside the cell too)
+        for n in list(ctx.nodes):
+            if (ctx.consumers[n['id']] or n['id'] == out['id'] or n['index'] or n['bound'] >= 10 or n['op'] in
+                    ('param', 'const', 'full', 'state', 'step', 'extra', 'outer')):
+                continue
+            if n['shape'] == want:
+                out = ctx.add('add', [out['id'], n['id']], want, bound=out['bound'] + n['bound'])
+            elif rank(n) == len(want) and n['shape'][:-1] == want[:-1] and isinstance(n['shape'][-1], int):
+                w = self.new_param(ctx, [n['shape'][-1], want[-1]])
+                p = ctx.add('matmul', [n['id'], w['id']], want, bound=n['bound'] * w['bound'] * n['shape'][-1])
+                out = ctx.add('add', [out['id'], p['id']], want, bound=out['bound'] + p['bound'])
         st = next(n for n in ctx.nodes if n['op'] == 'state')
         if not depends(ctx, out, 'state'):
             out = ctx.add('add', [out['id'], st['id']], want, bound=out['bound'] + st['bound'])
@@ -688,14 +746,15 @@ class Generator:
         cell.batch = bl
         has_len = self.r.random() < 0.35
         cell.row_mixing = not has_len and self.r.random() < 0.3
-        st = cell.add('state', [], [bl, H], bound=1.0)
+        st = cell.add('state', [], [bl, H], bound=1.0, zrow=True)  # zeros at the first step
         x = cell.add('step', [], [bl, X], bound=xs['bound'])
         # invariants from outside: a (B, H) or (H) value, read as a closure
         outer = []
         if self.r.random() < 0.4:
             o = self.pick(ctx, lambda n: n['shape'] in ([bl, H], [H]) and n['bound'] < 10 and n['op'] != 'index')
             if o is not None:
-                ref = cell.add('outer', [], o['shape'], {'ref': o['id']}, bound=o['bound'], pos=o['pos'], lo=o['lo'])
+                ref = cell.add('outer', [], o['shape'], {'ref': o['id']}, bound=o['bound'], pos=o['pos'], lo=o['lo'],
+                               zrow=o['zrow'])
                 outer.append(o['id'])
         self.cell_ops(cell, self.r.randint(2, 6))
         out = self.finish_cell(cell, [bl, H])
@@ -740,13 +799,13 @@ class Generator:
         prefix = self.fresh('r') + '.'
         cell = Ctx(self, 'repeat', ctx)
         cell.batch = None
-        st = cell.add('state', [], x['shape'], bound=x['bound'])
+        st = cell.add('state', [], x['shape'], bound=x['bound'], zrow=x['zrow'])
         extras = []
         if self.r.random() < 0.4:
             e = self.pick(ctx, lambda n: (n['shape'] == x['shape'] or n['shape'] == x['shape'][-1:]) and n['bound'] < 5
                           and n['id'] != x['id'])
             if e is not None:
-                cell.add('extra', [], e['shape'], {'k': 0}, bound=e['bound'], pos=e['pos'], lo=e['lo'])
+                cell.add('extra', [], e['shape'], {'k': 0}, bound=e['bound'], pos=e['pos'], lo=e['lo'], zrow=e['zrow'])
                 extras.append(e['id'])
         self.cell_ops(cell, self.r.randint(2, 5))
         out = self.finish_cell(cell, x['shape'])
@@ -758,23 +817,48 @@ class Generator:
         a = {'L': L, 'prefix': prefix, 'cell': {'nodes': nodes, 'out': new[out['id']]}}
         return ctx.add('repeat', [x['id']] + extras, x['shape'], a, bound=max(out['bound'], x['bound']))
 
+    def sibling(self, ctx, n):
+        """Another reader of one of n's operands, made after n: n's backward then adds to that
+        operand's adjoint instead of writing it first (ctgraph's two adjoint paths)."""
+        xs = [ctx.nodes[i] for i in n['args'] if not ctx.nodes[i]['index']
+              and ctx.nodes[i]['op'] not in ('const', 'full', 'index')]
+        if not xs:
+            return None
+        x = self.r.choice(xs)
+        k = self.r.random()
+        if k < 0.3:
+            return ctx.add('tanh', [x['id']], x['shape'], bound=1.0)
+        if k < 0.5:
+            c = self.r.choice([0.5, -2.0, 1.5])
+            return ctx.add('scale', [x['id']], x['shape'], {'c': c}, bound=abs(c) * x['bound'])
+        if k < 0.7 and x['shape'] and x['bound'] < 30:
+            return ctx.add('softmax', [x['id']], x['shape'], bound=1.0, pos=True,
+                           lo=math.exp(-2 * x['bound']) / self.size(x['shape'][-1]))
+        g = self.new_input(ctx, x['shape'])
+        return ctx.add('mul', [x['id'], g['id']], x['shape'], bound=x['bound'])
+
     # ------------------------------------------------------------------ the program
     def build(self):
         ctx = self.prog
         r = self.r
         ops = [(self.unary, 10), (self.binary, 12), (self.rowwise, 4), (self.matmul, 8), (self.affine, 3),
                (self.transpose, 2), (self.permute, 2), (self.reshape, 3), (self.reduce, 4), (self.concat, 3),
-               (self.slice, 3), (self.embedding, 2), (self.layer_norm, 3), (self.dropout, 3), (self.attention, 4),
-               (self.masked_softmax, 2), (self.mse, 1), (self.cross_entropy, 1), (self.scan, 2), (self.repeat, 2)]
+               (self.slice, 3), (self.embedding, 2), (self.layer_norm, 3), (self.dropout, 4), (self.attention, 5),
+               (self.masked_softmax, 4), (self.mse, 1), (self.cross_entropy, 1), (self.scan, 2), (self.repeat, 2)]
         fns, ws = zip(*ops)
         tries = 0
+        made = set()
         def sinks():
             return sum(1 for n in ctx.nodes if not ctx.consumers[n['id']] and not n['index']
                        and n['op'] not in ('const', 'full'))
         while len(ctx.nodes) + 2 * sinks() < self.target and tries < 400:
             tries += 1
             fn = r.choices(fns, ws)[0]
-            fn(ctx)
+            n = fn(ctx)
+            if n is not None and n['id'] not in made:
+                made.add(n['id'])
+                if r.random() < (0.6 if n['op'] in ('dropout', 'masked_softmax', 'attention') else 0.45):
+                    self.sibling(ctx, n)
         if not ctx.floats(lambda n: n['op'] not in ('const', 'full')):
             self.new_input(ctx, self.any_shape())
         # every value nothing reads becomes a term of the loss, weighted so that no gradient

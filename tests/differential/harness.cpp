@@ -3,7 +3,7 @@
 //
 //   differential_runner DATA_DIR OUT_DIR [NAME...]
 //
-// For each program NAME (all registered ones when none is given) it reads DATA_DIR/NAME.npz (the
+// For each program NAME, in that order (all registered ones when none is given), it reads DATA_DIR/NAME.npz (the
 // parameters "param/<name>", floating-point inputs "input/<name>", index inputs "index/<name>", and
 // "meta/..." settings written by the generator) and writes
 //   OUT_DIR/NAME.npz   the loss, every parameter's and input's gradient, the dropout nodes' values
@@ -364,11 +364,15 @@ int main(int argc, char** argv) {
     }
     const std::string data = argv[1], out = argv[2];
     std::vector<std::string> names(argv + 3, argv + argc);
+    if (names.empty())
+        for (const auto& e : ctgdiff::registry()) names.push_back(e.name);
     int failed = 0, run = 0;
-    for (const auto& e : ctgdiff::registry()) {
-        if (!names.empty() && std::find(names.begin(), names.end(), e.name) == names.end()) continue;
+    for (const auto& name : names) {  // in the order given: a crash is the first program without a report
+        const auto& r = ctgdiff::registry();
+        const auto e = std::find_if(r.begin(), r.end(), [&](const auto& x) { return x.name == name; });
+        if (e == r.end()) continue;
         ++run;
-        if (!ctgdiff::check(e, data, out)) ++failed;
+        if (!ctgdiff::check(*e, data, out)) ++failed;
     }
     std::printf("differential_runner: %d programs, %d with a failed check here\n", run, failed);
     return 0;  // the verdict is difftest.py's, which reads the reports
