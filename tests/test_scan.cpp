@@ -113,3 +113,56 @@ TEST_CASE("the adjoint of a scan's states is dL/dh_t for every step", "[scan]") 
         }
 }
 
+
+TEST_CASE("scan and repeat: a cell that returns one of its arguments unchanged", "[scan]") {
+    // A step's output is written through the cell's result node, which an argument of the cell is
+    // not: such cells gave zeros, values and gradients. The last case is the differential tests'
+    // minimal program: a repeat block reduced to `return h;` (loss 0, gradient 0).
+    using Xh = input<"xh", T, B, H>;
+    using H0 = input<"h0", B, H>;
+    using G = input<"g", T, B, H>;
+    xt::xtensor<double, 3> xh = xt::reshape_view(xt::arange<double>(0, 5 * 2 * H) * 0.1 - 1.5, {5, 2, H});
+    xt::xtensor<double, 2> h0 = xt::reshape_view(xt::arange<double>(0, 2 * H) * 0.25 - 0.5, {2, H});
+    xt::xtensor<double, 3> g = xt::reshape_view(xt::arange<double>(0, 5 * 2 * H) * 0.05 + 0.5, {5, 2, H});
+    SECTION("a scan carrying its state unchanged: every step's state is h0") {
+        auto prog = compile<double, options{.input_grads = true}>(
+            sum(mul(scan<H>([](auto h, auto) { return h; }, Xh{}, H0{}), G{})));
+        prog.feed<"xh">(xh);
+        prog.feed<"h0">(h0);
+        prog.feed<"g">(g);
+        CHECK(prog.forward() == Approx(xt::sum(g * h0)()).epsilon(1e-14));
+        prog.backward();
+        const xt::xtensor<double, 2> want = xt::sum(g, {0});
+        CHECK(xt::allclose(prog.input_grad<"h0">(), want, 1e-14, 0));
+    }
+    SECTION("a scan whose state is its step input") {
+        auto prog = compile<double, options{.input_grads = true}>(
+            sum(mul(scan<H>([](auto, auto x) { return x; }, Xh{}), G{})));
+        prog.feed<"xh">(xh);
+        prog.feed<"g">(g);
+        CHECK(prog.forward() == Approx(xt::sum(g * xh)()).epsilon(1e-14));
+        prog.backward();
+        CHECK(xt::allclose(prog.input_grad<"xh">(), g, 1e-14, 0));
+    }
+    SECTION("repeat blocks returning their input, or another argument") {
+        using X2 = input<"x", B, H>;
+        using G2 = input<"g", B, H>;
+        auto x = xt::view(xh, 0);
+        auto g2 = xt::view(g, 0);
+        auto ident = compile<double, options{.input_grads = true}>(
+            sum(repeat<1, "r2.">([](auto h, auto) { return h; }, X2{}, X2{})));
+        ident.feed<"x">(x);
+        CHECK(ident.forward() == Approx(xt::sum(x)()).epsilon(1e-14));
+        ident.backward();
+        CHECK(xt::all(xt::equal(ident.input_grad<"x">(), 1.0)));
+        auto other = compile<double, options{.input_grads = true}>(
+            sum(mul(repeat<2, "r.">([](auto, auto e) { return e; }, X2{}, H0{}), G2{})));
+        other.feed<"x">(x);
+        other.feed<"h0">(h0);
+        other.feed<"g">(g2);
+        CHECK(other.forward() == Approx(xt::sum(g2 * h0)()).epsilon(1e-14));
+        other.backward();
+        CHECK(xt::allclose(other.input_grad<"h0">(), g2, 1e-14, 0));  // read by the last layer only
+        CHECK(xt::all(xt::equal(other.input_grad<"x">(), 0.0)));
+    }
+}

@@ -332,6 +332,32 @@ struct placeholder_of<shape<D...>, Index> {
     using type = placeholder<Role, Index, D...>;
 };
 
+/// The copy that makes an argument of a cell its result. scan and repeat write a step's output
+/// through the cell's result node; a cell that returns one of its arguments unchanged (its state, the
+/// step input, an extra value of repeat, a block's parameter) has no such node, and the output was
+/// left as zeros. cell_result(out) is the cell's own result when that is an op node, else this copy.
+struct cell_result_op {
+    static constexpr std::string_view name = "cell_result";
+    static constexpr bool assigns_adjoints = true;
+    template <class A>
+    static consteval bool check() { return true; }
+    template <class A>
+    static consteval auto dims() { return A::dims; }
+    template <class A>
+    static consteval bool rows_independent() { return true; }
+    template <class T>
+    static void forward(op_io<T, 1>& c) { std::copy(c.x_data(0), c.x_data(0) + c.y.size(), c.y_data()); }
+    template <class T>
+    static void backward(op_io<T, 1>& c) {
+        if (T* g = c.gx_data(0)) kernels::put(c.fresh(0), c.y.size(), static_cast<const T*>(c.gy_data()), g);
+    }
+};
+template <class Out>
+constexpr auto cell_result(Out out) {
+    if constexpr (Out::is_poison || Out::kind == leaf_kind::none) return out;
+    else return make_node<cell_result_op>(out);
+}
+
 // A step's input shape: a sequence's without its leading axis (time for scan, layers for repeat).
 template <class Xs>
 struct step_shape {

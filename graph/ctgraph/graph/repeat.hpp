@@ -259,10 +259,10 @@ constexpr auto repeat_checked(Block block, X x, [[maybe_unused]] Extra... extra)
     static_assert(L >= 1, "ctg::repeat: at least one layer");
     static_assert(sizeof...(Extra) <= 64, "ctg::repeat: at most 64 extra arguments");
     using State = typename detail::placeholder_of<typename X::shape, X::is_index>::template type<0>;
-    using Out = decltype([]<std::size_t... E>(Block b, std::index_sequence<E...>) {
+    using Out = decltype(detail::cell_result([]<std::size_t... E>(Block b, std::index_sequence<E...>) {
         return b(State{}, typename detail::placeholder_of<typename detail::repeat_arg<Extra>::shape,
                                                           detail::repeat_arg<Extra>::type::is_index>::template type<int(2 + E)>{}...);
-    }(block, std::index_sequence_for<Extra...>{}));
+    }(block, std::index_sequence_for<Extra...>{})));
     if constexpr (Out::is_poison) {
         return poison{};
     } else {
@@ -278,12 +278,18 @@ constexpr auto repeat_checked(Block block, X x, [[maybe_unused]] Extra... extra)
         }();
         using Op = ops::repeat_op<Out, L, sizeof...(Extra), sliced>;
         using info = typename Op::info;
-        static_assert(!detail::closes_over_outer_value<typename info::G>(),
-                      "ctg::repeat: the block combines data with parameters without its arguments (a value computed "
-                      "outside, or an input); pass that value to repeat after x and take it as an argument");
-        using params = typename detail::stacked_params<Prefix, L, typename info::step_param_list>::type;
-        return detail::make_repeat_node<Op>(x, tlist<typename detail::repeat_arg<Extra>::type...>{}, params{},
-                                            typename info::hoisted_list{});
+        static_assert(info::variant[info::out],
+                      "ctg::repeat: the block's result depends on neither its input, its other arguments nor its parameters");
+        if constexpr (!info::variant[info::out]) {
+            return poison{};
+        } else {
+            static_assert(!detail::closes_over_outer_value<typename info::G>(),
+                          "ctg::repeat: the block combines data with parameters without its arguments (a value computed "
+                          "outside, or an input); pass that value to repeat after x and take it as an argument");
+            using params = typename detail::stacked_params<Prefix, L, typename info::step_param_list>::type;
+            return detail::make_repeat_node<Op>(x, tlist<typename detail::repeat_arg<Extra>::type...>{}, params{},
+                                                typename info::hoisted_list{});
+        }
     }
 }
 }  // namespace detail

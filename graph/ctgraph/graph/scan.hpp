@@ -616,7 +616,7 @@ constexpr auto scan_checked(Cell cell, Xs xs, H0 h0, Len lengths) {
     using state_shape = shape<Xs::shape::dims[1], StateDims...>;
     using State = typename detail::placeholder_of<state_shape, false>::template type<0>;
     using Step = typename detail::placeholder_of<shape_from<detail::step_shape<Xs>>, Xs::is_index>::template type<1>;
-    using Out = decltype(cell(State{}, Step{}));
+    using Out = decltype(detail::cell_result(cell(State{}, Step{})));
     static_assert(with_shapes<Out::is_poison || std::is_same_v<typename Out::shape, state_shape>,
                               typename Out::shape::pretty, typename state_shape::pretty>::value,
                   "ctg::scan: the cell must return a new state of the state's shape");
@@ -633,7 +633,11 @@ constexpr auto scan_checked(Cell cell, Xs xs, H0 h0, Len lengths) {
                                   typename Len::shape::pretty, typename Xs::shape::pretty>::value,
                       "ctg::scan: lengths must be an index_input with one entry per sequence (B)");
     }
-    if constexpr (Out::is_poison) {
+    constexpr bool per_step = [] {
+        if constexpr (Out::is_poison) return true; else return detail::cell_info<Out>::variant[detail::cell_info<Out>::out];
+    }();
+    static_assert(per_step, "ctg::scan: the cell's result depends on neither the state nor the step input");
+    if constexpr (Out::is_poison || !per_step) {
         return poison{};
     } else {
         using Op = ops::scan_op<Out, has_h0, has_len, h0_rows>;
