@@ -166,3 +166,47 @@ TEST_CASE("scan and repeat: a cell that returns one of its arguments unchanged",
         CHECK(xt::all(xt::equal(other.input_grad<"x">(), 0.0)));
     }
 }
+
+TEST_CASE("scan: a cell that reads neither its step input nor a value with the batch axis", "[scan]") {
+    // The steps' rows come from the sequence's batch, which the cell's own nodes did not name: the
+    // letter was left unbound and no step computed anything (a training program's zeroed arena hid
+    // it; the differential tests found it as an inference program over an identity cell, whose
+    // memory reused by lifetime still held other values). h_t = tanh(h_{t-1} W + b) from h = 0.
+    auto cell = [](auto h, auto) { return tanh(h * param<"W_h", H, H>{} + param<"b", H>{}); };
+    auto hs = scan<H>(cell, Xs{});
+    auto prog = compile<double>(sum(mul(hs, input<"g", T, B, H>{})));
+    prog.params().init(5);
+    auto W = prog.param<"W_h">();
+    auto bias = prog.param<"b">();
+    for (std::size_t k = 0; k < H; ++k) bias(k) = 0.25 * double(k) - 0.3;
+    xt::xtensor<double, 3> xs = xt::zeros<double>({4, 2, X});
+    xt::xtensor<double, 3> g = xt::reshape_view(xt::arange<double>(0, 4 * 2 * H) * 0.1 - 1.0, {4, 2, H});
+    prog.feed<"xs">(xs);
+    prog.feed<"g">(g);
+    prog.forward();
+    xt::xtensor<double, 2> h = xt::zeros<double>({2, H});
+    for (std::size_t t = 0; t < 4; ++t) {
+        xt::xtensor<double, 2> next = xt::zeros<double>({2, H});
+        for (std::size_t b = 0; b < 2; ++b)
+            for (std::size_t j = 0; j < H; ++j) {
+                double s = bias(j);
+                for (std::size_t k = 0; k < H; ++k) s += h(b, k) * W(k, j);
+                next(b, j) = std::tanh(s);
+            }
+        h = next;
+        CHECK(xt::allclose(xt::view(prog.value_of(hs), t), h, 1e-14, 1e-15));
+    }
+    CHECK(check_gradients(hs, {.dims = {{'T', 4}, {'B', 2}}}) > 0);
+    // An inference program (memory placed by lifetime, here poisoned with NaN) over an identity cell
+    // equals the training program.
+    auto id = affine(scan<H>([](auto s, auto) { return s; }, Xs{}), param<"W", H, H>{}, param<"c", H>{});
+    auto train = compile<double>(sum(id));
+    train.params().init(3);
+    auto inf = program_for<double, options{.inference = true}, decltype(sum(id))>(train.shared_params());
+    inf.poison_arena(true);
+    train.feed<"xs">(xs);
+    inf.feed<"xs">(xs);
+    const double want = train.forward();
+    CHECK(inf.forward() == want);
+    CHECK(want == Approx(4.0 * 2.0 * xt::sum(train.param<"c">())()).epsilon(1e-14));  // the state stays 0
+}

@@ -321,6 +321,10 @@ struct scan_op {
         if constexpr (HasLengths) {  // lengths (B): the state's first dimension
             if (G::dims[state_node][0].sym) known[nk++] = {std::size_t(state_node), rshape{1, {x[len_index].d[0]}}, 0};
         }
+        // Last, the batch from xs itself: a cell that reads neither its step input nor an operand
+        // with the batch axis had it unbound, and its steps had no rows (nothing was computed).
+        if constexpr (state_node >= 0)
+            if (parts == 1) known[nk++] = {std::size_t(state_node), rshape{1, {L.rows}}, 0};
         L.plan(known.data(), nk, forward_only);
         L.zeros = round_up_lines(L.shapes[info::out].size());
         L.h0_adj = H0Rows ? L.zeros : 0;
