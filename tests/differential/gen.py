@@ -288,7 +288,7 @@ class Generator:
         elif r < 0.22:
             v = self.r.choice([0.5, -1.0, 2.0, 1.5])
             y = ctx.add('const', [], [], {'v': v}, bound=abs(v), pos=v > 0, lo=v if v > 0 else 0.0)
-        elif r < 0.3 and ctx.kind != 'repeat' or (r < 0.3 and ctx.kind == 'repeat'):
+        elif r < 0.3:  # a tensor of one value (ctg::full), of the shape or a trailing part of it
             v = self.r.choice([0.5, -0.25, 1.0])
             sub = shape[self.r.randint(0, len(shape)):] if shape else []
             y = ctx.add('full', [], sub, {'v': v}, bound=abs(v), pos=v > 0, lo=v if v > 0 else 0.0)
@@ -756,8 +756,11 @@ class Generator:
                 ref = cell.add('outer', [], o['shape'], {'ref': o['id']}, bound=o['bound'], pos=o['pos'], lo=o['lo'],
                                zrow=o['zrow'])
                 outer.append(o['id'])
-        self.cell_ops(cell, self.r.randint(2, 6))
-        out = self.finish_cell(cell, [bl, H])
+        if self.r.random() < 0.05:  # a cell returning its state or its step input unchanged
+            out = x if X == H and self.r.random() < 0.5 else st
+        else:
+            self.cell_ops(cell, self.r.randint(2, 6))
+            out = self.finish_cell(cell, [bl, H])
         nodes, new = prune(cell.nodes, [out['id']], ('state', 'step'))
         cell_desc = {'nodes': nodes, 'out': new[out['id']]}
         outer = [o for o in outer if any(c['op'] == 'outer' and c['a']['ref'] == o for c in nodes)]
@@ -783,7 +786,7 @@ class Generator:
         r = self.r.random()
         if r < 0.25:
             return ctx.add('at_time', [hs['id']], [bl, H], {'t': self.r.choice([-1, 0, 1])}, bound=1.0)
-        if r < 0.4:
+        if r < 0.55:
             if self.r.random() < 0.5 and a['lengths']:
                 return ctx.add('reverse_time', [hs['id'], args[a['n_pre'] - 1]], hs['shape'], bound=1.0)
             return ctx.add('reverse_time', [hs['id']], hs['shape'], bound=1.0)
@@ -807,12 +810,16 @@ class Generator:
             if e is not None:
                 cell.add('extra', [], e['shape'], {'k': 0}, bound=e['bound'], pos=e['pos'], lo=e['lo'], zrow=e['zrow'])
                 extras.append(e['id'])
-        self.cell_ops(cell, self.r.randint(2, 5))
-        out = self.finish_cell(cell, x['shape'])
-        if self.r.random() < 0.5:  # a residual block
-            out = cell.add('add', [st['id'], out['id']], x['shape'], bound=x['bound'] + 1)
-        if out['bound'] > 4:
-            out = cell.add('tanh', [out['id']], x['shape'], bound=1.0)
+        if self.r.random() < 0.05:  # a block returning its input or its other argument unchanged
+            ex = [n for n in cell.nodes if n['op'] == 'extra' and n['shape'] == x['shape']]
+            out = ex[0] if ex and self.r.random() < 0.5 else st
+        else:
+            self.cell_ops(cell, self.r.randint(2, 5))
+            out = self.finish_cell(cell, x['shape'])
+            if self.r.random() < 0.5:  # a residual block
+                out = cell.add('add', [st['id'], out['id']], x['shape'], bound=x['bound'] + 1)
+            if out['bound'] > 4:
+                out = cell.add('tanh', [out['id']], x['shape'], bound=1.0)
         nodes, new = prune(cell.nodes, [out['id']], ('state', 'extra'))
         a = {'L': L, 'prefix': prefix, 'cell': {'nodes': nodes, 'out': new[out['id']]}}
         return ctx.add('repeat', [x['id']] + extras, x['shape'], a, bound=max(out['bound'], x['bound']))
@@ -841,7 +848,7 @@ class Generator:
     def build(self):
         ctx = self.prog
         r = self.r
-        ops = [(self.unary, 10), (self.binary, 12), (self.rowwise, 4), (self.matmul, 8), (self.affine, 3),
+        ops = [(self.unary, 12), (self.binary, 12), (self.rowwise, 4), (self.matmul, 8), (self.affine, 3),
                (self.transpose, 2), (self.permute, 2), (self.reshape, 3), (self.reduce, 4), (self.concat, 3),
                (self.slice, 3), (self.embedding, 2), (self.layer_norm, 3), (self.dropout, 4), (self.attention, 5),
                (self.masked_softmax, 4), (self.mse, 1), (self.cross_entropy, 1), (self.scan, 2), (self.repeat, 2)]
@@ -857,7 +864,8 @@ class Generator:
             n = fn(ctx)
             if n is not None and n['id'] not in made:
                 made.add(n['id'])
-                if r.random() < (0.6 if n['op'] in ('dropout', 'masked_softmax', 'attention') else 0.45):
+                if r.random() < (0.6 if n['op'] in ('dropout', 'masked_softmax', 'attention', 'neg', 'relu', 'gelu', 'log',
+                                                    'exp', 'reverse_time', 'at_time', 'l2_normalize') else 0.45):
                     self.sibling(ctx, n)
         if not ctx.floats(lambda n: n['op'] not in ('const', 'full')):
             self.new_input(ctx, self.any_shape())

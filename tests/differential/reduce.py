@@ -27,7 +27,8 @@ import gen
 
 
 def kinds(fails):
-    """The kinds of check a failure list fails."""
+    """The kinds of check a failure list fails: the loss, gradients (against PyTorch or finite
+    differences), eval-mode outputs, inference, threads, the fused step, an error."""
     out = set()
     for f in fails:
         if f.startswith('C++: inference'):
@@ -40,11 +41,21 @@ def kinds(fails):
             out.add('broken')  # the generator's or the emitter's fault: never what a reduction keeps
         elif f.startswith('C++'):
             out.add('error')
-        elif f.startswith('finite differences'):
-            out.add('fd')
+        elif f.startswith('finite differences') or f.startswith('PyTorch: gradient'):
+            out.add('gradient')
+        elif f.startswith('PyTorch: loss') or f.startswith('PyTorch: eval loss'):
+            out.add('loss')
         elif f.startswith('PyTorch'):
-            out.add('pytorch')
+            out.add('outputs')
     return out
+
+
+def keeps(candidate_fails, want):
+    """Whether a candidate still fails the way the original did: some of the same kinds, and no
+    kind the original passed (a reduction drifting to another failure is a new bug to reduce on its
+    own, not this one)."""
+    k = kinds(candidate_fails)
+    return bool(k & want) and k <= want
 
 
 def size(prog):
@@ -193,7 +204,7 @@ class Reducer:
                 p['loss'] = sum_terms(p, sub)
                 cands.append((sub, finish(p)))
             res = self.run([p for _, p in cands], 't%d' % rnd)
-            hit = next(((sub, p) for sub, p in cands if kinds(res[p['name']]) & want), None)
+            hit = next(((sub, p) for sub, p in cands if keeps(res[p['name']], want)), None)
             if hit is not None:
                 terms = hit[0]
                 cur_fails = res[hit[1]['name']]
@@ -235,7 +246,7 @@ class Reducer:
                 tried += len(named)
                 results, _ = difftest.run_programs([p for _, p in named], self.tc,
                                                    os.path.join(self.work, prog['name']), self.jobs, per_unit=self.batch)
-                good = [(size(p), len(p['extras']), what, p) for what, p in named if kinds(results[p['name']][0]) & want]
+                good = [(size(p), len(p['extras']), what, p) for what, p in named if keeps(results[p['name']][0], want)]
                 if good:
                     good.sort(key=lambda g: (g[0], g[1]))
                     _, _, what, best = good[0]
@@ -332,14 +343,16 @@ def standalone_cpp(prog, data, fails):
     head = text[text.index("inline constexpr dim"):text.index('std::unique_ptr<ctgdiff::model> build()')]
     lines = ['// A minimal program on which a check of the differential tests fails (seed %d):' % prog['seed']]
     lines += ['//   ' + l for f in fails[:6] for l in f.splitlines()[:3]]
-    lines += ['#include <cstdio>', '#include <iterator>', '', '#include <ctgraph/ctgraph.hpp>', '',
-              'using namespace ctg;']
+    lines += ['#include <cstdio>', '#include <iterator>', '#include <vector>', '', '#include <ctgraph/ctgraph.hpp>']
+    if 'train_step' in kinds(fails):
+        lines.append('#include <ctgraph/train.hpp>')
+    lines += ['', 'using namespace ctg;']
     if any('ctgdiff::pred' in l for l in text.splitlines()):
         lines += ['namespace ctgdiff {', 'template <int K, int R>', 'struct pred {',
                   '    static constexpr bool visible(std::size_t i, std::size_t j) { return (i + 2 * j) % K != std::size_t(R); }',
                   '};', '}  // namespace ctgdiff']
     lines += head.rstrip().splitlines()
-    lines += ['', 'int main() {'] + body.rstrip('\n').splitlines()
+    lines += ['', 'int main() {'] + body.strip('\n').splitlines()
     lines.append('    auto prog = compile<double, options{.input_grads = true}>(n%d);' % prog['loss'])
     dims = prog['dims']
     for key in sorted(data):
@@ -352,7 +365,8 @@ def standalone_cpp(prog, data, fails):
             t = 'double' if kind == 'input' else 'index_t'
             lines.append('    { const %s v[] = {%s};' % (t, c_array(a.reshape(-1), t)))
             lines.append('      prog.feed("%s", v, rshape{%d, {%s}}); }' % (name, a.ndim, ', '.join(str(d) for d in a.shape)))
-    lines.append('    prog.dropout_seed(%d);' % prog['dropout_seed'])
+    seed = prog['dropout_seed']
+    lines.append('    prog.dropout_seed(%d);  // the dropout masks of the run that failed' % seed)
     lines.append('    std::printf("loss %.17g\\n", prog.forward());')
     lines.append('    prog.backward();')
     for key in sorted(data):
@@ -361,6 +375,52 @@ def standalone_cpp(prog, data, fails):
             lines.append('    for (double g : prog.grad<"%s">()) std::printf("dL/d%s %%.17g\\n", g);' % (name, name))
         elif kind == 'input':
             lines.append('    for (double g : prog.input_grad<"%s">()) std::printf("dL/d%s %%.17g\\n", g);' % (name, name))
+    k = kinds(fails)
+    if 'train_step' in k:
+        lines += ['    // the check that fails: ctg::train_step (the update fused into backward) against the plain step',
+                  '    const std::vector<double> start(prog.params().values().begin(), prog.params().values().end());',
+                  '    optim::sgd<double> plain_opt({.lr = 0.1, .momentum = 0.9}), fused_opt({.lr = 0.1, .momentum = 0.9});',
+                  '    prog.zero_grad();',
+                  '    prog.dropout_seed(%d);' % seed,
+                  '    prog.forward();',
+                  '    prog.backward();',
+                  '    plain_opt.step(prog.params());',
+                  '    const std::vector<double> plain(prog.params().values().begin(), prog.params().values().end());',
+                  '    std::copy(start.begin(), start.end(), prog.params().values().begin());',
+                  '    prog.dropout_seed(%d);' % seed,
+                  '    train_step(prog, fused_opt);',
+                  '    const auto& fused = prog.params().values();',
+                  '    for (std::size_t i = 0; i < plain.size(); ++i)',
+                  '        if (plain[i] != fused[i]) std::printf("weight %zu: plain step %.17g, fused step %.17g\\n", i, plain[i], fused[i]);']
+    if 'inference' in k:
+        outs = ', '.join('decltype(n%d)' % i for i in [prog['loss']] + prog['extras'])
+        lines += ['    // the check that fails: the inference program against the training program in eval mode',
+                  '    prog.training(false);',
+                  '    const double eval_loss = prog.forward();',
+                  '    auto inf = program_for<double, options{.inference = true}, %s>(prog.shared_params());' % outs]
+        for key in sorted(data):
+            kind, name = key.split('/', 1)
+            if kind in ('input', 'index'):
+                a = data[key]
+                t = 'double' if kind == 'input' else 'index_t'
+                lines.append('    { const %s v[] = {%s};' % (t, c_array(a.reshape(-1), t)))
+                lines.append('      inf.feed("%s", v, rshape{%d, {%s}}); }' % (name, a.ndim, ', '.join(str(d) for d in a.shape)))
+        lines.append('    std::printf("loss: inference %.17g, training program in eval mode %.17g\\n", inf.forward(), eval_loss);')
+        for k2, e in enumerate(prog['extras']):
+            lines += ['    { auto a = inf.output<%d>(); auto b = prog.value_of(n%d);' % (k2 + 1, e),
+                      '      for (std::size_t i = 0; i < a.size(); ++i)',
+                      '          if (a.data()[i] != b.data()[i]) std::printf("output %d [%%zu]: inference %%.17g, training %%.17g\\n", i, a.data()[i], b.data()[i]); }' % (k2 + 1)]
+    if 'threads' in k:
+        lines += ['    // the check that fails: one thread against two',
+                  '    prog.training(true);',
+                  '    for (int threads : {1, 2}) {',
+                  '        set_num_threads(threads);',
+                  '        prog.zero_grad();',
+                  '        prog.dropout_seed(%d);' % seed,
+                  '        std::printf("%d threads: loss %.17g\\n", threads, prog.forward());',
+                  '        prog.backward();',
+                  '        for (double g : prog.params().grads()) std::printf("  %.17g\\n", g);',
+                  '    }']
     lines.append('}')
     return '\n'.join(lines) + '\n'
 
