@@ -391,6 +391,7 @@ def main(argv=None):
     ap.add_argument('--reduce', action='store_true', help='shrink each failing program and print it')
     ap.add_argument('--batch', type=int, default=200, help='programs built and run at once (long runs)')
     ap.add_argument('--coverage', action='store_true', help='print the op and op-pair coverage')
+    ap.add_argument('--save-coverage', help="append each program's (op, adjoint path) pairs to this file (JSON lines)")
     args = ap.parse_args(argv)
 
     t_start = time.time()
@@ -419,6 +420,11 @@ def main(argv=None):
         for p in progs:
             fails, rep = results[p['name']]
             reports.append(rep)
+            if args.save_coverage:
+                _, m, _ = coverage([rep], [p])
+                with open(args.save_coverage, 'a') as f:
+                    f.write(json.dumps({'seed': p['seed'], 'failed': bool(fails),
+                                        'paths': sorted('%s/%s' % (op, k) for op, c in m.items() for k in c)}) + '\n')
             if fails:
                 all_fail[p['name']] = (p, fails)
         progs_all += progs
