@@ -17,12 +17,12 @@ namespace ctg {
 
 /// A dimension: static (sym == 0, n = extent) or dynamic (sym = its letter, n unused).
 struct dim {
-    long long n = 0;
-    char sym = 0;
+    long long n = 0;  ///< the extent of a static dimension
+    char sym = 0;  ///< the letter of a dynamic dimension, 0 for a static one
     constexpr dim() = default;
-    constexpr dim(long long v) : n(v), sym(0) {}  // implicit: `784` is a static dim
-    constexpr dim(long long v, char s) : n(v), sym(s) {}
-    constexpr bool is_static() const { return sym == 0; }
+    constexpr dim(long long v) : n(v), sym(0) {}  ///< implicit: `784` is a static dimension
+    constexpr dim(long long v, char s) : n(v), sym(s) {}  ///< extent and letter (dyn() makes dynamic ones)
+    constexpr bool is_static() const { return sym == 0; }  ///< true for a static dimension
     friend constexpr bool operator==(dim, dim) = default;
 };
 
@@ -32,12 +32,14 @@ consteval dim dyn(char letter) { return dim{0, letter}; }
 /// Compile-time string usable as a template argument (`param<"W", 3, 4>`).
 template <std::size_t N>
 struct fixed_string {
-    char data[N]{};
+    char data[N]{};  ///< the characters and the terminating zero
+    /// From a string literal: `param<"W", 3, 4>` converts "W".
     constexpr fixed_string(const char (&s)[N]) {
         for (std::size_t i = 0; i < N; ++i) data[i] = s[i];
     }
-    constexpr std::string_view view() const { return {data, N - 1}; }
-    constexpr std::size_t size() const { return N - 1; }
+    constexpr std::string_view view() const { return {data, N - 1}; }  ///< the string without its terminating zero
+    constexpr std::size_t size() const { return N - 1; }  ///< the number of characters
+    /// Equal when the characters are equal (any lengths).
     template <std::size_t M>
     constexpr bool operator==(const fixed_string<M>& o) const { return view() == o.view(); }
 };
@@ -54,10 +56,10 @@ consteval fixed_string<N + M - 1> operator+(const fixed_string<N>& a, const fixe
 /// A floating constant as a template argument. It stores the bits, because clang 14 has no
 /// floating-point non-type template parameters.
 struct cval {
-    unsigned long long bits = 0;
-    constexpr cval(double d) : bits(std::bit_cast<unsigned long long>(d)) {}
-    constexpr cval(int i) : cval(static_cast<double>(i)) {}
-    constexpr double value() const { return std::bit_cast<double>(bits); }
+    unsigned long long bits = 0;  ///< the double's bits
+    constexpr cval(double d) : bits(std::bit_cast<unsigned long long>(d)) {}  ///< from a double: `constant<0.5>`
+    constexpr cval(int i) : cval(static_cast<double>(i)) {}  ///< from an int: `constant<1>`
+    constexpr double value() const { return std::bit_cast<double>(bits); }  ///< the constant as a double
     friend constexpr bool operator==(cval, cval) = default;
 };
 
@@ -77,13 +79,13 @@ struct shape_is {};
 /// A static shape: the rank and each dimension (static or dynamic) known to the compiler.
 template <dim... D>
 struct shape {
-    static constexpr std::size_t rank = sizeof...(D);
-    static constexpr std::array<dim, sizeof...(D)> dims{D...};
+    static constexpr std::size_t rank = sizeof...(D);  ///< the number of axes
+    static constexpr std::array<dim, sizeof...(D)> dims{D...};  ///< the dimensions, static or dynamic
     /// true when every dimension is static.
     static constexpr bool all_static = (D.is_static() && ...);
     /// the product of the static dimensions (dynamic ones count as 1).
     static constexpr long long static_size = (1LL * ... * (D.is_static() ? D.n : 1));
-    using pretty = shape_is<detail::pretty_dim<D>()...>;
+    using pretty = shape_is<detail::pretty_dim<D>()...>;  ///< the shape as compile errors print it
 };
 
 namespace detail {

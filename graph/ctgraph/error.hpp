@@ -17,7 +17,7 @@ namespace ctg {
 /// Carries the operand shapes of a failed static check into the compiler's diagnostic.
 template <bool Ok, class... PrettyShapes>
 struct with_shapes {
-    static constexpr bool value = Ok;
+    static constexpr bool value = Ok;  ///< the check's result
 };
 
 /// Base class of every runtime error ctgraph throws.
@@ -47,6 +47,6 @@ namespace ctg {
 /// Carries a leaf name into the compiler's diagnostic of a failed lookup.
 template <bool Ok, auto Name>
 struct with_name {
-    static constexpr bool value = Ok;
+    static constexpr bool value = Ok;  ///< the lookup's result
 };
 }  // namespace ctg

@@ -36,14 +36,21 @@
 
 namespace ctg {
 
+/// Every parameter's values and gradients in two flat, aligned arrays, held by name (slot =
+/// position of the name); shared between programs through a std::shared_ptr. Default initialisation
+/// by init(seed): Xavier/Glorot uniform for rank >= 2, zeros for vectors, ones for vectors whose name
+/// ends in "weight" or "gamma". Lookups of a missing name throw ctg::error; adding a name again with
+/// another shape throws ctg::shape_error.
+/// @tparam T float or double
 template <class T>
 class parameter_store {
 public:
+    /// A parameter's name, shape and place in the flat arrays.
     struct entry {
-        std::string name;
-        rshape shape;
-        std::size_t offset = 0;      // into values() and grads() (the gradients are allocated by their first use)
-        std::size_t layer_axes = 0;  // leading axes that stack one tensor per layer (ctg::repeat)
+        std::string name;  ///< the parameter's name ("W", "block.attn.W_q")
+        rshape shape;  ///< its shape (with a leading layer axis for a stacked parameter)
+        std::size_t offset = 0;  ///< into values() and grads() (the gradients are allocated by their first use)
+        std::size_t layer_axes = 0;  ///< leading axes that stack one tensor per layer (ctg::repeat)
     };
 
     /// Adds a parameter (zero-initialised); returns its slot. Re-adding the same name with the same
@@ -66,10 +73,12 @@ public:
     }
 
     parameter_store() = default;
+    /// Copies names, values and gradients (and the bf16 copies, if enabled).
     parameter_store(const parameter_store& o)
         : entries_(o.entries_), total_(o.total_), values_(o.values_), grads_(o.grads_), zero_pending_(o.zero_pending_) {
         if (o.bf16_on_) enable_bf16();  // its own copy, registered for its own values
     }
+    /// Copies names, values and gradients (and the bf16 copies, if enabled).
     parameter_store& operator=(const parameter_store& o) {
         if (this == &o) return *this;
         entries_ = o.entries_, total_ = o.total_, values_ = o.values_, grads_ = o.grads_, zero_pending_ = o.zero_pending_;
@@ -88,7 +97,7 @@ public:
         resize_bf16();
         std::fill(bf16_stale_.begin(), bf16_stale_.end(), 1);
     }
-    bool has_bf16() const { return bf16_on_; }
+    bool has_bf16() const { return bf16_on_; }  ///< whether bf16 copies are kept
     /// Converts the copies of the parameters written since their copy was made (no-op without copies).
     void refresh_bf16() {
         if (!bf16_on_ || !any_stale_) return;
@@ -125,16 +134,20 @@ public:
         return std::size_t(s);
     }
 
-    std::size_t size() const { return entries_.size(); }
-    const entry& at(std::size_t slot) const { return entries_[slot]; }
-    const std::vector<entry>& entries() const { return entries_; }
+    std::size_t size() const { return entries_.size(); }  ///< the number of parameters
+    const entry& at(std::size_t slot) const { return entries_[slot]; }  ///< the name, shape and offset of a slot
+    const std::vector<entry>& entries() const { return entries_; }  ///< every parameter, in slot order
 
+    /// The values of a slot, writable (marks its bf16 copy stale).
     T* value(std::size_t slot) {
         mark_stale(slot);
         return values_.data() + entries_[slot].offset;
     }
+    /// The values of a slot.
     const T* value(std::size_t slot) const { return values_.data() + entries_[slot].offset; }
+    /// The gradient of a slot (settles a pending zero_grad() first).
     T* grad(std::size_t slot) { return settled_grads().data() + entries_[slot].offset; }
+    /// The gradient of a slot, read-only (settles a pending zero_grad() first).
     const T* grad(std::size_t slot) const { return settled_grads().data() + entries_[slot].offset; }
 
     /// The flat arrays (padding between parameters is kept at zero).
@@ -142,9 +155,9 @@ public:
         mark_all_stale();
         return values_;
     }
-    aligned_vector<T>& grads() { return settled_grads(); }
-    const aligned_vector<T>& values() const { return values_; }
-    const aligned_vector<T>& grads() const { return settled_grads(); }
+    aligned_vector<T>& grads() { return settled_grads(); }  ///< every gradient, flat (settles a pending zero_grad())
+    const aligned_vector<T>& values() const { return values_; }  ///< every value, flat
+    const aligned_vector<T>& grads() const { return settled_grads(); }  ///< every gradient, flat
 
     /// Total number of parameter elements (without padding).
     std::size_t num_elements() const {
@@ -168,6 +181,7 @@ public:
 
     /// For programs: whether a zero_grad() is pending, and the gradients' memory without settling it.
     bool zero_pending() const { return zero_pending_; }
+    /// For programs: the gradient's memory of a slot, leaving a pending zero_grad() pending.
     T* grad_storage(std::size_t slot) { return gradients().data() + entries_[slot].offset; }
     /// Ends a pending zero_grad(): `written(slot)` says which slots the caller's backward pass writes
     /// first with =; the others are zeroed here.

@@ -1,6 +1,20 @@
 // ctgraph/ctgraph.hpp: everything (the engine and every primitive). Single-concept headers are
 // under ctgraph/ (core), ctgraph/graph/ (engine) and ctgraph/ops/ (one primitive each).
 #pragma once
+
+/// @namespace ctg
+/// @brief ctgraph: leaves, ops, `compile`, programs, `scan` and `repeat`, attention, the parameter
+/// store and the training loop. Dimensions are `int` (static) or `dyn('B')` (bound at run time).
+/// @namespace ctg::nn
+/// @brief Modules built from the primitives: linear layers, layer norm, recurrent cells,
+/// multi-head attention, transformer blocks, GPT, sequence-to-sequence, generation and decoding
+/// (parameter names and shapes with their PyTorch equivalents: docs/modules.md).
+/// @namespace ctg::optim
+/// @brief Optimizers (SGD, Adam, AdamW), gradient clipping and learning-rate schedules, with
+/// PyTorch's update rules.
+/// @namespace ctg::npz
+/// @brief NumPy `.npz` archives: save and load a parameter store, read and write raw arrays.
+
 #include "ctgraph/attention.hpp"
 #include "ctgraph/dim.hpp"
 #include "ctgraph/error.hpp"

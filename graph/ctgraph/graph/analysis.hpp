@@ -23,31 +23,31 @@
 
 namespace ctg {
 
-/// Compile options of a program.
 /// The arithmetic of a program's matrix products (options::precision).
 enum class precision {
     f32,   ///< as the program's scalar type
     bf16,  ///< mixed precision: operands rounded to bfloat16, products accumulated in float (float programs)
 };
 
+/// Compile options of a program: `compile<float, options{.inference = true}>(out)`.
 struct options {
-    // Mixed precision: precision::bf16 runs every matrix product of the program (matmul, affine,
-    // batched products, attention's score and value products, the output head, scan's deferred
-    // weight products, forward and backward) on bf16 operands with float accumulation, on the
-    // CPU's matrix engines through oneDNN (kernels/onednn.hpp). Everything else stays float: layer
-    // norm, softmax, losses, reductions, element-wise ops, the parameter store and the optimizer.
+    /// Mixed precision: precision::bf16 runs every matrix product of the program (matmul, affine,
+    /// batched products, attention's score and value products, the output head, scan's deferred
+    /// weight products, forward and backward) on bf16 operands with float accumulation, on the
+    /// CPU's matrix engines through oneDNN (kernels/onednn.hpp). Everything else stays float: layer
+    /// norm, softmax, losses, reductions, element-wise ops, the parameter store and the optimizer.
     ctg::precision precision = ctg::precision::f32;
-    bool input_grads = false;  // also compute adjoints of floating-point inputs (dL/dx)
-    bool inference = false;    // forward only: no adjoints at all (predictors, decoders)
-    // Inference programs place values and op scratch by lifetime: memory is reused as soon as a
-    // value's last reader has run, and only the outputs' values stay readable after forward().
-    // true keeps every node's value (prog.value_of(node) on any node, at the memory of a training
-    // program's values).
+    bool input_grads = false;  ///< also compute adjoints of floating-point inputs (dL/dx)
+    bool inference = false;    ///< forward only: no adjoints at all (predictors, decoders)
+    /// Inference programs place values and op scratch by lifetime: memory is reused as soon as a
+    /// value's last reader has run, and only the outputs' values stay readable after forward().
+    /// true keeps every node's value (prog.value_of(node) on any node, at the memory of a training
+    /// program's values).
     bool keep_values = false;
-    // Anomaly detection (as torch.autograd.detect_anomaly): every node's value after its forward and
-    // every adjoint its backward wrote are checked; the first non-finite element throws
-    // numeric_error naming the node, its op, shape, the element and which operands were finite.
-    // Off: no code at all. (A scan or repeat is checked as one node: its outputs and adjoints.)
+    /// Anomaly detection (as torch.autograd.detect_anomaly): every node's value after its forward and
+    /// every adjoint its backward wrote are checked; the first non-finite element throws
+    /// numeric_error naming the node, its op, shape, the element and which operands were finite.
+    /// Off: no code at all. (A scan or repeat is checked as one node: its outputs and adjoints.)
     bool detect_anomaly = false;
 };
 
@@ -221,6 +221,7 @@ constexpr adj_write_table<N, A> adj_write_modes(const std::array<std::size_t, N>
 template <class NodeList, options Opt, std::size_t NumOutputs>
 struct graph;
 
+/// @cond CTG_GRAPH_TABLES
 template <class... Ns, options Opt, std::size_t NumOutputs>
 struct graph<tlist<Ns...>, Opt, NumOutputs> {
     using list = tlist<Ns...>;
@@ -396,5 +397,6 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
         return m;
     }();
 };
+/// @endcond
 
 }  // namespace ctg

@@ -13,17 +13,19 @@
 namespace ctg {
 
 template <class... Ts>
+/// A list of types (a node's operands, a graph's nodes).
 struct tlist {
-    static constexpr std::size_t size = sizeof...(Ts);
+    static constexpr std::size_t size = sizeof...(Ts);  ///< the number of types
 };
 
+/// What a node is: an op (`none`) or which kind of leaf.
 enum class leaf_kind { none, param, input, index_input, constant, placeholder };
 
 /// Base of every symbolic value.
 struct expr_base {
-    static constexpr bool is_ctg_expr = true;
-    static constexpr bool is_poison = false;
-    static constexpr bool is_index = false;  // integer-valued (index_input)
+    static constexpr bool is_ctg_expr = true;  ///< marks the types that ops accept
+    static constexpr bool is_poison = false;  ///< true only for ctg::poison, the result of a failed check
+    static constexpr bool is_index = false;  ///< integer-valued (index_input)
 };
 
 /// Anything ctgraph ops accept.
@@ -34,11 +36,11 @@ concept expr = std::is_base_of_v<expr_base, E>;
 template <fixed_string Name, dim... D>
 struct param : expr_base {
     static_assert((D.is_static() && ...), "ctg::param: every dimension of a parameter must be static");
-    using shape = ctg::shape<D...>;
-    using args = tlist<>;
-    static constexpr leaf_kind kind = leaf_kind::param;
-    static constexpr auto name = Name;
-    static constexpr std::size_t layer_axes = 0;
+    using shape = ctg::shape<D...>;  ///< the static shape (D...)
+    using args = tlist<>;  ///< a leaf has no operands
+    static constexpr leaf_kind kind = leaf_kind::param;  ///< leaf_kind::param
+    static constexpr auto name = Name;  ///< the name the parameter store knows it by
+    static constexpr std::size_t layer_axes = 0;  ///< no stacked layer axis
 };
 
 /// A parameter holding one tensor per layer, stacked along a leading axis: ctg::repeat makes these
@@ -47,50 +49,51 @@ struct param : expr_base {
 template <fixed_string Name, dim Layers, dim... D>
 struct layered_param : expr_base {
     static_assert(Layers.is_static() && (D.is_static() && ...), "ctg::param: every dimension of a parameter must be static");
-    using shape = ctg::shape<Layers, D...>;
-    using args = tlist<>;
-    static constexpr leaf_kind kind = leaf_kind::param;
-    static constexpr auto name = Name;
-    static constexpr std::size_t layer_axes = 1;
+    using shape = ctg::shape<Layers, D...>;  ///< (Layers, D...)
+    using args = tlist<>;  ///< a leaf has no operands
+    static constexpr leaf_kind kind = leaf_kind::param;  ///< leaf_kind::param
+    static constexpr auto name = Name;  ///< the name the parameter store knows it by
+    static constexpr std::size_t layer_axes = 1;  ///< one leading layer axis
 };
 
 /// A floating-point data tensor supplied at each step. `input<"x", B, 784>`.
 template <fixed_string Name, dim... D>
 struct input : expr_base {
-    using shape = ctg::shape<D...>;
-    using args = tlist<>;
-    static constexpr leaf_kind kind = leaf_kind::input;
-    static constexpr auto name = Name;
+    using shape = ctg::shape<D...>;  ///< the shape; dynamic dimensions are bound from the fed tensor
+    using args = tlist<>;  ///< a leaf has no operands
+    static constexpr leaf_kind kind = leaf_kind::input;  ///< leaf_kind::input
+    static constexpr auto name = Name;  ///< the name given to program::feed
 };
 
 /// An integer data tensor (token ids, class targets) supplied at each step. `index_input<"tok", B, T>`.
 template <fixed_string Name, dim... D>
 struct index_input : expr_base {
-    using shape = ctg::shape<D...>;
-    using args = tlist<>;
-    static constexpr leaf_kind kind = leaf_kind::index_input;
-    static constexpr bool is_index = true;
-    static constexpr auto name = Name;
+    using shape = ctg::shape<D...>;  ///< the shape; dynamic dimensions are bound from the fed tensor
+    using args = tlist<>;  ///< a leaf has no operands
+    static constexpr leaf_kind kind = leaf_kind::index_input;  ///< leaf_kind::index_input
+    static constexpr bool is_index = true;  ///< integer-valued
+    static constexpr auto name = Name;  ///< the name given to program::feed
 };
 
 /// A scalar constant. `constant<1>` or `constant<0.5>`; broadcast by the element-wise ops.
 template <cval V>
 struct constant : expr_base {
-    using shape = ctg::shape<>;
-    using args = tlist<>;
-    static constexpr leaf_kind kind = leaf_kind::constant;
-    static constexpr double value = V.value();
+    using shape = ctg::shape<>;  ///< a scalar
+    using args = tlist<>;  ///< a leaf has no operands
+    static constexpr leaf_kind kind = leaf_kind::constant;  ///< leaf_kind::constant
+    static constexpr double value = V.value();  ///< the constant's value
 };
 
 /// Stands for a per-step value inside a scan cell (the carried state, the step's input). Only
 /// scan creates these; they never reach an outer program.
 template <int Role, bool Index, dim... D>
 struct placeholder : expr_base {
-    using shape = ctg::shape<D...>;
-    using args = tlist<>;
-    static constexpr leaf_kind kind = leaf_kind::placeholder;
-    static constexpr bool is_index = Index;
-    static constexpr int role = Role;  // 0: carried state, 1: step input
+    using shape = ctg::shape<D...>;  ///< the per-step shape
+    using args = tlist<>;  ///< a leaf has no operands
+    static constexpr leaf_kind kind = leaf_kind::placeholder;  ///< leaf_kind::placeholder
+    static constexpr bool is_index = Index;  ///< integer-valued (an index step input)
+    static constexpr int role = Role;  ///< 0: carried state, 1: step input
+    /// "scan.state" or "scan.input", as printed by to_text()
     static constexpr fixed_string<11> name = Role == 0 ? fixed_string<11>("scan.state") : fixed_string<11>("scan.input");
 };
 
@@ -104,10 +107,10 @@ struct dims_of {
 /// What every op node knows about itself: its op, its operands and its static shape.
 template <class Op, class... A>
 struct node_traits : expr_base {
-    using op = Op;
-    using args = tlist<A...>;
-    using shape = shape_from<detail::dims_of<Op, A...>>;
-    static constexpr leaf_kind kind = leaf_kind::none;
+    using op = Op;  ///< the op (its shape rule, forward and vector-Jacobian product)
+    using args = tlist<A...>;  ///< the operands
+    using shape = shape_from<detail::dims_of<Op, A...>>;  ///< the static shape given by the op's rule
+    static constexpr leaf_kind kind = leaf_kind::none;  ///< not a leaf
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -221,10 +224,10 @@ using node = decltype(detail::make_node_type<Op, A...>());
 /// What an op returns after a failed static check: accepted by every op, so that one mistake gives
 /// one error instead of a cascade.
 struct poison : expr_base {
-    static constexpr bool is_poison = true;
-    using shape = ctg::shape<>;
-    using args = tlist<>;
-    static constexpr leaf_kind kind = leaf_kind::none;
+    static constexpr bool is_poison = true;  ///< what every op checks to pass it through
+    using shape = ctg::shape<>;  ///< a scalar, never computed
+    using args = tlist<>;  ///< no operands
+    static constexpr leaf_kind kind = leaf_kind::none;  ///< not a leaf
 };
 
 /// True when some operand is already the result of a failed check (its error was reported).

@@ -39,6 +39,13 @@
 
 namespace ctg {
 
+/// A compiled graph: owns the input buffers and one arena of values and adjoints, and
+/// shares a parameter_store. Made by ctg::compile (or declared as ctg::program_for). Its forward and
+/// backward passes are generated from the outputs' types; feeding, running and reading results are
+/// its members. Moves, does not copy.
+/// @tparam T   float or double
+/// @tparam Opt compile options (ctg::options)
+/// @tparam Outs the output nodes
 template <class T, options Opt, class... Outs>
 class program {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
@@ -47,13 +54,15 @@ class program {
                   "ctg::compile: options{.precision = precision::bf16} needs a float program (bf16 products accumulate in float)");
 
 public:
-    using scalar = T;
-    using graph_type = graph<detail::topo_order<Outs...>, Opt, sizeof...(Outs)>;
-    using G = graph_type;
-    static constexpr std::size_t N = G::size;
+    using scalar = T;  ///< the scalar type (float or double)
+    using graph_type = graph<detail::topo_order<Outs...>, Opt, sizeof...(Outs)>;  ///< the graph's tables (nodes in topological order)
+    using G = graph_type;  ///< short for graph_type
+    static constexpr std::size_t N = G::size;  ///< the number of nodes
+    /// The type of node I (topological order).
     template <std::size_t I>
     using node_t = typename G::template node_t<I>;
-    static constexpr std::size_t num_outputs = sizeof...(Outs);
+    static constexpr std::size_t num_outputs = sizeof...(Outs);  ///< the number of outputs
+    /// The node index of each output.
     static constexpr std::array<std::size_t, num_outputs> output_nodes{
         std::size_t(G::template index_of<Outs>)...};
 
@@ -96,13 +105,13 @@ public:
     /// A program with its own, zero-initialised parameter store.
     program() : program(std::make_shared<parameter_store<T>>()) {}
 
-    // Views point into the program's own arena and input buffers: a copy would share them, so a
-    // program moves (the heap buffers move with it, the views stay valid) but does not copy. For a
-    // second program over the same weights, construct one from shared_params().
+    /// Views point into the program's own arena and input buffers: a copy would share them, so a
+    /// program moves (the heap buffers move with it, the views stay valid) but does not copy. For a
+    /// second program over the same weights, construct one from shared_params().
     program(const program&) = delete;
     program& operator=(const program&) = delete;
-    program(program&&) noexcept = default;
-    program& operator=(program&&) noexcept = default;
+    program(program&&) noexcept = default;  ///< moves (the views stay valid)
+    program& operator=(program&&) noexcept = default;  ///< moves (the views stay valid)
 
     /// A program bound to an existing store (shared with other programs); missing parameters are
     /// added, existing ones must have the same shape.
@@ -122,9 +131,13 @@ public:
     }
 
     // ---------------------------------------------------------------- parameters
+    /// The parameter store (values, gradients, initialisation, saving).
     parameter_store<T>& params() { return *store_; }
+    /// The parameter store, read-only.
     const parameter_store<T>& params() const { return *store_; }
+    /// The store as a shared pointer: construct a second program over the same weights from it.
     std::shared_ptr<parameter_store<T>> shared_params() const { return store_; }
+    /// Clears the gradients of the whole store (lazily: the next backward's first writer assigns).
     void zero_grad() { store_->zero_grad(); }
 
     /// Value of parameter `Name` as an xtensor view (writable).
@@ -272,7 +285,7 @@ public:
     /// Training mode (dropout active; the default unless compiled with options{.inference = true})
     /// or evaluation mode (dropout is the identity), as PyTorch's train() / eval().
     void training(bool on) { training_ = on && !Opt.inference; }
-    bool training() const { return training_; }
+    bool training() const { return training_; }  ///< whether dropout is active
     /// Seeds dropout's random numbers and restarts their sequence: the same seed and the same
     /// sequence of forward() calls give the same masks.
     void dropout_seed(std::uint64_t seed) {
@@ -283,6 +296,7 @@ public:
     /// Dropout's seed and the number of forward passes drawn from it: what a checkpoint saves so that
     /// a resumed run draws the masks the uninterrupted run would have drawn.
     std::pair<std::uint64_t, std::uint64_t> dropout_state() const { return {dropout_seed_, passes_}; }
+    /// Restores a dropout_state(): the seed and the number of forward passes already drawn.
     void set_dropout_state(std::uint64_t seed, std::uint64_t passes) {
         dropout_seed_ = seed;
         passes_ = passes;
@@ -330,8 +344,8 @@ public:
     }
     /// Raw views of node i (tests, printing).
     const view& value_view(std::size_t i) const { return val_[i]; }
-    const view& adjoint_view(std::size_t i) const { return adj_[i]; }
-    const rshape& node_shape(std::size_t i) const { return shapes_[i]; }
+    const view& adjoint_view(std::size_t i) const { return adj_[i]; }  ///< the raw adjoint view of node i
+    const rshape& node_shape(std::size_t i) const { return shapes_[i]; }  ///< the runtime shape of node i
     /// Elements of T in the arena (activations, adjoints and scratch).
     std::size_t arena_elements() const { return arena_.size(); }
 
@@ -749,6 +763,7 @@ class program<T, Opt, Outs...> {
     }
     using empty_view = decltype(empty());
 
+/// @cond CTG_FAILED_PROGRAM
 public:
     using scalar = T;
     static constexpr std::size_t N = 0;
@@ -808,6 +823,7 @@ public:
     std::string to_text() const { return {}; }
     std::string to_dot() const { return {}; }
 
+/// @endcond
 private:
     std::shared_ptr<parameter_store<T>> store_;
     view none_{};

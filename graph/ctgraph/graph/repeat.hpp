@@ -36,8 +36,9 @@ namespace ctg {
 /// row l (a KV cache per layer, say).
 template <expr E>
 struct per_layer_arg {
-    using type = E;
+    using type = E;  ///< the marked argument
 };
+/// Marks `e` as a per-layer argument of ctg::repeat: its leading axis has one row per layer.
 template <expr E>
 constexpr per_layer_arg<E> per_layer(E) { return {}; }
 

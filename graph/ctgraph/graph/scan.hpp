@@ -63,8 +63,8 @@ namespace ctg {
 
 /// Marks "no initial state" (zeros) where scan takes one.
 struct zero_state {
-    using shape = ctg::shape<>;
-    static constexpr bool is_poison = false;
+    using shape = ctg::shape<>;  ///< no shape: zeros of the state's shape are used
+    static constexpr bool is_poison = false;  ///< not a failed expression
 };
 
 namespace detail {
