@@ -13,6 +13,7 @@ struct add_fn {
 using add_op = binary_op<add_fn>;
 }  // namespace ops
 
+/// Element-wise a + b; b may be a trailing part of a's shape (a bias (H) added to every row of (B, H)), or the other way round. Shapes that do not broadcast are a compile error.
 template <expr A, expr B>
 constexpr auto add(A a, B b) {
     static_assert(with_shapes<any_poison<A, B> || ops::broadcastable<typename A::shape, typename B::shape>(),

@@ -13,6 +13,7 @@ struct div_fn {
 using div_op = binary_op<div_fn>;
 }  // namespace ops
 
+/// Element-wise a / b, with the row broadcast of ctg::add.
 template <expr A, expr B>
 constexpr auto div(A a, B b) {
     static_assert(with_shapes<any_poison<A, B> || ops::broadcastable<typename A::shape, typename B::shape>(),

@@ -19,6 +19,7 @@ struct exp_fn {
 using exp_op = unary_op<exp_fn>;
 }  // namespace ops
 
+/// Element-wise exp(x).
 template <expr A>
 constexpr auto exp(A a) { return ops::make_unary<ops::exp_fn>(a); }
 }  // namespace ctg

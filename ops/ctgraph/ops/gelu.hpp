@@ -32,6 +32,7 @@ struct gelu_fn {
 using gelu_op = unary_op<gelu_fn>;
 }  // namespace ops
 
+/// GELU, tanh approximation (GPT-2's; torch.nn.GELU(approximate="tanh")), element-wise.
 template <expr A>
 constexpr auto gelu(A a) { return ops::make_unary<ops::gelu_fn>(a); }
 }  // namespace ctg

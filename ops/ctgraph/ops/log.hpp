@@ -19,6 +19,7 @@ struct log_fn {
 using log_op = unary_op<log_fn>;
 }  // namespace ops
 
+/// Element-wise natural logarithm (x > 0; a non-finite loss throws ctg::numeric_error at forward()).
 template <expr A>
 constexpr auto log(A a) { return ops::make_unary<ops::log_fn>(a); }
 }  // namespace ctg

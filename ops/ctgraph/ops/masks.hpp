@@ -41,21 +41,25 @@ namespace ctg {
 
 /// What a mask sees of one masked_softmax call: its operands and the score tensor's sizes.
 struct mask_args {
-    const view* x = nullptr;                // the mask's operands, in `operands` order
-    const std::string_view* names = nullptr;  // their input names, for messages
-    std::size_t n = 0, m = 0;               // queries and keys of one score matrix
-    std::size_t batches = 1;                // extent of the score tensor's first axis (1 for rank 2)
-    long long offset() const { return (long long)m - (long long)n; }  // p(i) = i + offset
+    const view* x = nullptr;  ///< the mask's operands, in `operands` order
+    const std::string_view* names = nullptr;  ///< their input names, for messages
+    /// @{ queries (n) and keys (m) of one score matrix
+    std::size_t n = 0, m = 0;
+    /// @}
+    std::size_t batches = 1;  ///< extent of the score tensor's first axis (1 for rank 2)
+    long long offset() const { return (long long)m - (long long)n; }  ///< p(i) = i + offset
 };
 
 /// Visible keys of one query lie in [lo, hi); hi <= lo means none.
 struct col_range {
+    /// @{ the first visible key (lo) and one past the last (hi)
     long long lo = 0, hi = 0;
+    /// @}
 };
 
 /// Marks mask types (masks are values of empty types).
 struct mask_base {
-    static constexpr bool is_ctg_mask = true;
+    static constexpr bool is_ctg_mask = true;  ///< what the attention_mask concept checks
 };
 template <class M>
 concept attention_mask = std::is_base_of_v<mask_base, M>;
@@ -81,27 +85,37 @@ struct tlist_at<tlist<T, R...>, K> {
 
 /// Every key is visible.
 struct no_mask : mask_base {
-    using operands = tlist<>;
-    static constexpr bool dense = false;
+    using operands = tlist<>;  ///< the mask's runtime tensors (index inputs), none for no_mask
+    static constexpr bool dense = false;  ///< true when visible() must be asked inside cols()' range
+    /// The static shape rule against the score shape S (always true for no_mask).
     template <class S, class... Ops>
     static consteval bool check() { return true; }
+    /// Runtime checks of the operands (none for this mask).
     static void validate(const mask_args&) {}
+    /// The range [lo, hi) of keys that query i of batch b may see.
     static col_range cols(const mask_args& a, std::size_t, std::size_t) { return {0, (long long)a.m}; }
+    /// Whether key j is visible to query i of batch b (inside cols()' range).
     static bool visible(const mask_args&, std::size_t, std::size_t, std::size_t) { return true; }
+    /// The mask's name in to_text() and messages.
     static std::string describe() { return "none"; }
 };
 
 /// Keys at or before the query's position: j <= i + m - n.
 struct causal : mask_base {
-    using operands = tlist<>;
-    static constexpr bool dense = false;
+    using operands = tlist<>;  ///< the mask's runtime tensors (index inputs), none for causal
+    static constexpr bool dense = false;  ///< true when visible() must be asked inside cols()' range
+    /// The static shape rule against the score shape S (always true for causal).
     template <class S, class... Ops>
     static consteval bool check() { return true; }
+    /// Runtime checks of the operands (none for this mask).
     static void validate(const mask_args&) {}
+    /// The range [lo, hi) of keys that query i of batch b may see.
     static col_range cols(const mask_args& a, std::size_t, std::size_t i) {
         return {0, std::min((long long)a.m, (long long)i + a.offset() + 1)};
     }
+    /// Whether key j is visible to query i of batch b (inside cols()' range).
     static bool visible(const mask_args&, std::size_t, std::size_t, std::size_t) { return true; }
+    /// The mask's name in to_text() and messages.
     static std::string describe() { return "causal"; }
 };
 
@@ -112,17 +126,22 @@ enum class window { both, past };
 template <long long W, window Side = window::both>
 struct local_window : mask_base {
     static_assert(W >= 0, "ctg::local_window: the width must not be negative");
-    using operands = tlist<>;
-    static constexpr bool dense = false;
+    using operands = tlist<>;  ///< the mask's runtime tensors (index inputs), none for local_window
+    static constexpr bool dense = false;  ///< true when visible() must be asked inside cols()' range
+    /// The static shape rule against the score shape S (always true for local_window).
     template <class S, class... Ops>
     static consteval bool check() { return true; }
+    /// Runtime checks of the operands (none for this mask).
     static void validate(const mask_args&) {}
+    /// The range [lo, hi) of keys that query i of batch b may see.
     static col_range cols(const mask_args& a, std::size_t, std::size_t i) {
         const long long p = (long long)i + a.offset();
         const long long hi = Side == window::past ? p + 1 : p + W + 1;
         return {std::max(0LL, p - W), std::min((long long)a.m, hi)};
     }
+    /// Whether key j is visible to query i of batch b (inside cols()' range).
     static bool visible(const mask_args&, std::size_t, std::size_t, std::size_t) { return true; }
+    /// The mask's name in to_text() and messages.
     static std::string describe() { return (Side == window::past ? "past window " : "window ") + std::to_string(W); }
 };
 
@@ -132,16 +151,21 @@ template <class Pred>
 struct visible_if : mask_base {
     static_assert(requires(std::size_t i, std::size_t j) { { Pred::visible(i, j) } -> std::convertible_to<bool>; },
                   "ctg::visible_if: the predicate type needs static bool visible(std::size_t query, std::size_t key)");
-    using operands = tlist<>;
-    static constexpr bool dense = true;
+    using operands = tlist<>;  ///< the mask's runtime tensors (index inputs), none for visible_if
+    static constexpr bool dense = true;  ///< true when visible() must be asked inside cols()' range
+    /// The static shape rule against the score shape S (always true for visible_if).
     template <class S, class... Ops>
     static consteval bool check() { return true; }
+    /// Runtime checks of the operands (none for this mask).
     static void validate(const mask_args&) {}
+    /// The range [lo, hi) of keys that query i of batch b may see.
     static col_range cols(const mask_args& a, std::size_t, std::size_t) { return {0, (long long)a.m}; }
+    /// Whether key j is visible to query i of batch b (inside cols()' range).
     static bool visible(const mask_args& a, std::size_t, std::size_t i, std::size_t j) {
         const long long p = (long long)i + a.offset();
         return p >= 0 && Pred::visible(std::size_t(p), j);
     }
+    /// The mask's name in to_text() and messages.
     static std::string describe() { return "predicate"; }
 };
 
@@ -150,13 +174,15 @@ struct visible_if : mask_base {
 template <class Len>
 struct key_padding : mask_base {
     constexpr key_padding() = default;
-    constexpr explicit key_padding(Len) {}  // key_padding(lengths) deduces Len
-    using operands = tlist<Len>;
-    static constexpr bool dense = false;
+    constexpr explicit key_padding(Len) {}  ///< key_padding(lengths): lengths an index_input (B)
+    using operands = tlist<Len>;  ///< the mask's runtime tensors (index inputs)
+    static constexpr bool dense = false;  ///< true when visible() must be asked inside cols()' range
+    /// The static shape rule of the operands against the score shape S.
     template <class S, class L>
     static consteval bool check() {
         return L::rank == 1 && S::rank >= 3 && S::dims[0] == L::dims[0];
     }
+    /// Runtime checks of the operands; throws ctg::shape_error or ctg::index_error naming the input.
     static void validate(const mask_args& a) {
         const view& len = a.x[0];
         if (len.size() != a.batches)
@@ -169,8 +195,11 @@ struct key_padding : mask_base {
                                   " in input '" + std::string(a.names[0]) + "' is outside [1, " + std::to_string(a.m) +
                                   "] (the padded key length)");
     }
+    /// The range [lo, hi) of keys that query i of batch b may see.
     static col_range cols(const mask_args& a, std::size_t b, std::size_t) { return {0, (long long)a.x[0].as<index_t>()[b]}; }
+    /// Whether key j is visible to query i of batch b (inside cols()' range).
     static bool visible(const mask_args&, std::size_t, std::size_t, std::size_t) { return true; }
+    /// The mask's name in to_text() and messages.
     static std::string describe() { return "key padding"; }
 };
 
@@ -179,9 +208,10 @@ struct key_padding : mask_base {
 template <class Mat>
 struct mask_matrix : mask_base {
     constexpr mask_matrix() = default;
-    constexpr explicit mask_matrix(Mat) {}  // mask_matrix(M) deduces Mat
-    using operands = tlist<Mat>;
-    static constexpr bool dense = true;
+    constexpr explicit mask_matrix(Mat) {}  ///< mask_matrix(M): M an index_input (n, m) or (B, n, m) of 0/1
+    using operands = tlist<Mat>;  ///< the mask's runtime tensors (index inputs)
+    static constexpr bool dense = true;  ///< true when visible() must be asked inside cols()' range
+    /// The static shape rule of the operands against the score shape S.
     template <class S, class M>
     static consteval bool check() {
         if constexpr (M::rank == 2) {
@@ -193,6 +223,7 @@ struct mask_matrix : mask_base {
             return false;
         }
     }
+    /// Runtime checks of the operands; throws ctg::shape_error or ctg::index_error naming the input.
     static void validate(const mask_args& a) {
         const rshape& s = a.x[0].shape;
         const bool ok = (s.rank == 2 && s.d[0] == a.n && s.d[1] == a.m) ||
@@ -202,44 +233,53 @@ struct mask_matrix : mask_base {
                               "; the scores need (" + std::to_string(a.n) + "," + std::to_string(a.m) + ") or (" +
                               std::to_string(a.batches) + "," + std::to_string(a.n) + "," + std::to_string(a.m) + ")");
     }
+    /// The range [lo, hi) of keys that query i of batch b may see.
     static col_range cols(const mask_args& a, std::size_t, std::size_t) { return {0, (long long)a.m}; }
+    /// Whether key j is visible to query i of batch b (inside cols()' range).
     static bool visible(const mask_args& a, std::size_t b, std::size_t i, std::size_t j) {
         const index_t* v = a.x[0].as<index_t>();
         const std::size_t base = a.x[0].shape.rank == 3 ? b * a.n * a.m : 0;
         return v[base + i * a.m + j] != 0;
     }
+    /// The mask's name in to_text() and messages.
     static std::string describe() { return "matrix"; }
 };
 
 /// Both masks: the intersection of their visibility sets.
 template <class A, class B>
 struct mask_and : mask_base {
-    using operands = typename detail::tlist_cat<typename A::operands, typename B::operands>::type;
-    static constexpr bool dense = A::dense || B::dense;
-    static constexpr std::size_t na = A::operands::size;
+    using operands = typename detail::tlist_cat<typename A::operands, typename B::operands>::type;  ///< the mask's runtime tensors (index inputs)
+    static constexpr bool dense = A::dense || B::dense;  ///< true when visible() must be asked inside cols()' range
+    static constexpr std::size_t na = A::operands::size;  ///< the number of A's operands (they come first)
 
+    /// The static shape rule: A's on its operands, B's on the rest.
     template <class S, class... Ops>
     static consteval bool check() {
         return check_split<S>(std::make_index_sequence<na>{}, std::make_index_sequence<sizeof...(Ops) - na>{},
                               tlist<Ops...>{});
     }
+    /// The arguments as B sees them (its own operands).
     static mask_args second(const mask_args& a) {
         mask_args s = a;
         s.x = a.x + na;
         s.names = a.names + na;
         return s;
     }
+    /// Runtime checks of the operands; throws ctg::shape_error or ctg::index_error naming the input.
     static void validate(const mask_args& a) {
         A::validate(a);
         B::validate(second(a));
     }
+    /// The range [lo, hi) of keys that query i of batch b may see.
     static col_range cols(const mask_args& a, std::size_t b, std::size_t i) {
         const col_range r1 = A::cols(a, b, i), r2 = B::cols(second(a), b, i);
         return {std::max(r1.lo, r2.lo), std::min(r1.hi, r2.hi)};
     }
+    /// Whether key j is visible to query i of batch b (inside cols()' range).
     static bool visible(const mask_args& a, std::size_t b, std::size_t i, std::size_t j) {
         return A::visible(a, b, i, j) && B::visible(second(a), b, i, j);
     }
+    /// The mask's name in to_text() and messages.
     static std::string describe() { return A::describe() + " && " + B::describe(); }
 
 private:

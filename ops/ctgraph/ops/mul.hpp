@@ -14,6 +14,7 @@ struct mul_fn {
 using mul_op = binary_op<mul_fn>;
 }  // namespace ops
 
+/// Element-wise (Hadamard) product a * b, with the row broadcast of ctg::add (operator* is the matrix product).
 template <expr A, expr B>
 constexpr auto mul(A a, B b) {
     static_assert(with_shapes<any_poison<A, B> || ops::broadcastable<typename A::shape, typename B::shape>(),

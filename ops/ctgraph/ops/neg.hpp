@@ -14,6 +14,7 @@ struct neg_fn {
 using neg_op = unary_op<neg_fn>;
 }  // namespace ops
 
+/// Element-wise -x.
 template <expr A>
 constexpr auto neg(A a) { return ops::make_unary<ops::neg_fn>(a); }
 }  // namespace ctg

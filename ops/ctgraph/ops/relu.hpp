@@ -14,6 +14,7 @@ struct relu_fn {
 using relu_op = unary_op<relu_fn>;
 }  // namespace ops
 
+/// Element-wise max(x, 0).
 template <expr A>
 constexpr auto relu(A a) { return ops::make_unary<ops::relu_fn>(a); }
 }  // namespace ctg

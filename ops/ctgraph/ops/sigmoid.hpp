@@ -19,6 +19,7 @@ struct sigmoid_fn {
 using sigmoid_op = unary_op<sigmoid_fn>;
 }  // namespace ops
 
+/// Element-wise 1 / (1 + exp(-x)).
 template <expr A>
 constexpr auto sigmoid(A a) { return ops::make_unary<ops::sigmoid_fn>(a); }
 }  // namespace ctg

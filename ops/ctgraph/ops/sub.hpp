@@ -13,6 +13,7 @@ struct sub_fn {
 using sub_op = binary_op<sub_fn>;
 }  // namespace ops
 
+/// Element-wise a - b, with the row broadcast of ctg::add.
 template <expr A, expr B>
 constexpr auto sub(A a, B b) {
     static_assert(with_shapes<any_poison<A, B> || ops::broadcastable<typename A::shape, typename B::shape>(),

@@ -19,6 +19,7 @@ struct tanh_fn {
 using tanh_op = unary_op<tanh_fn>;
 }  // namespace ops
 
+/// Element-wise tanh(x).
 template <expr A>
 constexpr auto tanh(A a) { return ops::make_unary<ops::tanh_fn>(a); }
 }  // namespace ctg
