@@ -87,6 +87,7 @@ concept score_for = requires(Q q, K k) {
 
 /// Luong's dot product: S = Q K^T.
 struct dot_score {
+    /// The scores Q K^T: (..., n, d) and (..., m, d) -> (..., n, m). Different d is a compile error.
     template <expr Q, expr K>
     static constexpr auto scores(Q q, K k) {
         static_assert(with_shapes<any_poison<Q, K> || detail::same_features<typename Q::shape, typename K::shape>,
@@ -94,6 +95,7 @@ struct dot_score {
                       "ctg::dot_score: queries and keys need the same feature size d_k");
         return matmul(q, transpose(k));
     }
+    /// softmax(Q K^T + M) in one fused node (ctg::scaled_dot_weights).
     template <expr Q, expr K, attention_mask Mask>
     static constexpr auto weights(Q q, K k, Mask) {
         return detail::make_scaled_dot_weights<cval(1.0), Mask>(q, k, typename Mask::operands{});
@@ -102,8 +104,10 @@ struct dot_score {
 
 /// The Transformer's scaled dot product: S = Q K^T / sqrt(d_k).
 struct scaled_dot_score {
+    /// 1 / sqrt(d_k), d_k the queries' last dimension.
     template <class Q>
     static constexpr double factor = 1.0 / detail::const_sqrt(double(Q::shape::dims[Q::shape::rank - 1].n));
+    /// The scores Q K^T / sqrt(d_k): (..., n, d) and (..., m, d) -> (..., n, m). Different d is a compile error.
     template <expr Q, expr K>
     static constexpr auto scores(Q q, K k) {
         static_assert(with_shapes<any_poison<Q, K> || detail::same_features<typename Q::shape, typename K::shape>,
@@ -111,6 +115,7 @@ struct scaled_dot_score {
                       "ctg::scaled_dot_score: queries and keys need the same feature size d_k");
         return scale<factor<Q>>(matmul(q, transpose(k)));
     }
+    /// softmax(Q K^T / sqrt(d_k) + M) in one fused node (ctg::scaled_dot_weights).
     template <expr Q, expr K, attention_mask Mask>
     static constexpr auto weights(Q q, K k, Mask) {
         return detail::make_scaled_dot_weights<cval(factor<Q>), Mask>(q, k, typename Mask::operands{});
@@ -120,9 +125,11 @@ struct scaled_dot_score {
 /// Bilinear: S_ij = q_i^T W k_j, i.e. S = Q W K^T, with W = param<Name, Dq, Dk>.
 template <fixed_string Name, int Dq, int Dk>
 struct bilinear_score {
-    using W = param<Name, Dq, Dk>;
+    using W = param<Name, Dq, Dk>;  ///< the bilinear form's parameter (Dq, Dk)
+    /// The scores Q W K^T: (..., n, Dq) and (..., m, Dk) -> (..., n, m).
     template <expr Q, expr K>
     static constexpr auto scores(Q q, K k) { return matmul(matmul(q, W{}), transpose(k)); }
+    /// softmax(Q W K^T + M), the dot-product kernel on the projected queries Q W.
     template <expr Q, expr K, attention_mask Mask>
     static constexpr auto weights(Q q, K k, Mask mask) { return dot_score::weights(matmul(q, W{}), k, mask); }
 };
@@ -142,6 +149,7 @@ struct additive_score_of {
     static constexpr auto keys_of(K k) {
         if constexpr (std::is_void_v<Bias>) return matmul(k, Wk{}); else return matmul(k, Wk{}) + Bias{};
     }
+    /// The scores w^T tanh(q_i W_q + k_j W_k + b): (..., n, d_q) and (..., m, d_k) -> (..., n, m).
     template <expr Q, expr K>
     static constexpr auto scores(Q q, K k) { return additive_scores(queries_of(q), keys_of(k), Wv{}); }
 };
@@ -152,7 +160,7 @@ template <fixed_string P, int Dq, int Dk, int A, bool HasBias = true>
 struct additive_score
     : additive_score_of<param<P + fixed_string("W_q"), Dq, A>, param<P + fixed_string("W_k"), Dk, A>,
                         std::conditional_t<HasBias, param<P + fixed_string("b"), A>, void>, param<P + fixed_string("w"), A>> {
-    using w = param<P + fixed_string("w"), A>;
+    using w = param<P + fixed_string("w"), A>;  ///< the scoring vector <P>w (A)
 };
 
 /// The attention weights softmax(score(Q, K) + M): (..., n, m). See the file comment.

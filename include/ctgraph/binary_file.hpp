@@ -34,9 +34,11 @@
 #include "ctgraph/error.hpp"
 #include "ctgraph/params.hpp"
 
+/// What the file-format readers and writers share: whole-file reads, atomic writes, overflow-checked
+/// sizes and bounds-checked little-endian reads. Failures throw ctg::io_error naming the file.
 namespace ctg::binary_file {
 
-/// 's', with control characters and bytes such as NUL spelled \xNN so the message stays whole.
+/// 's', with control characters and bytes such as NUL spelled `\xNN` so the message stays whole.
 inline std::string in_quotes(std::string_view s) {
     std::string r = "'";
     for (const char c : s) {
@@ -74,6 +76,7 @@ inline bool byte_count(const std::vector<std::size_t>& shape, std::size_t item, 
 }
 
 // Little-endian element copies (memcpy on a little-endian host).
+/// Writes n elements of src to dst as little-endian bytes (a memcpy on a little-endian host).
 template <class T>
 void store_le(const T* src, std::size_t n, char* dst) {
     if constexpr (std::endian::native == std::endian::little) {
@@ -86,6 +89,7 @@ void store_le(const T* src, std::size_t n, char* dst) {
         }
     }
 }
+/// Reads one T from little-endian bytes at src.
 template <class T>
 T load_le(const char* src) {
     std::array<char, sizeof(T)> b;
@@ -96,18 +100,18 @@ T load_le(const char* src) {
 
 /// Bounds-checked little-endian reads from a byte buffer.
 struct bytes_view {
-    const unsigned char* p = nullptr;
-    std::size_t n = 0;
+    const unsigned char* p = nullptr;  ///< the buffer
+    std::size_t n = 0;  ///< its size in bytes
     /// Whether [off, off + len) lies inside the buffer (overflow-safe).
     bool has(std::uint64_t off, std::uint64_t len) const { return off <= n && len <= n - off; }
-    std::uint64_t le(std::size_t off, int bytes) const {  // caller has checked has(off, bytes)
+    std::uint64_t le(std::size_t off, int bytes) const {  ///< the unsigned little-endian integer of `bytes` bytes at off (the caller has checked has(off, bytes))
         std::uint64_t v = 0;
         for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[off + std::size_t(i)];
         return v;
     }
-    std::uint16_t u16(std::size_t off) const { return std::uint16_t(le(off, 2)); }
-    std::uint32_t u32(std::size_t off) const { return std::uint32_t(le(off, 4)); }
-    std::uint64_t u64(std::size_t off) const { return le(off, 8); }
+    std::uint16_t u16(std::size_t off) const { return std::uint16_t(le(off, 2)); }  ///< 2 bytes at off (checked by the caller)
+    std::uint32_t u32(std::size_t off) const { return std::uint32_t(le(off, 4)); }  ///< 4 bytes at off (checked by the caller)
+    std::uint64_t u64(std::size_t off) const { return le(off, 8); }  ///< 8 bytes at off (checked by the caller)
 };
 
 /// "<who>: '<path>': <what>" as an io_error.
@@ -154,6 +158,7 @@ inline void (*after_write)(const std::string& path, std::size_t written) = nullp
 /// Bytes written to the file: all-or-nothing into a temporary, renamed over the target.
 class atomic_file {
 public:
+    /// Creates the temporary `path + ".tmp.<pid>"`; throws ctg::io_error (its message starting with `who`) when it cannot.
     atomic_file(const std::string& path, std::string_view who)
         : path_(path), tmp_(path + ".tmp." + std::to_string(long(::getpid()))), who_(who) {
         fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
@@ -165,6 +170,7 @@ public:
         if (fd_ >= 0) ::close(fd_);
         if (!done_) ::unlink(tmp_.c_str());
     }
+    /// Appends n bytes to the temporary; throws ctg::io_error on failure.
     void write(const void* data, std::size_t n) {
         const char* p = static_cast<const char*>(data);
         while (n) {
@@ -175,6 +181,7 @@ public:
             if (detail::after_write) detail::after_write(path_, written_);
         }
     }
+    /// Flushes (fsync), closes and renames the temporary over the target; throws ctg::io_error on failure, leaving the target as it was.
     void commit() {
         if (::fsync(fd_) != 0) sys("cannot fsync the temporary file");
         const int fd = fd_;

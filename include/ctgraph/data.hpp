@@ -38,12 +38,14 @@ concept batch_source = requires(D& d, Program& p, const std::size_t* rows, std::
 /// indexing samples. Integer tensors become index data (token ids, class labels), others scalars.
 template <class T>
 struct column {
-    std::string name;
-    bool is_index = false;
-    rshape shape{};  // all samples; shape.d[0] is the number of samples
-    std::vector<T> values{};
-    std::vector<index_t> indices{};
+    std::string name;  ///< the program input it feeds
+    bool is_index = false;  ///< integer data (fed to an index_input)
+    rshape shape{};  ///< all samples; shape.d[0] is the number of samples
+    std::vector<T> values{};  ///< the floating-point samples (when not is_index)
+    std::vector<index_t> indices{};  ///< the integer samples (when is_index)
 
+    /// Copies an xtensor expression (samples first, rank 1 to 4) as input `input_name`'s column. Throws
+    /// ctg::shape_error for another rank, ctg::index_error for an integer outside int32.
     template <class E>
     column(std::string input_name, const xt::xexpression<E>& e) : name(std::move(input_name)) {
         const auto& d = e.derived_cast();
@@ -68,8 +70,8 @@ struct column {
             for (auto v : d) values[k++] = T(v);
         }
     }
-    std::size_t samples() const { return shape.d[0]; }
-    std::size_t row_size() const { return shape.size() / std::max<std::size_t>(1, shape.d[0]); }
+    std::size_t samples() const { return shape.d[0]; }  ///< the number of samples
+    std::size_t row_size() const { return shape.size() / std::max<std::size_t>(1, shape.d[0]); }  ///< the elements of one sample
 };
 
 /// Samples held in memory as named columns, one per program input: dataset<float> d{{"x", X}, {"y", Y}}.
@@ -78,6 +80,8 @@ struct column {
 template <class T>
 class dataset {
 public:
+    /// The columns, e.g. `{{"pixels", X}, {"labels", Y}}`. Throws ctg::error when empty and
+    /// ctg::shape_error when the columns' numbers of samples differ.
     dataset(std::initializer_list<column<T>> cols) : cols_(cols) {
         if (cols_.empty()) throw error("ctg::dataset: give at least one column");
         for (const auto& c : cols_)
@@ -89,9 +93,11 @@ public:
         index_buffers_.resize(cols_.size());
     }
 
-    std::size_t size() const { return cols_[0].samples(); }
-    const std::vector<column<T>>& columns() const { return cols_; }
+    std::size_t size() const { return cols_[0].samples(); }  ///< the number of samples
+    const std::vector<column<T>>& columns() const { return cols_; }  ///< the columns
 
+    /// Feeds samples rows[0..n) of every column to program `p` by input name, as one batch (first axis n).
+    /// Throws ctg::index_error for a row past the end.
     template <class Program>
     void feed(Program& p, const std::size_t* rows, std::size_t n) {
         for (std::size_t c = 0; c < cols_.size(); ++c) {
@@ -130,6 +136,8 @@ private:
 /// the disjoint windows (evaluation).
 class token_windows {
 public:
+    /// Windows of `len` tokens every `stride` tokens, fed as inputs `input` (B, len) and `target` (B, len).
+    /// Throws ctg::error for a zero length or stride, ctg::shape_error when the stream is shorter than len + 1.
     token_windows(std::vector<index_t> tokens, std::size_t len, std::size_t stride = 1, std::string input = "tokens",
                   std::string target = "targets")
         : tokens_(std::move(tokens)), len_(len), stride_(stride), input_(std::move(input)), target_(std::move(target)) {
@@ -138,10 +146,11 @@ public:
             throw shape_error("ctg::token_windows: " + std::to_string(tokens_.size()) +
                               " tokens are too few for one window of " + std::to_string(len_) + " plus its target");
     }
-    std::size_t size() const { return (tokens_.size() - len_ - 1) / stride_ + 1; }
-    std::size_t tokens_per_sample() const { return len_; }
-    const std::vector<index_t>& tokens() const { return tokens_; }
+    std::size_t size() const { return (tokens_.size() - len_ - 1) / stride_ + 1; }  ///< the number of windows
+    std::size_t tokens_per_sample() const { return len_; }  ///< len: the tokens of one window (for tokens/s)
+    const std::vector<index_t>& tokens() const { return tokens_; }  ///< the token stream
 
+    /// Feeds windows rows[0..n) and their targets as one batch; throws ctg::index_error for a window past the end.
     template <class Program>
     void feed(Program& p, const std::size_t* rows, std::size_t n) {
         if (x_.size() < n * len_) x_.resize(n * len_), y_.resize(n * len_);

@@ -59,6 +59,8 @@
 #include "ctgraph/tensor.hpp"
 #include "ctgraph/train.hpp"
 
+/// Data-parallel training over MPI (link ctgraph::dist): every rank holds the whole model, trains
+/// on its own share of each batch, and the gradients are averaged across ranks.
 namespace ctg::dist {
 
 /// An MPI call that failed (only seen when the communicator's error handler returns errors).
@@ -101,15 +103,17 @@ constexpr std::size_t max_count = std::size_t(INT_MAX);
 /// A communicator (not owned): the ranks that train together. MPI must be initialised.
 class communicator {
 public:
+    /// The ranks of `comm` (MPI_COMM_WORLD by default); throws ctg::dist::mpi_error if MPI fails.
     explicit communicator(MPI_Comm comm = MPI_COMM_WORLD) : comm_(comm) {
         detail::check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
         detail::check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
     }
-    int rank() const { return rank_; }
-    int size() const { return size_; }
-    bool root() const { return rank_ == 0; }
-    MPI_Comm get() const { return comm_; }
+    int rank() const { return rank_; }  ///< this process's rank
+    int size() const { return size_; }  ///< the number of ranks
+    bool root() const { return rank_ == 0; }  ///< whether this is rank 0
+    MPI_Comm get() const { return comm_; }  ///< the MPI communicator
 
+    /// Waits until every rank has called it (collective).
     void barrier() const { detail::check(MPI_Barrier(comm_), "MPI_Barrier"); }
     /// In-place sum over all ranks (blocking), of any length.
     template <class T>
@@ -145,6 +149,7 @@ private:
 class environment {
 public:
     environment() : environment(nullptr, nullptr) {}
+    /// Initialises MPI with the program's arguments.
     environment(int& argc, char**& argv) : environment(&argc, &argv) {}
     environment(const environment&) = delete;
     environment& operator=(const environment&) = delete;
@@ -154,6 +159,7 @@ public:
         MPI_Finalized(&done);
         if (!done) MPI_Finalize();
     }
+    /// Every rank of the run: MPI_COMM_WORLD.
     communicator world() const { return communicator(MPI_COMM_WORLD); }
     /// Marks the run as failed (no MPI_Finalize); returns `code`, for `return env.fail(2);`.
     int fail(int code) {
@@ -251,6 +257,7 @@ template <class T>
 void allreduce_gradients(const communicator& comm, parameter_store<T>& store) {
     allreduce_gradients(comm, store, 1.0 / comm.size());
 }
+/// The same with an explicit weight (e.g. this rank's share of the global batch divided by its size).
 template <class T>
 void allreduce_gradients(const communicator& comm, parameter_store<T>& store, double weight) {
     auto& g = store.grads();
@@ -282,12 +289,14 @@ constexpr std::size_t share(std::size_t n, int rank, int size) {
 template <class Data>
 class shard {
 public:
+    /// Wraps `data` (held by reference). Collective; throws ctg::error when the ranks' data sizes differ.
     shard(Data& data, const communicator& comm) : data_(data), comm_(comm) {
         if (!comm_.same_everywhere(std::uint64_t(data_.size())))
             throw error("ctg::dist::shard: the ranks' data sets have different sizes (this rank's: " +
                         std::to_string(data_.size()) + " samples); every rank must read the same data");
     }
-    std::size_t size() const { return data_.size(); }
+    std::size_t size() const { return data_.size(); }  ///< the whole data set's number of samples
+    /// The wrapped source's tokens per sample (only when it has one).
     std::size_t tokens_per_sample() const
         requires requires(const Data& d) { d.tokens_per_sample(); }
     {
@@ -296,6 +305,7 @@ public:
     /// The samples this rank fed last time.
     std::size_t last_share() const { return last_; }
 
+    /// Feeds this rank's rows of the global batch rows[0..n) to `p` (nothing when its share is empty).
     template <class Program>
     void feed(Program& p, const std::size_t* rows, std::size_t n) {
         rows_.clear();
@@ -315,7 +325,8 @@ private:
 /// each rank evaluating its rows (rank, rank + size, ...) and the sums reduced; the same value on
 /// every rank. Collective.
 struct sharded_mean_loss {
-    communicator comm;
+    communicator comm;  ///< the ranks that evaluate together
+    /// The mean loss of `eval` over all of `data`, in batches of `batch`. Collective; throws ctg::error for empty data.
     template <class Program, class Data>
     double operator()(Program& eval, Data& data, std::size_t batch) const {
         const std::size_t n = data.size();
@@ -335,9 +346,10 @@ struct sharded_mean_loss {
 
 // ---------------------------------------------------------------------------------------- the step
 
+/// How data_parallel reduces the gradients.
 struct parallel_config {
-    std::size_t bucket_bytes = std::size_t(1) << 20;  // gradient bytes per all-reduce (whole parameters)
-    bool overlap = true;  // false: one blocking all-reduce of the whole gradient after backward
+    std::size_t bucket_bytes = std::size_t(1) << 20;  ///< gradient bytes per all-reduce (whole parameters)
+    bool overlap = true;  ///< false: one blocking all-reduce of the whole gradient after backward; true: buckets reduced while backward runs
 };
 
 /// The data-parallel training step (see the file comment), and ctg::trainer's step policy. Made
@@ -346,25 +358,29 @@ struct parallel_config {
 template <class T>
 class data_parallel {
 public:
+    /// What the step has measured.
     struct stats {
-        long steps = 0;
-        double wait_seconds = 0;  // spent waiting for reductions after backward: the communication not hidden
+        long steps = 0;  ///< steps run
+        double wait_seconds = 0;  ///< spent waiting for reductions after backward: the communication not hidden
     };
 
+    /// For the parameters of `store`: checks that every rank has the same model (throws
+    /// ctg::dist::model_mismatch naming the first difference) and copies rank 0's weights to every rank. Collective.
     data_parallel(communicator comm, std::shared_ptr<parameter_store<T>> store, parallel_config cfg = {})
         : comm_(comm), store_(std::move(store)), cfg_(cfg) {
         if (!store_) throw error("ctg::dist::data_parallel: no parameter store");
         broadcast_parameters(comm_, *store_);
         build_buckets();
     }
+    /// For the parameters of `prog`'s store.
     template <class Program>
         requires requires(Program& p) { p.shared_params(); }
     data_parallel(communicator comm, Program& prog, parallel_config cfg = {})
         : data_parallel(comm, prog.shared_params(), cfg) {}
 
-    const communicator& comm() const { return comm_; }
-    std::size_t buckets() const { return bucket_begin_.size(); }
-    const stats& statistics() const { return stats_; }
+    const communicator& comm() const { return comm_; }  ///< the ranks
+    std::size_t buckets() const { return bucket_begin_.size(); }  ///< the number of gradient buckets
+    const stats& statistics() const { return stats_; }  ///< steps and time spent waiting
     /// Only rank 0 writes files and progress output (ctg::trainer asks).
     bool writes_output() const { return comm_.root(); }
 
@@ -507,8 +523,10 @@ private:
     stats stats_;
 };
 
+/// The scalar type from the program.
 template <class Program>
 data_parallel(communicator, Program&) -> data_parallel<typename Program::scalar>;
+/// The scalar type from the program.
 template <class Program>
 data_parallel(communicator, Program&, parallel_config) -> data_parallel<typename Program::scalar>;
 

@@ -51,10 +51,10 @@ namespace ctg::npz {
 
 /// One array of an archive: raw little-endian, C-order bytes and a NumPy dtype string.
 struct array {
-    std::string name;                // key in the archive (the entry name without ".npy")
-    std::string descr;               // "<f4", "<f8", "<i4", "<i8" or "|b1"
-    std::vector<std::size_t> shape;  // empty for a 0-d array (one element)
-    std::vector<char> bytes;         // size() * itemsize bytes
+    std::string name;  ///< key in the archive (the entry name without ".npy")
+    std::string descr;  ///< "<f4", "<f8", "<i4", "<i8" or "|b1"
+    std::vector<std::size_t> shape;  ///< empty for a 0-d array (one element)
+    std::vector<char> bytes;  ///< size() * itemsize bytes
 
     /// Number of elements (product of the shape; 1 for a 0-d array).
     std::size_t size() const {

@@ -29,29 +29,42 @@
 
 #include "ctgraph/binary_file.hpp"
 
+/// Loss curves as PNG line charts (zlib-compressed), written without a plotting library.
 namespace ctg::plot {
 
 // Every member has a default initialiser ({}), so designated initialisers that leave some out
 // compile cleanly under -Wextra.
+/// One line of a chart: points (x[i], y[i]) drawn in one colour.
 struct series {
-    std::string label{};  // shown in the legend; empty: not listed
+    std::string label{};  ///< shown in the legend; empty: not listed
+    /// @{ the points' coordinates (equal lengths)
     std::vector<double> x{}, y{};
-    std::array<unsigned char, 3> rgb{};
+    /// @}
+    std::array<unsigned char, 3> rgb{};  ///< the line's colour
 };
 
+/// A line chart: title, axis labels, size in pixels and its lines (a legend lists the labelled ones).
 struct chart {
+    /// @{ the title and the axes' labels
     std::string title{}, x_label{}, y_label{};
-    bool log_y = false;  // log10 scale; non-positive or non-finite y values are skipped (line broken there)
+    /// @}
+    bool log_y = false;  ///< log10 scale; non-positive or non-finite y values are skipped (line broken there)
+    /// @{ the image's size in pixels
     int width = 800, height = 500;
-    std::vector<series> lines{};
+    /// @}
+    std::vector<series> lines{};  ///< the lines drawn
 };
 
 /// A rows x cols matrix of values in [0, 1] (row-major), drawn white (0) to dark blue (1).
 struct heatmap {
+    /// @{ the title and the axes' labels
     std::string title{}, x_label{}, y_label{};
-    std::vector<std::string> row_labels{}, col_labels{};  // one short label per row / column
-    std::vector<double> values{};
-    int cell = 28;  // pixels per cell side
+    /// @}
+    /// @{ one short label per row and per column
+    std::vector<std::string> row_labels{}, col_labels{};
+    /// @}
+    std::vector<double> values{};  ///< rows x cols values in [0, 1], row-major
+    int cell = 28;  ///< pixels per cell side
 };
 
 namespace detail {
@@ -433,6 +446,7 @@ inline std::vector<unsigned char> png_bytes(const chart& c) {
     return detail::encode_png(cv);
 }
 
+/// Writes the chart as a PNG file, atomically; throws ctg::io_error when the file cannot be written.
 inline void write_png(const chart& c, const std::string& path) { detail::write_atomically(path, png_bytes(c)); }
 
 /// The PNG file of the heat map, in memory (write_png writes these bytes).
@@ -493,6 +507,7 @@ inline std::vector<unsigned char> png_bytes(const heatmap& h) {
     return detail::encode_png(cv);
 }
 
+/// Writes the heatmap as a PNG file, atomically; throws ctg::io_error when the file cannot be written.
 inline void write_png(const heatmap& h, const std::string& path) { detail::write_atomically(path, png_bytes(h)); }
 
 }  // namespace ctg::plot

@@ -48,14 +48,16 @@
 #include "ctgraph/error.hpp"
 #include "ctgraph/params.hpp"
 
+/// safetensors files: save and load a parameter store, read and write raw tensors of every dtype
+/// and the `__metadata__`; every rule of the format is checked on reading.
 namespace ctg::safetensors {
 
 /// One tensor of a file: raw little-endian, C-order bytes and a safetensors dtype.
 struct tensor {
-    std::string name;
-    std::string dtype;               // "F32", "F64", "F16", "BF16", "I64", ... (see the file comment)
-    std::vector<std::size_t> shape;  // empty for a 0-d tensor (one element)
-    std::vector<char> bytes;         // size() * itemsize bytes
+    std::string name;  ///< the tensor's key in the header
+    std::string dtype;  ///< "F32", "F64", "F16", "BF16", "I64", ... (see the file comment)
+    std::vector<std::size_t> shape;  ///< empty for a 0-d tensor (one element)
+    std::vector<char> bytes;  ///< size() * itemsize bytes
 
     /// Number of elements (product of the shape; 1 for a 0-d tensor).
     std::size_t size() const {

@@ -5,9 +5,9 @@
 #include <string_view>
 
 namespace ctg {
-inline constexpr int version_major = 0;
-inline constexpr int version_minor = 2;
-inline constexpr int version_patch = 0;
+inline constexpr int version_major = 0;  ///< the major version
+inline constexpr int version_minor = 2;  ///< the minor version
+inline constexpr int version_patch = 0;  ///< the patch version
 /// "major.minor.patch"
 inline constexpr std::string_view version = "0.2.0";
 }  // namespace ctg

@@ -22,16 +22,18 @@
 
 namespace ctg::nn {
 
+/// How decode() and gpt_generator choose each token: greedy, or a draw among the top_k
+/// logits at a temperature, optionally restricted to the top_p nucleus.
 struct sampling {
-    int top_k = 1;             // 1: greedy (argmax); 0: no limit
-    double temperature = 1.0;  // logits are divided by it before the softmax
-    double top_p = 1.0;        // nucleus: the fewest most likely tokens whose probability reaches top_p
+    int top_k = 1;  ///< 1: greedy (argmax); 0: no limit
+    double temperature = 1.0;  ///< logits are divided by it before the softmax
+    double top_p = 1.0;  ///< nucleus: the fewest most likely tokens whose probability reaches top_p
 };
 
 /// Reusable memory for choose(), so that sampling allocates nothing per token.
 struct choice_scratch {
-    std::vector<std::pair<double, int>> ranked;
-    std::vector<double> weights;
+    std::vector<std::pair<double, int>> ranked;  ///< the logits with their token, sorted
+    std::vector<double> weights;  ///< the kept tokens' unnormalised probabilities
 };
 
 /// Picks an index from one row of logits (logits(v) for v < n): the argmax for top_k = 1, otherwise
@@ -64,6 +66,7 @@ int choose(const Row& logits, std::size_t n, const sampling& s, std::mt19937_64&
         if ((u -= w[i]) < 0) return c[i].second;
     return c[k - 1].second;
 }
+/// choose() with its own scratch memory (allocates per call). Throws ctg::error for a bad sampling.
 template <class Row>
 int choose(const Row& logits, std::size_t n, const sampling& s, std::mt19937_64& rng) {
     choice_scratch scratch;
@@ -71,7 +74,7 @@ int choose(const Row& logits, std::size_t n, const sampling& s, std::mt19937_64&
 }
 
 /// Generates one sequence per row of `state` (see the file comment). Returns the chosen tokens,
-/// without <SOS> and <EOS>; eos < 0 means "no end token" (always max_steps tokens).
+/// without `<SOS>` and `<EOS>`; eos < 0 means "no end token" (always max_steps tokens).
 template <fixed_string TokenName, fixed_string StateName, class StepProgram, class T>
 std::vector<std::vector<int>> decode(StepProgram& step, xt::xtensor<T, 2> state, int sos, int eos,
                                      std::size_t max_steps, const sampling& how, std::mt19937_64& rng) {

@@ -27,25 +27,31 @@
 
 namespace ctg::nn {
 
-/// Products: precision::bf16 runs the two programs' matrix products on bf16 operands (the
-/// program option of the same name), in a float program.
+/// Text generation from an nn::gpt with a KV cache: a prefill program over the prompts and a
+/// one-token step program, both inference programs over the model's parameters (the training store).
+/// Model is an nn::gpt type; T float or double. Products: precision::bf16 runs the two programs'
+/// matrix products on bf16 operands (the program option of the same name), in a float program.
 template <class Model, class T = float, precision Products = precision::f32>
 class gpt_generator {
     static constexpr dim B = dyn('B'), Tp = dyn('T'), C = dyn('C');
     static constexpr std::size_t L = Model::layers, D = Model::width, V = Model::vocab;
 
 public:
-    using Prompt = index_input<"prompt", B, Tp>;
-    using Token = index_input<"token", B, 1>;
-    using Pos = index_input<"pos", B>;
-    using CacheK = input<"cache_k", int(L), B, int(D), C>;  // feature-major keys (see ops/kv_cache.hpp)
-    using CacheV = input<"cache_v", int(L), B, C, int(D)>;
+    using Prompt = index_input<"prompt", B, Tp>;  ///< the prefill's prompts (B, T), right-padded
+    using Token = index_input<"token", B, 1>;  ///< the step's token per sequence (B, 1)
+    using Pos = index_input<"pos", B>;  ///< the step's position per sequence (B)
+    using CacheK = input<"cache_k", int(L), B, int(D), C>;  ///< keys (layers, B, width, positions), feature-major (see ops/kv_cache.hpp)
+    using CacheV = input<"cache_v", int(L), B, C, int(D)>;  ///< values (layers, B, positions, width)
+    /// The prefill's output: the logits of every prompt position (B, T, vocab).
     static constexpr auto prefill_logits() { return Model::prefill_logits(Prompt{}, CacheK{}, CacheV{}); }
+    /// The step's output: the next token's logits (B, 1, vocab).
     static constexpr auto step_logits() { return Model::step_logits(Token{}, Pos{}, CacheK{}, CacheV{}); }
-    static constexpr options program_options{.precision = Products, .inference = true};
-    using prefill_program = decltype(compile<T, program_options>(prefill_logits()));
-    using step_program = decltype(compile<T, program_options>(step_logits()));
+    static constexpr options program_options{.precision = Products, .inference = true};  ///< inference programs, products at Products precision
+    using prefill_program = decltype(compile<T, program_options>(prefill_logits()));  ///< the prefill program's type
+    using step_program = decltype(compile<T, program_options>(step_logits()));  ///< the one-token step program's type
 
+    /// Two programs over `store` (missing parameters are added), caches for max_batch sequences of
+    /// capacity positions. Throws ctg::error when either is 0.
     gpt_generator(std::shared_ptr<parameter_store<T>> store, std::size_t max_batch, std::size_t capacity)
         : prefill_(store), step_(store), max_batch_(max_batch), capacity_(capacity),
           cache_k_(L * max_batch * capacity * D), cache_v_(L * max_batch * capacity * D),
@@ -53,7 +59,7 @@ public:
         if (max_batch == 0 || capacity == 0) throw error("ctg::nn::gpt_generator: the batch and the cache need room");
     }
 
-    std::size_t capacity() const { return capacity_; }
+    std::size_t capacity() const { return capacity_; }  ///< the number of positions the cache holds
     /// Bytes of the key and value caches (allocated once, at construction).
     std::size_t cache_bytes() const { return (cache_k_.size() + cache_v_.size()) * sizeof(T); }
     /// Bytes of the two programs' working memory (activations and op scratch of the last prefill

@@ -47,22 +47,24 @@ constexpr auto merge_heads(X x) {
 /// checks (nn/checks.hpp) are said once however many graphs use it; a failed one gives poison.
 template <fixed_string P, int D, int Heads, class Score = scaled_dot_score>
 struct multi_head_attention {
-    static constexpr bool width_ok = detail::heads_divide_width<D, Heads>();
-    static constexpr int head_dim = width_ok ? D / Heads : 1;
-    using W_q = param<P + fixed_string("q.weight"), D, D>;
-    using b_q = param<P + fixed_string("q.bias"), D>;
-    using W_k = param<P + fixed_string("k.weight"), D, D>;
-    using b_k = param<P + fixed_string("k.bias"), D>;
-    using W_v = param<P + fixed_string("v.weight"), D, D>;
-    using b_v = param<P + fixed_string("v.bias"), D>;
-    using W_o = param<P + fixed_string("proj.weight"), D, D>;
-    using b_o = param<P + fixed_string("proj.bias"), D>;
+    static constexpr bool width_ok = detail::heads_divide_width<D, Heads>();  ///< whether Heads divides D (else one compile error and poison)
+    static constexpr int head_dim = width_ok ? D / Heads : 1;  ///< D / Heads
+    using W_q = param<P + fixed_string("q.weight"), D, D>;  ///< <P>q.weight (D, D), input by output
+    using b_q = param<P + fixed_string("q.bias"), D>;  ///< <P>q.bias (D)
+    using W_k = param<P + fixed_string("k.weight"), D, D>;  ///< <P>k.weight (D, D)
+    using b_k = param<P + fixed_string("k.bias"), D>;  ///< <P>k.bias (D)
+    using W_v = param<P + fixed_string("v.weight"), D, D>;  ///< <P>v.weight (D, D)
+    using b_v = param<P + fixed_string("v.bias"), D>;  ///< <P>v.bias (D)
+    using W_o = param<P + fixed_string("proj.weight"), D, D>;  ///< <P>proj.weight (D, D), the output projection
+    using b_o = param<P + fixed_string("proj.bias"), D>;  ///< <P>proj.bias (D)
 
     /// The per-head queries, keys and values (B, h, n, D/h).
     template <expr X>
     static constexpr auto queries(X x) { return split(affine(x, W_q{}, b_q{})); }
+    /// The per-head keys (B, h, m, D/h) of x (B, m, D).
     template <expr X>
     static constexpr auto keys(X x) { return split(affine(x, W_k{}, b_k{})); }
+    /// The per-head values (B, h, m, D/h) of x (B, m, D).
     template <expr X>
     static constexpr auto values(X x) { return split(affine(x, W_v{}, b_v{})); }
 
