@@ -63,32 +63,43 @@
 
 namespace ctg {
 
-/// One evaluation of a training run: the trainer's history and its <name>_loss.csv rows.
+/// One evaluation of a training run: the trainer's history and its `<name>_loss.csv` rows.
 struct history_row {
+    /// @{ the step and the epoch at the evaluation
     long step = 0, epoch = 0;
+    /// @}
+    /// @{ the mean training loss since the last evaluation, the validation metric, the learning
+    /// rate, and the training time so far in seconds
     double train_loss = 0, metric = 0, lr = 0, seconds = 0;
-    bool operator==(const history_row&) const = default;
+    /// @}
+    bool operator==(const history_row&) const = default;  ///< every field equal
 };
 
 /// The state of a training run besides its parameters and optimizer.
 struct run_state {
-    long step = 0;                      // steps taken (a schedule's position)
-    long epoch = 0;                     // epochs begun
-    long batch_in_epoch = 0;            // batches of the current epoch already trained
-    std::vector<std::int64_t> order{};  // the current epoch's sample order
-    std::string shuffle_rng{};          // the shuffling generator (std::mt19937_64 as text)
+    long step = 0;                      ///< steps taken (a schedule's position)
+    long epoch = 0;                     ///< epochs begun
+    long batch_in_epoch = 0;            ///< batches of the current epoch already trained
+    std::vector<std::int64_t> order{};  ///< the current epoch's sample order
+    std::string shuffle_rng{};          ///< the shuffling generator (std::mt19937_64 as text)
+    /// @{ dropout's seed and the forward passes drawn from it (program::dropout_state)
     std::uint64_t dropout_seed = 0, dropout_passes = 0;
-    std::map<std::string, double> counters{};  // the caller's own
-    bool evaluated_last = false;        // the last step taken was followed by an evaluation
-    bool finished = false;              // every step done, or stopped
-    bool stopped = false;               // stopped before the last step (early stop, the hook)
-    std::vector<history_row> history{}; // every evaluation so far
-    double loss_sum = 0, loss_samples = 0;  // training loss (times samples) since the last evaluation
-    double samples_done = 0;            // samples trained
-    double seconds = 0;                 // training time so far
-    std::map<std::string, std::string> config{};  // what defines the run, by field (run/config/...)
+    /// @}
+    std::map<std::string, double> counters{};  ///< the caller's own
+    bool evaluated_last = false;        ///< the last step taken was followed by an evaluation
+    bool finished = false;              ///< every step done, or stopped
+    bool stopped = false;               ///< stopped before the last step (early stop, the hook)
+    std::vector<history_row> history{};  ///< every evaluation so far
+    /// @{ the training loss times samples, and the samples, since the last evaluation
+    double loss_sum = 0, loss_samples = 0;
+    /// @}
+    double samples_done = 0;            ///< samples trained
+    double seconds = 0;                 ///< training time so far
+    std::map<std::string, std::string> config{};  ///< what defines the run, by field (run/config/...)
 };
 
+/// Training checkpoints: weights, optimizer state, the run's position, generators and history in
+/// one `.npz` (docs/checkpoints.md).
 namespace checkpoint {
 
 namespace detail {
@@ -223,11 +234,11 @@ void save(const std::string& path, const parameter_store<T>& store, Optimizer& o
 /// applies it.
 template <class T>
 struct staged {
-    std::string path;
-    std::vector<std::vector<T>> values;         // per parameter slot
-    std::vector<aligned_vector<T>> states;      // per optimizer state, in for_each_state's order
-    long steps = 0;                             // the optimizer's step count
-    run_state run;
+    std::string path;  ///< the file read
+    std::vector<std::vector<T>> values;         ///< per parameter slot
+    std::vector<aligned_vector<T>> states;      ///< per optimizer state, in for_each_state's order
+    long steps = 0;                             ///< the optimizer's step count
+    run_state run;  ///< the run's state
 };
 
 /// Reads the checkpoint at `path` and checks it against the store and the optimizer: every parameter

@@ -28,16 +28,20 @@ inline constexpr std::size_t parallel_update_min_size = 8192;
 template <class T>
 class sgd {
 public:
+    /// The hyper-parameters, as torch.optim.SGD's: `sgd<float>({.lr = 0.05, .momentum = 0.9})`.
     struct config {
+        /// @{ the learning rate, the momentum mu (0: none) and the L2 weight decay
         double lr = 0.01, momentum = 0.0, weight_decay = 0.0;
-        bool nesterov = false;
+        /// @}
+        bool nesterov = false;  ///< Nesterov momentum (needs momentum > 0)
     };
+    /// Throws ctg::error for Nesterov momentum without momentum.
     explicit sgd(config c) : c_(c) {
         if (c.nesterov && c.momentum <= 0) throw error("ctg::optim::sgd: Nesterov momentum needs momentum > 0");
     }
-    void set_lr(double lr) { c_.lr = lr; }
-    double lr() const { return c_.lr; }
-    long steps() const { return t_; }
+    void set_lr(double lr) { c_.lr = lr; }  ///< sets the learning rate (schedules call it each step)
+    double lr() const { return c_.lr; }      ///< the learning rate
+    long steps() const { return t_; }        ///< steps taken
 
     /// One step over every parameter of the store: begin_step(), then update() of each slot.
     void step(parameter_store<T>& ps) {
@@ -51,6 +55,7 @@ public:
         if (c_.momentum != 0 && buf_.size() != n) buf_.assign(n, T(0)), t_ = 0;
         ++t_;
     }
+    /// Updates one parameter (slot) from its gradient; call after begin_step().
     void update(parameter_store<T>& ps, std::size_t slot) {
         const auto& e = ps.at(slot);
         T* p = ps.value_storage(slot);  // (the bf16 copy, if any, is written below, range by range)
@@ -80,11 +85,12 @@ public:
     /// Checkpoints (ctgraph/checkpoint.hpp): the kind, f(name, array) for each state array (one
     /// element per element of the store's flat arrays; empty before the first step), the step count.
     static constexpr const char* kind = "sgd";
+    /// Calls f(name, array) for each state array (checkpoints).
     template <class F>
     void for_each_state(F&& f) {
         if (c_.momentum != 0) f("momentum", buf_);
     }
-    void set_steps(long t) { t_ = t; }
+    void set_steps(long t) { t_ = t; }  ///< restores the step count (checkpoints)
 
 private:
     config c_;
@@ -96,14 +102,17 @@ private:
 template <class T>
 class adam {
 public:
+    /// The hyper-parameters, as torch.optim.Adam's and AdamW's: `adam<float>({.lr = 3e-4})`.
     struct config {
+        /// @{ the learning rate, the moment decay rates beta1 and beta2, epsilon, and the weight decay
         double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
-        bool decoupled = false;  // true: AdamW
+        /// @}
+        bool decoupled = false;  ///< true: AdamW (decoupled weight decay)
     };
-    explicit adam(config c) : c_(c) {}
-    void set_lr(double lr) { c_.lr = lr; }
-    double lr() const { return c_.lr; }
-    long steps() const { return t_; }
+    explicit adam(config c) : c_(c) {}       ///< an optimizer with these hyper-parameters
+    void set_lr(double lr) { c_.lr = lr; }  ///< sets the learning rate (schedules call it each step)
+    double lr() const { return c_.lr; }      ///< the learning rate
+    long steps() const { return t_; }        ///< steps taken
 
     /// One step over every parameter of the store: begin_step(), then update() of each slot.
     void step(parameter_store<T>& ps) {
@@ -119,6 +128,7 @@ public:
         step_size_ = T(c_.lr) / T(1 - std::pow(c_.beta1, double(t_)));
         sqrt_bc2_ = std::sqrt(T(1 - std::pow(c_.beta2, double(t_))));
     }
+    /// Updates one parameter (slot) from its gradient; call after begin_step().
     void update(parameter_store<T>& ps, std::size_t slot) {
         const auto& e = ps.at(slot);
         T* p = ps.value_storage(slot);  // (the bf16 copy, if any, is written below, range by range)
@@ -153,12 +163,13 @@ public:
 
     /// Checkpoints: as sgd's (the moment estimates m and v).
     static constexpr const char* kind = "adam";
+    /// Calls f(name, array) for each state array (checkpoints).
     template <class F>
     void for_each_state(F&& f) {
         f("m", m_);
         f("v", v_);
     }
-    void set_steps(long t) { t_ = t; }
+    void set_steps(long t) { t_ = t; }  ///< restores the step count (checkpoints)
 
 private:
     config c_;
@@ -199,20 +210,26 @@ double clip_grad_norm(parameter_store<T>& ps, double max_norm) {
 
 /// Learning-rate schedules: functions of the step number (0-based).
 struct constant_lr {
-    double lr;
-    double operator()(long) const { return lr; }
+    double lr;                                     ///< the learning rate
+    double operator()(long) const { return lr; }  ///< lr at every step
 };
 /// lr * gamma^(step / step_size)
 struct step_lr {
+    /// @{ the initial rate and the factor applied every step_size steps
     double lr, gamma;
-    long step_size;
+    /// @}
+    long step_size;  ///< steps between two decays
+    /// The rate at a step (0-based).
     double operator()(long step) const { return lr * std::pow(gamma, double(step / step_size)); }
 };
 /// Linear warm-up from 0 to lr over `warmup` steps, then cosine decay to min_lr at `total`.
 struct warmup_cosine_lr {
-    double lr;
+    double lr;  ///< the peak rate, reached at the end of the warm-up
+    /// @{ the warm-up's steps and the schedule's total steps
     long warmup, total;
-    double min_lr = 0.0;
+    /// @}
+    double min_lr = 0.0;  ///< the rate at `total` and after
+    /// The rate at a step (0-based).
     double operator()(long step) const {
         if (step < warmup) return lr * double(step + 1) / double(warmup);
         if (step >= total) return min_lr;
