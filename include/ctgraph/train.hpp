@@ -99,11 +99,12 @@ typename Program::scalar train_step(Program& prog, Optimizer& opt, double clip_n
 /// batch the trainer fed, the global batch when the data is sharded over processes; returns the
 /// batch's mean loss) and `bool writes_output()`.
 struct local_step {
+    /// One ctg::train_step; returns the batch's mean loss.
     template <class Program, class Optimizer>
     typename Program::scalar operator()(Program& prog, Optimizer& opt, double clip_norm, std::size_t /*samples*/) {
         return train_step(prog, opt, clip_norm);
     }
-    bool writes_output() const { return true; }
+    bool writes_output() const { return true; }  ///< this process writes files and progress output
 };
 
 // ---------------------------------------------------------------------------------------- progress
@@ -121,8 +122,9 @@ inline std::string clock_text(double seconds) {
 /// only the permanent lines (print()) appear, so a log file gets one plain line per event.
 class progress_line {
 public:
+    /// Writes to `out` (nullptr: nothing).
     explicit progress_line(std::FILE* out = stdout) : out_(out), terminal_(out && isatty(fileno(out))) {}
-    bool terminal() const { return terminal_; }
+    bool terminal() const { return terminal_; }  ///< whether `out` is a terminal
     /// Redraws the transient line (terminal only).
     void draw(const std::string& text) {
         if (!terminal_) return;
@@ -155,6 +157,7 @@ struct keep_lr {};
 
 /// Validation metric of the trainer's default: the evaluation program's mean loss over the data.
 struct mean_loss {
+    /// The mean of `eval`'s loss over every sample of `data`, in batches of `batch`.
     template <class Program, class Data>
     double operator()(Program& eval, Data& data, std::size_t batch) const {
         return mean_output(eval, data, batch);
@@ -163,51 +166,56 @@ struct mean_loss {
 
 /// No validation data.
 struct no_validation {
-    std::size_t size() const { return 0; }
+    std::size_t size() const { return 0; }  ///< no samples
+    /// Feeds nothing.
     template <class Program>
     void feed(Program&, const std::size_t*, std::size_t) {}
 };
 
+/// What ctg::trainer does: batch size, epochs or steps, shuffling, clipping, evaluation, checkpoints,
+/// early stopping, files and progress output. Designated initialisers: `{.batch = 32, .epochs = 30}`.
 struct train_config {
-    std::size_t batch = 32;
-    long epochs = 1;               // passes over the training data (0: no limit, then max_steps must be set)
-    long max_steps = 0;            // stop after this many steps (0: no limit); whichever comes first
-    bool shuffle = true;           // a new order of the samples every epoch
-    bool drop_last = false;        // false: the last, smaller batch of an epoch is trained on too
-    std::uint64_t seed = 0;        // the shuffling
-    double clip_norm = 0;          // > 0: global-norm clipping (the update then runs after backward)
-    long eval_every = 0;           // steps between evaluations (0: at the end of every epoch); always at the end
-    std::size_t eval_batch = 0;    // batch of the evaluation (0: batch)
-    long checkpoint_every = 0;     // steps between checkpoints (0: only at the end); needs out_dir
-    std::size_t keep_last = 0;     // 0: one checkpoint <name>.npz, overwritten; k > 0: <name>-step00000042.npz
-                                   // per checkpoint, the newest k kept (checkpoint::latest finds the newest)
-    std::string out_dir{};         // where the checkpoints, <name>_best.npz (the best weights, with
-                                   // patience), <name>_loss.csv/.png go ("": no files)
-    std::string name = "train";
-    long patience = 0;             // stop after this many evaluations without improvement (0: never)
-    double min_delta = 0;          // an improvement must exceed this
-    bool higher_is_better = false; // the validation metric's direction (loss: lower; accuracy: higher)
-    std::string metric_name = "val";
-    std::FILE* log = stdout;       // progress output (nullptr: silent)
+    std::size_t batch = 32;        ///< samples per training step
+    long epochs = 1;               ///< passes over the training data (0: no limit, then max_steps must be set)
+    long max_steps = 0;            ///< stop after this many steps (0: no limit); whichever comes first
+    bool shuffle = true;           ///< a new order of the samples every epoch
+    bool drop_last = false;        ///< false: the last, smaller batch of an epoch is trained on too
+    std::uint64_t seed = 0;        ///< the shuffling
+    double clip_norm = 0;          ///< > 0: global-norm clipping (the update then runs after backward)
+    long eval_every = 0;           ///< steps between evaluations (0: at the end of every epoch); always at the end
+    std::size_t eval_batch = 0;    ///< batch of the evaluation (0: batch)
+    long checkpoint_every = 0;     ///< steps between checkpoints (0: only at the end); needs out_dir
+    std::size_t keep_last = 0;     ///< 0: one checkpoint `<name>.npz`, overwritten; k > 0: `<name>-step00000042.npz`
+                                   ///< per checkpoint, the newest k kept (checkpoint::latest finds the newest)
+    std::string out_dir{};         ///< where the checkpoints, `<name>_best.npz` (the best weights, with
+                                   ///< patience), `<name>_loss.csv`/`.png` go ("": no files)
+    std::string name = "train";    ///< the files' base name
+    long patience = 0;             ///< stop after this many evaluations without improvement (0: never)
+    double min_delta = 0;          ///< an improvement must exceed this
+    bool higher_is_better = false; ///< the validation metric's direction (loss: lower; accuracy: higher)
+    std::string metric_name = "val";  ///< the metric's name in the progress lines and the CSV header
+    std::FILE* log = stdout;       ///< progress output (nullptr: silent)
 };
 
 struct train_report;
 /// The trainer's default evaluation hook: nothing.
 struct no_eval_hook {
-    void operator()(const train_report&) const {}
+    void operator()(const train_report&) const {}  ///< does nothing
 };
 
 /// What fit() reports (also passed to the evaluation hook after every evaluation).
 struct train_report {
-    long step = 0, epoch = 0;     // steps taken; epochs begun
-    double train_loss = NAN;      // mean training loss since the previous evaluation
-    double metric = NAN;          // the last validation metric (NaN without validation data)
-    double best_metric = NAN;
-    long best_step = 0;
-    double lr = 0;
-    double seconds = 0;
-    double samples_per_second = 0;
-    bool stopped_early = false;
+    /// @{ steps taken; epochs begun
+    long step = 0, epoch = 0;
+    /// @}
+    double train_loss = NAN;      ///< mean training loss since the previous evaluation
+    double metric = NAN;          ///< the last validation metric (NaN without validation data)
+    double best_metric = NAN;     ///< the best validation metric so far
+    long best_step = 0;           ///< the step where it was reached
+    double lr = 0;                ///< the learning rate of the last step
+    double seconds = 0;           ///< training time (evaluations excluded)
+    double samples_per_second = 0;  ///< training throughput
+    bool stopped_early = false;   ///< stopped by patience or by the hook
 };
 
 /// Trains `prog` with `opt`: see the file comment. The evaluator (`evaluator()`) is a second program
@@ -217,7 +225,7 @@ struct train_report {
 template <class Program, class Optimizer, class Schedule = keep_lr, class Step = local_step>
 class trainer {
 public:
-    using T = typename Program::scalar;
+    using T = typename Program::scalar;  ///< the program's scalar type
     static_assert(optim::optimizer_for<Optimizer, T>,
                   "ctg::trainer: the optimizer needs begin_step(store), update(store, slot), step(store), set_lr(lr)");
     static_assert(requires(Step& s, Program& p, Optimizer& o) {
@@ -225,6 +233,9 @@ public:
         { s.writes_output() } -> std::convertible_to<bool>;
     }, "ctg::trainer: the step policy needs loss = step(prog, opt, clip_norm, samples) and writes_output()");
 
+    /// Trains `prog` (held by reference) with `opt` as `cfg` says; `schedule(step)` gives each step's
+    /// learning rate (keep_lr: the optimizer's); `step` runs each training step (local_step, or
+    /// dist::data_parallel).
     trainer(Program& prog, Optimizer& opt, train_config cfg, Schedule schedule = {}, Step step = {})
         : prog_(prog), opt_(opt), cfg_(std::move(cfg)), schedule_(schedule), step_(std::move(step)),
           writes_(step_.writes_output()), eval_(prog.shared_params()), log_(writes_ ? cfg_.log : nullptr) {
@@ -274,7 +285,7 @@ public:
     /// One row per evaluation: step, epoch, training loss, metric, learning rate, seconds. A resumed
     /// run's history begins with the rows of the run it resumes.
     using row = history_row;
-    const std::vector<row>& history() const { return history_; }
+    const std::vector<row>& history() const { return history_; }  ///< every evaluation so far
 
     /// Trains without validation data.
     template <class Train>
@@ -501,7 +512,7 @@ public:
         return r;
     }
 
-    /// Writes <name>_loss.csv and <name>_loss.png from the history (fit() does at the end; nothing
+    /// Writes `<name>_loss.csv` and `<name>_loss.png` from the history (fit() does at the end; nothing
     /// when the step policy does not write). Each file is written atomically, and only when its
     /// bytes differ from the file's: curves that are already right keep their file and its time.
     void write_curves() const {
@@ -526,7 +537,7 @@ public:
         write_if_changed(path("_loss.png"), png.data(), png.size());
     }
     /// Saves the checkpoint of the last step fit() took (weights, optimizer, run), atomically: to
-    /// <out_dir>/<name>.npz (keep_last = 0), or to <out_dir>/<name>-step<8 digits>.npz, then removes
+    /// `<out_dir>/<name>.npz` (keep_last = 0), or to `<out_dir>/<name>-step<8 digits>.npz`, then removes
     /// the older step-numbered files of this run beyond the newest keep_last (files of later steps,
     /// from a run resumed from an earlier checkpoint, are left alone). Its parameters are under their
     /// own names: npz::load(store, path, true) and checkpoint::load_weights read them.
@@ -545,11 +556,11 @@ public:
             std::filesystem::remove(older[i], ec);
         }
     }
-    /// <out_dir>/<name><suffix>.
+    /// `<out_dir>/<name><suffix>`.
     std::string path(const std::string& suffix) const {
         return (std::filesystem::path(cfg_.out_dir) / (cfg_.name + suffix)).string();
     }
-    /// The step-numbered checkpoint of `step` (keep_last > 0): <out_dir>/<name>-step00000042.npz.
+    /// The step-numbered checkpoint of `step` (keep_last > 0): `<out_dir>/<name>-step00000042.npz`.
     std::string checkpoint_path(long step) const {
         return (std::filesystem::path(cfg_.out_dir) / checkpoint::step_file_name(cfg_.name, step)).string();
     }
