@@ -37,28 +37,33 @@ constexpr auto one_minus(A a) { return sub(constant<1>{}, a); }
 
 namespace nn {
 
+/// A layer's non-linearity: tanh, ReLU or GELU's tanh approximation (GPT-2).
 enum class activation { tanh, relu, gelu };
 
 /// What every cell offers once it has project() and step(): one raw step, and the scan.
 template <class Cell, int StateWidth>
 struct recurrent {
+    /// One step on a raw input x (B, X): the state after it (B, StateWidth).
     static constexpr auto cell(auto s, auto x) { return Cell::step(s, Cell::project(x)); }
+    /// The scan over xs (T, B, X): every step's whole state (T, B, StateWidth). `extra` is passed to
+    /// ctg::scan: an initial state (or zero_state{}) and per-sequence lengths (an index_input (B)).
     template <class... Extra>
     static constexpr auto run_state(auto xs, Extra... extra) {
         return scan<StateWidth>([](auto s, auto p) { return Cell::step(s, p); }, Cell::project(xs), extra...);
     }
+    /// The scan over xs (T, B, X): every step's output (T, B, H); as run_state() but for the LSTM.
     template <class... Extra>
     static constexpr auto run(auto xs, Extra... extra) { return run_state(xs, extra...); }
 };
 
 /// The weights of a gated cell with G gates of width H (PyTorch's layout, transposed):
-/// <P>_W_i (X, G*H), <P>_W_h (H, G*H), <P>_b_i and <P>_b_h (G*H).
+/// `<P>_W_i` (X, G*H), `<P>_W_h` (H, G*H), `<P>_b_i` and `<P>_b_h` (G*H).
 template <fixed_string P, int X, int H, int G>
 struct gate_weights {
-    using W_i = param<P + fixed_string("_W_i"), X, G * H>;
-    using W_h = param<P + fixed_string("_W_h"), H, G * H>;
-    using b_i = param<P + fixed_string("_b_i"), G * H>;
-    using b_h = param<P + fixed_string("_b_h"), G * H>;
+    using W_i = param<P + fixed_string("_W_i"), X, G * H>;  ///< `<P>_W_i` (X, G*H): the input's weights of every gate
+    using W_h = param<P + fixed_string("_W_h"), H, G * H>;  ///< `<P>_W_h` (H, G*H): the state's weights of every gate
+    using b_i = param<P + fixed_string("_b_i"), G * H>;     ///< `<P>_b_i` (G*H): the input side's bias
+    using b_h = param<P + fixed_string("_b_h"), G * H>;     ///< `<P>_b_h` (G*H): the state side's bias
     /// The input's part of every gate: x W_i + b_i.
     template <expr Xs>
     static constexpr auto project(Xs xs) {
@@ -73,19 +78,23 @@ struct gate_weights {
 /// Elman: h_t = phi(h_{t-1} W_h + x_t W_x + b), phi = tanh or relu.
 template <fixed_string P, int X, int H, activation Phi = activation::tanh>
 struct elman : recurrent<elman<P, X, H, Phi>, H> {
-    using W_x = param<P + fixed_string("_W_x"), X, H>;
-    using W_h = param<P + fixed_string("_W_h"), H, H>;
-    using b = param<P + fixed_string("_b"), H>;
+    using W_x = param<P + fixed_string("_W_x"), X, H>;  ///< `<P>_W_x` (X, H): the input's weights
+    using W_h = param<P + fixed_string("_W_h"), H, H>;  ///< `<P>_W_h` (H, H): the state's weights
+    using b = param<P + fixed_string("_b"), H>;         ///< `<P>_b` (H): the bias
+    /// The activation, tanh or relu.
     static constexpr auto phi(auto a) {
         static_assert(Phi != activation::gelu, "ctg::nn::elman: the activation is tanh or relu");
         if constexpr (Phi == activation::tanh) return ctg::tanh(a); else return ctg::relu(a);
     }
+    /// The input projection x W_x + b of a whole sequence (T, B, X) -> (T, B, H), outside the loop.
+    /// An input of another width than X is one compile error (and poison).
     template <expr Xs>
     static constexpr auto project(Xs xs) {
         if constexpr (Xs::is_poison) return poison{};
         else if constexpr (!detail::cell_input_fits<W_x::name, X, H, detail::last_dim<Xs>>()) return poison{};
         else return affine(xs, W_x{}, b{});
     }
+    /// One step on a projected input p (B, H): phi(h W_h + p).
     static constexpr auto step(auto h, auto p) { return phi(h * W_h{} + p); }
 };
 
@@ -93,7 +102,8 @@ struct elman : recurrent<elman<P, X, H, Phi>, H> {
 /// n = tanh(p_n + r * (h W_hn + b_hn)), h' = (1 - z) * n + z * h, with p = x W_i + b_i.
 template <fixed_string P, int X, int H>
 struct gru : recurrent<gru<P, X, H>, H>, gate_weights<P, X, H, 3> {
-    static constexpr auto step(auto h, auto p) { return gru_gates(p, gru::recurrent_part(h), h); }  // one fused node
+    /// One step on a projected input p (B, 3H): the next state (B, H), in one fused node.
+    static constexpr auto step(auto h, auto p) { return gru_gates(p, gru::recurrent_part(h), h); }
     /// The same step from primitives (16 nodes): what the fused gru_gates is tested against.
     static constexpr auto composed_step(auto h, auto p) {
         auto q = gru::recurrent_part(h);
@@ -109,7 +119,8 @@ struct gru : recurrent<gru<P, X, H>, H>, gate_weights<P, X, H, 3> {
 /// run() returns the h part (T, B, H), run_state() the whole state.
 template <fixed_string P, int X, int H>
 struct lstm : recurrent<lstm<P, X, H>, 2 * H>, gate_weights<P, X, H, 4> {
-    static constexpr auto step(auto s, auto p) { return lstm_gates(p, lstm::recurrent_part(slice<0, H>(s)), s); }  // fused
+    /// One step on a projected input p (B, 4H): the next state [h, c] (B, 2H), in one fused node.
+    static constexpr auto step(auto s, auto p) { return lstm_gates(p, lstm::recurrent_part(slice<0, H>(s)), s); }
     /// The same step from primitives: what the fused lstm_gates is tested against.
     static constexpr auto composed_step(auto s, auto p) {
         auto h = slice<0, H>(s);
@@ -119,6 +130,7 @@ struct lstm : recurrent<lstm<P, X, H>, 2 * H>, gate_weights<P, X, H, 4> {
         auto h2 = mul(sigmoid(slice<3 * H, 4 * H>(g)), ctg::tanh(c2));
         return concat(h2, c2);
     }
+    /// The scan over xs (T, B, X): every step's h (T, B, H).
     template <class... Extra>
     static constexpr auto run(auto xs, Extra... extra) {
         return slice<0, H>(lstm::recurrent::run_state(xs, extra...));
@@ -130,7 +142,10 @@ struct lstm : recurrent<lstm<P, X, H>, 2 * H>, gate_weights<P, X, H, 4> {
 /// its length).
 template <class Fwd, class Bwd>
 struct bidirectional {
+    /// Both directions over xs (T, B, X): (T, B, 2H).
     static constexpr auto run(auto xs) { return concat(Fwd::run(xs), reverse_time(Bwd::run(reverse_time(xs)))); }
+    /// Both directions over padded sequences of the given lengths (an index_input (B)): each backward
+    /// pass starts at its sequence's last real step.
     static constexpr auto run(auto xs, auto lengths) {
         return concat(Fwd::run(xs, zero_state{}, lengths),
                       reverse_time(Bwd::run(reverse_time(xs, lengths), zero_state{}, lengths), lengths));

@@ -34,8 +34,9 @@ namespace ctg::nn {
 /// y = x W + b over the last axis.
 template <fixed_string P, int In, int Out, bool Bias = true>
 struct linear {
-    using weight = param<P + fixed_string("weight"), In, Out>;
-    using bias = param<P + fixed_string("bias"), Out>;
+    using weight = param<P + fixed_string("weight"), In, Out>;  ///< `<P>weight` (In, Out): PyTorch's weight transposed
+    using bias = param<P + fixed_string("bias"), Out>;            ///< `<P>bias` (Out), when Bias
+    /// x (..., In) -> (..., Out). An input of another width is one compile error (and poison).
     template <expr X>
     constexpr auto operator()(X x) const {
         if constexpr (X::is_poison) return poison{};
@@ -48,8 +49,9 @@ struct linear {
 /// Layer normalisation over the last axis with a learned scale and shift (eps 1e-5).
 template <fixed_string P, int D>
 struct layer_norm {
-    using gamma = param<P + fixed_string("weight"), D>;
-    using beta = param<P + fixed_string("bias"), D>;
+    using gamma = param<P + fixed_string("weight"), D>;  ///< `<P>weight` (D): the scale, initialised to ones
+    using beta = param<P + fixed_string("bias"), D>;     ///< `<P>bias` (D): the shift, initialised to zeros
+    /// x (..., D) -> (..., D), normalised over the last axis. Another width is one compile error.
     template <expr X>
     constexpr auto operator()(X x) const {
         if constexpr (X::is_poison) return poison{};
@@ -61,8 +63,9 @@ struct layer_norm {
 /// Position-wise feed-forward network: fc2(act(fc1(x))), D -> F -> D. GELU is the tanh approximation.
 template <fixed_string P, int D, int F, activation Act = activation::gelu>
 struct ffn {
-    using fc1 = linear<P + fixed_string("fc1."), D, F>;
-    using fc2 = linear<P + fixed_string("fc2."), F, D>;
+    using fc1 = linear<P + fixed_string("fc1."), D, F>;  ///< `<P>fc1.weight` (D, F), `<P>fc1.bias` (F)
+    using fc2 = linear<P + fixed_string("fc2."), F, D>;  ///< `<P>fc2.weight` (F, D), `<P>fc2.bias` (D)
+    /// x (..., D) -> (..., D).
     template <expr X>
     constexpr auto operator()(X x) const {
         static_assert(Act != activation::tanh, "ctg::nn::ffn: the activation is gelu or relu");
@@ -84,15 +87,16 @@ constexpr auto residual(X x, F f) {
 }
 
 /// Encoder block: self-attention (mask: padding, a window, ...) then FFN, each residual, each
-/// sub-layer's output through dropout<Drop> in training. Parameters: <P>ln1.*, <P>q/k/v/proj.*,
-/// <P>ln2.*, <P>fc1.*, <P>fc2.*.
+/// sub-layer's output through dropout<Drop> in training. Parameters: `<P>ln1.*`, `<P>q/k/v/proj.*`,
+/// `<P>ln2.*`, `<P>fc1.*`, `<P>fc2.*`.
 template <fixed_string P, int D, int Heads, int F, norm_placement Place = norm_placement::pre,
           activation Act = activation::gelu, class Score = scaled_dot_score, cval Drop = 0.0>
 struct encoder_block {
-    using attn = multi_head_attention<P, D, Heads, Score>;
-    using ln1 = layer_norm<P + fixed_string("ln1."), D>;
-    using ln2 = layer_norm<P + fixed_string("ln2."), D>;
-    using mlp = ffn<P, D, F, Act>;
+    using attn = multi_head_attention<P, D, Heads, Score>;  ///< the self-attention: `<P>q.weight`, `<P>q.bias`, and the same for k, v and proj
+    using ln1 = layer_norm<P + fixed_string("ln1."), D>;    ///< the norm of the attention sub-layer
+    using ln2 = layer_norm<P + fixed_string("ln2."), D>;    ///< the norm of the FFN sub-layer
+    using mlp = ffn<P, D, F, Act>;                          ///< the FFN (`<P>fc1.weight`, `<P>fc1.bias`, `<P>fc2.weight`, `<P>fc2.bias`)
+    /// x (B, T, D) -> (B, T, D), self-attention under `mask`.
     template <expr X, attention_mask Mask = no_mask>
     constexpr auto operator()(X x, Mask mask = {}) const {
         return with_attention(x, [&](auto a) { return attn::self(a, mask); });
@@ -117,17 +121,18 @@ private:
 };
 
 /// Decoder block: causal self-attention (and self_mask, e.g. target padding), cross-attention to
-/// the encoder's memory (memory_mask: source padding), then FFN. Parameters: <P>ln1/ln2/ln3.*,
-/// <P>q/k/v/proj.* (self), <P>cross.q/k/v/proj.*, <P>fc1/fc2.*. Dropout<Drop> as the encoder's.
+/// the encoder's memory (memory_mask: source padding), then FFN. Parameters: `<P>ln1/ln2/ln3.*`,
+/// `<P>q/k/v/proj.*` (self), `<P>cross.q/k/v/proj.*`, `<P>fc1/fc2.*`. Dropout<Drop> as the encoder's.
 template <fixed_string P, int D, int Heads, int F, norm_placement Place = norm_placement::pre,
           activation Act = activation::gelu, class Score = scaled_dot_score, cval Drop = 0.0>
 struct decoder_block {
-    using self_attn = multi_head_attention<P, D, Heads, Score>;
-    using cross_attn = multi_head_attention<P + fixed_string("cross."), D, Heads, Score>;
-    using ln1 = layer_norm<P + fixed_string("ln1."), D>;
-    using ln2 = layer_norm<P + fixed_string("ln2."), D>;
-    using ln3 = layer_norm<P + fixed_string("ln3."), D>;
-    using mlp = ffn<P, D, F, Act>;
+    using self_attn = multi_head_attention<P, D, Heads, Score>;  ///< the causal self-attention: `<P>q.weight`, `<P>q.bias`, and the same for k, v and proj
+    using cross_attn = multi_head_attention<P + fixed_string("cross."), D, Heads, Score>;  ///< the cross-attention: `<P>cross.q.weight`, ..., `<P>cross.proj.bias`
+    using ln1 = layer_norm<P + fixed_string("ln1."), D>;  ///< the norm of the self-attention sub-layer
+    using ln2 = layer_norm<P + fixed_string("ln2."), D>;  ///< the norm of the cross-attention sub-layer
+    using ln3 = layer_norm<P + fixed_string("ln3."), D>;  ///< the norm of the FFN sub-layer
+    using mlp = ffn<P, D, F, Act>;                        ///< the FFN (`<P>fc1.weight`, `<P>fc1.bias`, `<P>fc2.weight`, `<P>fc2.bias`)
+    /// x (B, T, D) attending to itself (causally) and to memory (B, S, D) -> (B, T, D).
     template <expr X, expr Memory, attention_mask SelfMask = no_mask, attention_mask MemoryMask = no_mask>
     constexpr auto operator()(X x, Memory memory, SelfMask self_mask = {}, MemoryMask memory_mask = {}) const {
         auto h = residual<Place, ln1, Drop>(x, [&](auto a) {
@@ -146,11 +151,14 @@ struct decoder_block {
 /// rate on the embeddings and on every sub-layer's output (training only; GPT-2's places).
 template <int V, int MaxLen, int D, int Heads, int Layers, int F = 4 * D, class PosRound = void, cval Drop = 0.0>
 struct gpt {
+    /// @{ the template's sizes: vocabulary, longest sequence, width, heads, layers
     static constexpr int vocab = V, max_len = MaxLen, width = D, heads = Heads, layers = Layers;
-    using tok_embed = param<"tok_embed", V, D>;
+    /// @}
+    using tok_embed = param<"tok_embed", V, D>;  ///< `tok_embed` (V, D): the token embedding
+    /// One block; its parameters are stacked over the layers as `blocks.<name>` (Layers, ...).
     using block = encoder_block<"", D, Heads, F, norm_placement::pre, activation::gelu, scaled_dot_score, Drop>;
-    using ln_f = layer_norm<"ln_f.", D>;
-    using head = linear<"head.", D, V>;
+    using ln_f = layer_norm<"ln_f.", D>;  ///< the final norm: `ln_f.weight`, `ln_f.bias` (D)
+    using head = linear<"head.", D, V>;   ///< the output head: `head.weight` (D, V), `head.bias` (V)
 
     /// The residual stream after the last block and the final norm: (B, T, D).
     template <expr Tokens>
