@@ -8,13 +8,14 @@
 #                                         test that hit it; leaks too); with --debug, what CI runs
 #   scripts/test.sh --build-dir DIR       where to build (default: build, or build-<cxx>[-debug])
 #   scripts/test.sh --no-header-check     skip compiling each public header alone (CI does it once)
+#   scripts/test.sh --no-docs             skip the API reference check (scripts/docs.sh; CI runs it once)
 #   scripts/test.sh --short-examples      the examples' short runs (as in Debug) instead of their full
 #                                         trainings (CI runs those once)
 #
 # CI (.ci/run) runs three configurations: g++ Release, clang Release under ASan + UBSan, g++ Debug.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cxx=g++ build_type=Release dir="" sanitize=0
+cxx=g++ build_type=Release dir="" sanitize=0 docs=1
 flags=()
 while (($#)); do
   case "$1" in
@@ -22,6 +23,7 @@ while (($#)); do
     --debug) build_type=Debug; shift ;;
     --sanitize) sanitize=1; shift ;;
     --no-header-check) flags+=(-DCTG_HEADER_CHECK=OFF); shift ;;
+    --no-docs) docs=0; shift ;;
     --short-examples) flags+=(-DCTG_LONG_EXAMPLES=OFF); shift ;;
     --build-dir) dir=$2; shift 2 ;;
     *) echo "scripts/test.sh: unknown option '$1' (see the comment at the top)" >&2; exit 2 ;;
@@ -42,6 +44,10 @@ fi
 pkg=${cxx/clang++/clang}
 scripts/setup.sh "$pkg"
 CXX=$cxx cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE="$build_type" "${flags[@]}"
+# The API reference (a few seconds): fails on an undocumented public entity or a Doxygen warning in a header.
+if ((docs)) && command -v doxygen >/dev/null; then
+  scripts/docs.sh "$dir"
+fi
 cmake --build "$dir" -j"$(nproc)"
 # all targets are built first: catch_discover_tests would otherwise register *_NOT_BUILT tests
 ctest --test-dir "$dir" -j"$(nproc)" --output-on-failure
