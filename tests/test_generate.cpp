@@ -44,9 +44,10 @@ TEST_CASE("KV-cache decoding equals a full recompute, prompts of different lengt
     nn::gpt_generator<model> gen(store, 3, 40);
     recompute full(store);
     const std::vector<std::vector<int>> prompts = {{1, 2, 3, 4, 5}, {7, 8}, {12, 0, 3, 3, 9, 1, 2}};
-    std::mt19937_64 rng(0);
     std::vector<std::vector<float>> logits;
-    const auto out = gen.generate(prompts, 12, {}, rng, &logits);  // greedy
+    const auto out = gen.generate(prompts, 12, &logits);  // greedy: no random generator
+    std::mt19937_64 rng(0);
+    CHECK(gen.generate(prompts, 12, nn::sampling{}, rng) == out);  // the same as sampling with top_k = 1
     REQUIRE(out.size() == 3);
     for (std::size_t b = 0; b < 3; ++b) {
         REQUIRE(out[b].size() == 12);

@@ -19,6 +19,7 @@ TEST_CASE("gradcheck: unary element-wise primitives", "[gradcheck]") {
     CHECK(check_gradients(sigmoid(X{}), {.values = {-3, 3}}) > 0);
     CHECK(check_gradients(relu(X{}), {.values = {-2, 2, 0.05}}) > 0);  // away from the kink
     CHECK(check_gradients(gelu(X{}), {.values = {-3, 3}}) > 0);
+    CHECK(check_gradients(gelu_erf(X{}), {.values = {-4, 4}}) > 0);
     CHECK(check_gradients(exp(X{}), {.values = {-2, 2}}) > 0);
     CHECK(check_gradients(log(X{}), {.values = {0.3, 3}}) > 0);
     CHECK(check_gradients(neg(X{})) > 0);

@@ -21,12 +21,12 @@ using beta_p = param<"ln.bias", D>;
 
 /// Layer norm written with primitives: means as products with a (D, D) matrix of 1/D, the inverse
 /// square root as exp(-log(v) / 2).
-template <expr E>
+template <cval Eps = 1e-5, expr E>
 constexpr auto composed_layer_norm(E x) {
     auto avg = full<1.0 / D, D, D>();
     auto centred = x - x * avg;  // operator* is the matrix product
     auto var = mul(centred, centred) * avg;
-    auto inv_std = exp(mul(log(var + constant<1e-5>{}), constant<-0.5>{}));
+    auto inv_std = exp(mul(log(var + constant<Eps>{}), constant<-0.5>{}));
     return mul(mul(centred, inv_std), gamma_p{}) + beta_p{};
 }
 
@@ -72,6 +72,55 @@ TEST_CASE("fused layer norm equals the composed graph, values and gradients", "[
         CHECK(mean == Approx(0).margin(1e-12));
         CHECK(sq == Approx(1).margin(1e-4));  // var / (var + eps)
     }
+}
+
+TEST_CASE("layer norm's eps: layer_norm<0.5> equals the composed graph with 0.5 added to the variance", "[transformer]") {
+    auto pa = compile<double, grads>(sum(mul(layer_norm<0.5>(X{}, gamma_p{}, beta_p{}), Gw{})));
+    auto pb = compile<double, grads>(sum(mul(composed_layer_norm<0.5>(X{}), Gw{})));
+    compare_programs(pa, pb, 2, 3, 1e-12, copy_same, compare_same);
+    // and the eps really is used: the default one gives another loss on the same data
+    auto pd = compile<double, grads>(sum(mul(layer_norm(X{}, gamma_p{}, beta_p{}), Gw{})));
+    copy_same(pa.params(), pd.params());
+    const auto x = random_values(2 * 3 * D, 3), g = random_values(2 * 3 * D, 4, -1, 1);
+    auto loss = [&](auto& p) {
+        p.feed("x", x.data(), rshape{3, {2, 3, D}});
+        p.feed("g", g.data(), rshape{3, {2, 3, D}});
+        return p.forward();
+    };
+    CHECK(std::abs(loss(pa) - loss(pd)) > 1e-3);
+}
+
+TEST_CASE("decoder block: Causal = false takes self_mask alone (causal{} given: the causal block's values and gradients)", "[transformer]") {
+    // The decoder's memory is x itself here (cross-attention over the same sequence).
+    using causal_dec = nn::decoder_block<"dec.", D, 2, 6>;
+    using open_dec = nn::decoder_block<"dec.", D, 2, 6, nn::norm_placement::pre, nn::activation::gelu, scaled_dot_score, 0.0, false>;
+    auto pc = compile<double, grads>(sum(mul(causal_dec{}(X{}, X{}), Gw{})));
+    auto po = compile<double, grads>(sum(mul(open_dec{}(X{}, X{}, causal{}), Gw{})));
+    compare_programs(pc, po, 2, 5, 1e-12, copy_same, compare_same);
+    // Without a mask the non-causal block attends to later positions: position 0's output changes
+    // when the last position's input does; the causal block's does not.
+    using Mem = input<"mem", B, 4, D>;
+    constexpr auto yc = causal_dec{}(X{}, Mem{});
+    constexpr auto yo = open_dec{}(X{}, Mem{});
+    auto first_position = [](auto& p, auto y, const std::vector<double>& x) {
+        const auto mem = random_values(4 * D, 8);
+        p.feed("x", x.data(), rshape{3, {1, 3, D}});
+        p.feed("mem", mem.data(), rshape{3, {1, 4, D}});
+        p.forward();
+        const xt::xtensor<double, 3> v = p.value_of(y);
+        return std::vector<double>(v.begin(), v.begin() + D);
+    };
+    auto c = compile<double>(sum(yc));
+    decltype(compile<double>(sum(yo))) o(c.shared_params());  // the same weights
+    c.params().init(3);
+    auto x = random_values(3 * D, 6);
+    const auto c0 = first_position(c, yc, x), o0 = first_position(o, yo, x);
+    for (int k = 0; k < D; ++k) x[2 * D + k] *= -1.5;  // the last position only (not by a constant: layer norm would remove it)
+    const auto c1 = first_position(c, yc, x), o1 = first_position(o, yo, x);
+    CHECK(c0 == c1);
+    double moved = 0;
+    for (int k = 0; k < D; ++k) moved = std::max(moved, std::abs(o1[k] - o0[k]));
+    CHECK(moved > 1e-3);
 }
 
 TEST_CASE("layer norm over ranges of rows: the same values and gradients at one and two threads, bit for bit", "[transformer][threads]") {

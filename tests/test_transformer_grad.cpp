@@ -35,6 +35,10 @@ TEST_CASE("gradcheck: decoder block with cross-attention and source padding", "[
     c.index_bound = {{"len", 5}};
     c.index_low = {{"len", 1}};
     CHECK(check_gradients(nn::decoder_block<"dec.", D, 2, 6>{}(X{}, Mem{}, no_mask{}, key_padding(Len{})), c) > 0);
+    // not causal, exact GELU, another layer-norm eps
+    using open_dec = nn::decoder_block<"dec.", D, 2, 6, nn::norm_placement::post, nn::activation::gelu_erf, scaled_dot_score,
+                                       0.0, false, 1e-3>;
+    CHECK(check_gradients(open_dec{}(X{}, Mem{}, no_mask{}, key_padding(Len{})), c) > 0);
 }
 
 TEST_CASE("gradcheck: repeat over three layers, with a hoisted invariant", "[gradcheck][transformer]") {

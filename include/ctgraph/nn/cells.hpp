@@ -37,8 +37,9 @@ constexpr auto one_minus(A a) { return sub(constant<1>{}, a); }
 
 namespace nn {
 
-/// A layer's non-linearity: tanh, ReLU or GELU's tanh approximation (GPT-2).
-enum class activation { tanh, relu, gelu };
+/// A layer's non-linearity: tanh, ReLU, GELU's tanh approximation (GPT-2) or GELU's exact erf form
+/// (PyTorch's nn.GELU() and activation="gelu" of its Transformer layers).
+enum class activation { tanh, relu, gelu, gelu_erf };
 
 /// What every cell offers once it has project() and step(): one raw step, and the scan.
 template <class Cell, int StateWidth>
@@ -83,7 +84,7 @@ struct elman : recurrent<elman<P, X, H, Phi>, H> {
     using b = param<P + fixed_string("_b"), H>;         ///< `<P>_b` (H): the bias
     /// The activation, tanh or relu.
     static constexpr auto phi(auto a) {
-        static_assert(Phi != activation::gelu, "ctg::nn::elman: the activation is tanh or relu");
+        static_assert(Phi == activation::tanh || Phi == activation::relu, "ctg::nn::elman: the activation is tanh or relu");
         if constexpr (Phi == activation::tanh) return ctg::tanh(a); else return ctg::relu(a);
     }
     /// The input projection x W_x + b of a whole sequence (T, B, X) -> (T, B, H), outside the loop.

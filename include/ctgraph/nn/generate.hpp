@@ -3,6 +3,7 @@
 //   nn::gpt_generator<model> gen(train.shared_params(), /*max batch*/ 4, /*cache positions*/ 512);
 //   auto tokens = gen.generate({{1, 2, 3}, {7}}, 100, nn::sampling{.top_k = 0, .temperature = 0.8,
 //                                                                   .top_p = 0.95}, rng);
+//   auto greedy = gen.generate({{1, 2, 3}}, 100);    // the most likely token each step, no generator
 //
 // Two inference programs over the model's own parameters (the same store as training): a prefill
 // that runs every prompt in one pass and stores each layer's projected keys and values in the
@@ -74,6 +75,21 @@ public:
         std::vector<std::vector<int>> out;
         generate_into(out, prompts, new_tokens, how, rng, logits);
         return out;
+    }
+
+    /// Greedy decoding (the most likely token at every step; nothing is drawn, so no random
+    /// generator): new_tokens tokens after each prompt, as generate() with nn::sampling{}.
+    std::vector<std::vector<int>> generate(const std::vector<std::vector<int>>& prompts, std::size_t new_tokens,
+                                           std::vector<std::vector<T>>* logits = nullptr) {
+        std::vector<std::vector<int>> out;
+        generate_into(out, prompts, new_tokens, logits);
+        return out;
+    }
+    /// Greedy generate_into() (see the greedy generate()).
+    void generate_into(std::vector<std::vector<int>>& out, const std::vector<std::vector<int>>& prompts,
+                       std::size_t new_tokens, std::vector<std::vector<T>>* logits = nullptr) {
+        std::mt19937_64 never_drawn;  // top_k = 1 takes the argmax: the generator is not read
+        generate_into(out, prompts, new_tokens, sampling{}, never_drawn, logits);
     }
 
     /// generate() into the caller's vectors, reusing their memory: a server that keeps `out` across

@@ -2,10 +2,11 @@
 //
 //   nn::linear<"fc1.", 128, 512>{}(x)                  x W + b; W (in, out) "fc1.weight", b "fc1.bias"
 //   nn::layer_norm<"ln1.", 128>{}(x)                   fused layer norm; gamma "ln1.weight", beta "ln1.bias"
-//   nn::ffn<"", 128, 512>{}(x)                         fc2(GELU_tanh(fc1(x))) (or activation::relu)
+//   nn::ffn<"", 128, 512>{}(x)                         fc2(GELU_tanh(fc1(x))) (or activation::gelu_erf, relu)
 //   nn::encoder_block<"", D, Heads, F>{}(x, mask)      self-attention + FFN, residuals, pre- or post-norm
 //   nn::decoder_block<"", D, Heads, F>{}(x, memory, self_mask, memory_mask)
-//                                                      causal self-attention, cross-attention, FFN
+//                                                      causal self-attention (Causal = false: self_mask
+//                                                      alone), cross-attention, FFN
 //   nn::gpt<V, MaxLen, D, Heads, Layers>::logits(tokens) / ::loss(tokens, targets)
 //
 // Depth: a stack of identical blocks is ctg::repeat (graph/repeat.hpp): one block type run Layers
@@ -46,8 +47,9 @@ struct linear {
     }
 };
 
-/// Layer normalisation over the last axis with a learned scale and shift (eps 1e-5).
-template <fixed_string P, int D>
+/// Layer normalisation over the last axis with a learned scale and shift; Eps is added to the
+/// variance (1e-5, PyTorch's default).
+template <fixed_string P, int D, cval Eps = 1e-5>
 struct layer_norm {
     using gamma = param<P + fixed_string("weight"), D>;  ///< `<P>weight` (D): the scale, initialised to ones
     using beta = param<P + fixed_string("bias"), D>;     ///< `<P>bias` (D): the shift, initialised to zeros
@@ -56,11 +58,12 @@ struct layer_norm {
     constexpr auto operator()(X x) const {
         if constexpr (X::is_poison) return poison{};
         else if constexpr (!detail::layer_norm_fits<gamma::name, D, detail::last_dim<X>>()) return poison{};
-        else return ctg::layer_norm(x, gamma{}, beta{});
+        else return ctg::layer_norm<Eps>(x, gamma{}, beta{});
     }
 };
 
-/// Position-wise feed-forward network: fc2(act(fc1(x))), D -> F -> D. GELU is the tanh approximation.
+/// Position-wise feed-forward network: fc2(act(fc1(x))), D -> F -> D. activation::gelu is GELU's
+/// tanh approximation (GPT-2), activation::gelu_erf the exact form (PyTorch's nn.GELU()).
 template <fixed_string P, int D, int F, activation Act = activation::gelu>
 struct ffn {
     using fc1 = linear<P + fixed_string("fc1."), D, F>;  ///< `<P>fc1.weight` (D, F), `<P>fc1.bias` (F)
@@ -68,8 +71,9 @@ struct ffn {
     /// x (..., D) -> (..., D).
     template <expr X>
     constexpr auto operator()(X x) const {
-        static_assert(Act != activation::tanh, "ctg::nn::ffn: the activation is gelu or relu");
+        static_assert(Act != activation::tanh, "ctg::nn::ffn: the activation is gelu, gelu_erf or relu");
         if constexpr (Act == activation::gelu) return fc2{}(gelu(fc1{}(x)));
+        else if constexpr (Act == activation::gelu_erf) return fc2{}(gelu_erf(fc1{}(x)));
         else return fc2{}(relu(fc1{}(x)));
     }
 };
@@ -88,13 +92,13 @@ constexpr auto residual(X x, F f) {
 
 /// Encoder block: self-attention (mask: padding, a window, ...) then FFN, each residual, each
 /// sub-layer's output through dropout<Drop> in training. Parameters: `<P>ln1.*`, `<P>q/k/v/proj.*`,
-/// `<P>ln2.*`, `<P>fc1.*`, `<P>fc2.*`.
+/// `<P>ln2.*`, `<P>fc1.*`, `<P>fc2.*`. Eps: the layer norms' (PyTorch's `layer_norm_eps`).
 template <fixed_string P, int D, int Heads, int F, norm_placement Place = norm_placement::pre,
-          activation Act = activation::gelu, class Score = scaled_dot_score, cval Drop = 0.0>
+          activation Act = activation::gelu, class Score = scaled_dot_score, cval Drop = 0.0, cval Eps = 1e-5>
 struct encoder_block {
     using attn = multi_head_attention<P, D, Heads, Score>;  ///< the self-attention: `<P>q.weight`, `<P>q.bias`, and the same for k, v and proj
-    using ln1 = layer_norm<P + fixed_string("ln1."), D>;    ///< the norm of the attention sub-layer
-    using ln2 = layer_norm<P + fixed_string("ln2."), D>;    ///< the norm of the FFN sub-layer
+    using ln1 = layer_norm<P + fixed_string("ln1."), D, Eps>;    ///< the norm of the attention sub-layer
+    using ln2 = layer_norm<P + fixed_string("ln2."), D, Eps>;    ///< the norm of the FFN sub-layer
     using mlp = ffn<P, D, F, Act>;                          ///< the FFN (`<P>fc1.weight`, `<P>fc1.bias`, `<P>fc2.weight`, `<P>fc2.bias`)
     /// x (B, T, D) -> (B, T, D), self-attention under `mask`.
     template <expr X, attention_mask Mask = no_mask>
@@ -120,23 +124,29 @@ private:
     }
 };
 
-/// Decoder block: causal self-attention (and self_mask, e.g. target padding), cross-attention to
-/// the encoder's memory (memory_mask: source padding), then FFN. Parameters: `<P>ln1/ln2/ln3.*`,
-/// `<P>q/k/v/proj.*` (self), `<P>cross.q/k/v/proj.*`, `<P>fc1/fc2.*`. Dropout<Drop> as the encoder's.
+/// Decoder block: self-attention, cross-attention to the encoder's memory (memory_mask: source
+/// padding), then FFN. Causal = true (the default): the self-attention is causal, and self_mask
+/// (target padding, say) is combined with the causal mask; Causal = false: self_mask alone (PyTorch's
+/// nn.TransformerDecoderLayer, which takes its tgt_mask as given). Parameters: `<P>ln1/ln2/ln3.*`,
+/// `<P>q/k/v/proj.*` (self), `<P>cross.q/k/v/proj.*`, `<P>fc1/fc2.*`. Dropout<Drop> as the encoder's;
+/// Eps: the layer norms'.
 template <fixed_string P, int D, int Heads, int F, norm_placement Place = norm_placement::pre,
-          activation Act = activation::gelu, class Score = scaled_dot_score, cval Drop = 0.0>
+          activation Act = activation::gelu, class Score = scaled_dot_score, cval Drop = 0.0, bool Causal = true,
+          cval Eps = 1e-5>
 struct decoder_block {
     using self_attn = multi_head_attention<P, D, Heads, Score>;  ///< the causal self-attention: `<P>q.weight`, `<P>q.bias`, and the same for k, v and proj
     using cross_attn = multi_head_attention<P + fixed_string("cross."), D, Heads, Score>;  ///< the cross-attention: `<P>cross.q.weight`, ..., `<P>cross.proj.bias`
-    using ln1 = layer_norm<P + fixed_string("ln1."), D>;  ///< the norm of the self-attention sub-layer
-    using ln2 = layer_norm<P + fixed_string("ln2."), D>;  ///< the norm of the cross-attention sub-layer
-    using ln3 = layer_norm<P + fixed_string("ln3."), D>;  ///< the norm of the FFN sub-layer
+    using ln1 = layer_norm<P + fixed_string("ln1."), D, Eps>;  ///< the norm of the self-attention sub-layer
+    using ln2 = layer_norm<P + fixed_string("ln2."), D, Eps>;  ///< the norm of the cross-attention sub-layer
+    using ln3 = layer_norm<P + fixed_string("ln3."), D, Eps>;  ///< the norm of the FFN sub-layer
     using mlp = ffn<P, D, F, Act>;                        ///< the FFN (`<P>fc1.weight`, `<P>fc1.bias`, `<P>fc2.weight`, `<P>fc2.bias`)
-    /// x (B, T, D) attending to itself (causally) and to memory (B, S, D) -> (B, T, D).
+    /// x (B, T, D) attending to itself (causally when Causal, and under self_mask) and to memory
+    /// (B, S, D) under memory_mask -> (B, T, D).
     template <expr X, expr Memory, attention_mask SelfMask = no_mask, attention_mask MemoryMask = no_mask>
     constexpr auto operator()(X x, Memory memory, SelfMask self_mask = {}, MemoryMask memory_mask = {}) const {
         auto h = residual<Place, ln1, Drop>(x, [&](auto a) {
-            if constexpr (std::is_same_v<SelfMask, no_mask>) return self_attn::self(a, causal{});
+            if constexpr (!Causal) return self_attn::self(a, self_mask);
+            else if constexpr (std::is_same_v<SelfMask, no_mask>) return self_attn::self(a, causal{});
             else return self_attn::self(a, causal{} && self_mask);
         });
         auto c = residual<Place, ln2, Drop>(h, [&](auto a) { return cross_attn::cross(a, memory, memory_mask); });

@@ -1,10 +1,17 @@
-// ctgraph/ops/gelu.hpp: GELU, tanh approximation (as GPT-2 and torch's approximate="tanh"):
+// ctgraph/ops/gelu.hpp: GELU in its two forms.
+//
+// gelu(x): the tanh approximation (GPT-2, torch's approximate="tanh"):
 //   y = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
 //   dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2),  t = tanh(u)
 // computed through the identity 0.5 (1 + tanh(u)) = s = 1 / (1 + exp(-2u)), so y = x s and
 // dy/dx = s + 2 x s (1 - s) sqrt(2/pi) (1 + 3 * 0.044715 x^2): one exp per element instead of a
 // tanh (xsimd's evaluates a polynomial and an exp and selects; GELU was 4.7 % of a gpt-s step).
 // At u -> -inf, exp(-2u) -> inf and s -> 0: y = -0, dy/dx = 0, no NaN.
+//
+// gelu_erf(x): the exact form (torch's nn.GELU() default, activation="gelu" of its Transformer
+// layers, BERT): y = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), dy/dx = Phi(x) + x phi(x) with
+// phi(x) = exp(-x^2 / 2) / sqrt(2 pi). The two forms differ by up to 4.7e-4 (at x near 2.7):
+// a model trained with one and run with the other drifts by that much per layer.
 #pragma once
 #include <cmath>
 
@@ -30,9 +37,32 @@ struct gelu_fn {
     }
 };
 using gelu_op = unary_op<gelu_fn>;
+
+struct gelu_erf_fn {
+    static constexpr std::string_view name = "gelu_erf";
+    static constexpr double inv_sqrt2 = 0.7071067811865476;   // 1 / sqrt(2)
+    static constexpr double inv_sqrt2pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
+    template <class V>
+    static V cdf(V x) {  // Phi(x)
+        using std::erf;  // xsimd::erf for batches, by argument-dependent lookup
+        return V(0.5) * (V(1) + erf(x * V(inv_sqrt2)));
+    }
+    template <class V>
+    static V f(V x) { return x * cdf(x); }
+    template <class V>
+    static V df(V x, V) {
+        using std::exp;
+        return cdf(x) + x * V(inv_sqrt2pi) * exp(V(-0.5) * x * x);
+    }
+};
+using gelu_erf_op = unary_op<gelu_erf_fn>;
 }  // namespace ops
 
 /// GELU, tanh approximation (GPT-2's; torch.nn.GELU(approximate="tanh")), element-wise.
 template <expr A>
 constexpr auto gelu(A a) { return ops::make_unary<ops::gelu_fn>(a); }
+/// GELU, exact form: x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (torch.nn.GELU()'s default, BERT's),
+/// element-wise.
+template <expr A>
+constexpr auto gelu_erf(A a) { return ops::make_unary<ops::gelu_erf_fn>(a); }
 }  // namespace ctg

@@ -1,7 +1,8 @@
 // ctgraph/ops/layer_norm.hpp: layer normalisation over the last axis, fused (one pass per row).
 //   layer_norm(x (..., D), gamma (D), beta (D)) -> (..., D)
 //   mu = mean(x_row), var = mean((x_row - mu)^2) (biased, as PyTorch), r = 1 / sqrt(var + eps),
-//   xhat = (x - mu) r,  y = xhat * gamma + beta,  eps = 1e-5 (PyTorch's default).
+//   xhat = (x - mu) r,  y = xhat * gamma + beta,  eps = 1e-5 (PyTorch's default; layer_norm<1e-6>
+//   for another, as nn.LayerNorm(eps=...)).
 // Forward keeps mu and r per row in scratch (2 per row); backward recomputes xhat from them.
 // Rows run as pool tasks (kernels::for_items); gamma's and beta's adjoints are summed per block of
 // 64 rows into scratch, and the blocks added in order: the same bits at any thread count.
@@ -21,11 +22,12 @@
 
 namespace ctg {
 namespace ops {
+template <cval Eps = 1e-5>
 struct layer_norm_op {
     static constexpr std::string_view name = "layer_norm";
     template <class X, class Gamma, class Beta>
     static consteval bool rows_independent() { return X::rank >= 2; }  // along the last axis (see op.hpp)
-    static constexpr double eps = 1e-5;
+    static constexpr double eps = Eps.value();
     static constexpr bool assigns_adjoints = true;
     template <class X, class Gamma, class Beta>
     static consteval bool check() {
@@ -124,13 +126,15 @@ private:
 };
 }  // namespace ops
 
-/// Layer normalisation of each row over the last axis, scaled by gamma and shifted by beta (both (D)).
-template <expr X, expr Gamma, expr Beta>
+/// Layer normalisation of each row over the last axis, scaled by gamma and shifted by beta (both (D)),
+/// with Eps added to the variance (PyTorch's default 1e-5: `layer_norm<1e-6>(x, g, b)` for another).
+template <cval Eps = 1e-5, expr X, expr Gamma, expr Beta>
 constexpr auto layer_norm(X x, Gamma gamma, Beta beta) {
+    static_assert(Eps.value() > 0, "ctg::layer_norm: eps must be positive");
     static_assert(with_shapes<any_poison<X, Gamma, Beta> ||
-                                  ops::layer_norm_op::check<typename X::shape, typename Gamma::shape, typename Beta::shape>(),
+                                  ops::layer_norm_op<Eps>::template check<typename X::shape, typename Gamma::shape, typename Beta::shape>(),
                               typename X::shape::pretty, typename Gamma::shape::pretty, typename Beta::shape::pretty>::value,
                   "ctg::layer_norm: gamma and beta must be vectors as long as the operand's last axis");
-    return make_float_node<ops::layer_norm_op>(x, gamma, beta);
+    return make_float_node<ops::layer_norm_op<Eps>>(x, gamma, beta);
 }
 }  // namespace ctg
