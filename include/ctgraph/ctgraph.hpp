@@ -65,6 +65,7 @@
 #include "ctgraph/nn/cells.hpp"
 #include "ctgraph/nn/decode.hpp"
 #include "ctgraph/nn/generate.hpp"
+#include "ctgraph/nn/gpt2.hpp"
 #include "ctgraph/nn/multi_head_attention.hpp"
 #include "ctgraph/nn/seq2seq.hpp"
 #include "ctgraph/nn/transformer.hpp"

@@ -1,4 +1,4 @@
-// ctgraph/nn/generate.hpp: text generation from an nn::gpt with a KV cache.
+// ctgraph/nn/generate.hpp: text generation from an nn::gpt or nn::gpt2 with a KV cache.
 //
 //   nn::gpt_generator<model> gen(train.shared_params(), /*max batch*/ 4, /*cache positions*/ 512);
 //   auto tokens = gen.generate({{1, 2, 3}, {7}}, 100, nn::sampling{.top_k = 0, .temperature = 0.8,
@@ -28,9 +28,9 @@
 
 namespace ctg::nn {
 
-/// Text generation from an nn::gpt with a KV cache: a prefill program over the prompts and a
+/// Text generation from an nn::gpt or nn::gpt2 with a KV cache: a prefill program over the prompts and a
 /// one-token step program, both inference programs over the model's parameters (the training store).
-/// Model is an nn::gpt type; T float or double. Products: precision::bf16 runs the two programs'
+/// Model is an nn::gpt or nn::gpt2 type; T float or double. Products: precision::bf16 runs the two programs'
 /// matrix products on bf16 operands (the program option of the same name), in a float program.
 template <class Model, class T = float, precision Products = precision::f32>
 class gpt_generator {

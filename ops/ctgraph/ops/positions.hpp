@@ -10,6 +10,9 @@
 //                                     such a model agree with it
 //   learned_positions(x, table)       table (MaxLen, D), a parameter: x + table[:T]; its gradient
 //                                     sums over the leading axes
+//   learned_positions(x, table, start)  sequence o from row start[o] (decoding with a KV cache:
+//                                     each sequence at its own position); its gradient adds each
+//                                     sequence's rows into the table's rows it read
 //
 // T may be dynamic; a sequence longer than the table (T > MaxLen) throws ctg::index_error naming
 // the operand, before anything is written: never a read past the table's end.
@@ -192,6 +195,32 @@ constexpr auto learned_positions(X x, Table table) {
                           "ctg::learned_positions: the operand must be (..., T, D) with T <= MaxLen and D the "
                           "table's width");
             return make_float_node<Op>(x, table);
+        }
+    }
+}
+
+/// The same from table row start[o] for sequence o: x (B, T, D), start an index tensor (B); what
+/// decoding with a KV cache uses (GPT-2's learned positions, each sequence at its own position).
+/// start[o] < 0 or start[o] + T > MaxLen throws ctg::index_error before anything is written.
+template <expr X, expr Table, expr Start>
+constexpr auto learned_positions(X x, Table table, Start start) {
+    using S = typename X::shape;
+    using P = typename Table::shape;
+    if constexpr (any_poison<X, Table, Start>) {
+        return poison{};
+    } else {
+        static_assert(with_shapes<P::rank == 2 && P::dims[0].is_static() && P::dims[1].is_static() && Start::is_index,
+                                  typename P::pretty, typename Start::shape::pretty>::value,
+                      "ctg::learned_positions: the table must be a static (MaxLen, D) matrix, the start an index_input");
+        if constexpr (!(P::rank == 2 && P::dims[0].is_static() && P::dims[1].is_static() && Start::is_index)) {
+            return poison{};
+        } else {
+            using Op = ops::positions_op<int(P::dims[0].n), int(P::dims[1].n), true, void, true>;
+            static_assert(with_shapes<Op::template check<S, P, typename Start::shape>(), typename S::pretty,
+                                      typename P::pretty, typename Start::shape::pretty>::value,
+                          "ctg::learned_positions: the operand must be (..., T, D) with D the table's width, and the "
+                          "start one entry per sequence (x's leading axes)");
+            return make_node<Op>(x, table, start);
         }
     }
 }

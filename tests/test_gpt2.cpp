@@ -1,0 +1,365 @@
+// nn::gpt2 (GPT-2's architecture: learned positions, the head tied to the token embedding) and
+// Hugging Face checkpoints: finite differences (float64) of the model, the tied embedding's
+// gradient and learned positions from a per-sequence start; parity with a PyTorch GPT-2 written with
+// Hugging Face's names and layout (tests/gpt2_ref.py: logits in float64 and float32, greedy
+// continuations through gpt_generator's KV cache, F32 / BF16 / F16 files); saving back the same
+// tensors; every mismatch of a checkpoint an io_error naming tensor, shapes and file.
+//
+// The parity cases run /usr/bin/python3 with python3-torch (installed by scripts/setup.sh); without
+// it they fail, saying so, rather than skip.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <ctgraph/ctgraph.hpp>
+#include <ctgraph/nn/gpt2_hf.hpp>
+
+#include "gradcheck.hpp"
+
+#ifndef CTG_GPT2_REF
+#error "CTG_GPT2_REF (the path of tests/gpt2_ref.py) must be defined by the build"
+#endif
+
+using namespace ctg;
+namespace fs = std::filesystem;
+namespace st = ctg::safetensors;
+using Catch::Matchers::Contains;
+using ctg::testing::check_config;
+using ctg::testing::check_gradients;
+
+namespace {
+inline constexpr dim B = dyn('B'), T = dyn('T');
+using Tokens = index_input<"tokens", B, T>;
+
+/// The sizes of tests/gpt2_ref.py's model.
+using ref_model = nn::gpt2<61, 24, 32, 4, 3>;
+constexpr std::size_t V = 61, ML = 24;
+
+struct temp_dir {
+    fs::path root;
+    temp_dir() {
+        static int counter = 0;
+        root = fs::temp_directory_path() / ("ctg_gpt2_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+        fs::remove_all(root);
+        fs::create_directories(root);
+    }
+    ~temp_dir() {
+        std::error_code ec;
+        fs::remove_all(root, ec);
+    }
+    std::string operator/(const std::string& name) const { return (root / name).string(); }
+};
+
+/// tests/gpt2_ref.py's files, written once per run into a directory of their own.
+const temp_dir& reference() {
+    static const temp_dir dir = [] {
+        temp_dir d;
+        if (std::system("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1") != 0)
+            FAIL("python3-torch is required for this test: `/usr/bin/python3 -c 'import torch'` failed "
+                 "(scripts/setup.sh installs python3-torch)");
+        REQUIRE(std::system(("OMP_NUM_THREADS=1 /usr/bin/python3 " CTG_GPT2_REF " " + d.root.string()).c_str()) == 0);
+        return d;
+    }();
+    return dir;
+}
+
+std::vector<double> doubles(const std::map<std::string, st::tensor>& f, const std::string& name) {
+    REQUIRE(f.count(name));
+    return st::to_vector<double>(f.at(name));
+}
+std::vector<int> ints(const std::map<std::string, st::tensor>& f, const std::string& name) {
+    const auto v = st::to_vector<std::int64_t>(f.at(name));
+    return {v.begin(), v.end()};
+}
+
+template <class F>
+std::string io_message(F&& f) {
+    try {
+        f();
+    } catch (const io_error& e) {
+        return e.what();
+    }
+    return "no io_error";
+}
+
+/// The model's logits (B, T, V) for `tokens` (B, T) in an inference program of type Tp over `store`.
+template <class Tp>
+std::vector<double> logits_of(std::shared_ptr<parameter_store<Tp>> store, const std::vector<int>& tokens,
+                              std::size_t batch) {
+    using P = decltype(compile<Tp, options{.inference = true}>(ref_model::logits(Tokens{})));
+    P p(std::move(store));
+    const std::vector<index_t> ids(tokens.begin(), tokens.end());
+    p.feed("tokens", ids.data(), rshape{2, {batch, ids.size() / batch}});
+    p.forward();
+    auto z = p.template output<0>();
+    return {z.begin(), z.end()};
+}
+
+/// max |a - b| / max |b|.
+double relative_error(const std::vector<double>& a, const std::vector<double>& b) {
+    REQUIRE(a.size() == b.size());
+    double worst = 0, scale = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i])), scale = std::max(scale, std::abs(b[i]));
+    return worst / scale;
+}
+}  // namespace
+
+// ---- Finite differences --------------------------------------------------------------------------
+
+TEST_CASE("gradcheck: a two-layer GPT-2 (learned positions, tied head)", "[gradcheck][gpt2]") {
+    using model = nn::gpt2<7, 6, 4, 2, 2>;
+    check_config c{.dims = {{'B', 2}, {'T', 3}}};
+    c.index_bound = {{"tok", 7}, {"tgt", 7}};
+    c.values = {-0.8, 0.8};
+    // tok_embed's gradient is checked as a whole: the embedding's rows and the head's, summed.
+    CHECK(check_gradients(model::logits(index_input<"tok", B, T>{}), c) > 0);
+    CHECK(check_gradients(model::loss(index_input<"tok", B, T>{}, index_input<"tgt", B, T>{}), c) > 0);
+    // The head alone: h E^T's gradient with respect to E.
+    CHECK(check_gradients(model::head(input<"h", B, T, 4>{}), c) > 0);
+}
+
+TEST_CASE("the tied embedding's gradient is the sum of the embedding's and the head's", "[gpt2]") {
+    using model = nn::gpt2<7, 6, 4, 2, 1>;
+    auto prog = compile<double>(model::loss(index_input<"tok", B, T>{}, index_input<"tgt", B, T>{}));
+    prog.params().init(3);
+    const std::vector<index_t> tok{1, 2, 3, 1}, tgt{2, 3, 4, 5};
+    prog.feed("tok", tok.data(), rshape{2, {1, 4}});
+    prog.feed("tgt", tgt.data(), rshape{2, {1, 4}});
+    prog.zero_grad();
+    prog.forward();
+    prog.backward();
+    const std::size_t s = prog.params().slot("tok_embed");
+    const double* g = prog.params().grad(s);
+    // Row 0 is neither read nor a target: only the head's use (every logit's column 0) reaches it;
+    // row 6 likewise. Both must be non-zero (the head's part), rows 1..5 carry both parts.
+    double row0 = 0, row6 = 0;
+    for (std::size_t d = 0; d < 4; ++d) row0 += std::abs(g[d]), row6 += std::abs(g[6 * 4 + d]);
+    CHECK(row0 > 0);
+    CHECK(row6 > 0);
+    CHECK(prog.params().find("head.weight") < 0);  // no parameter of its own
+    CHECK(prog.params().size() == 2 + 16 + 2);      // tok_embed, pos_embed, 16 stacked, ln_f
+}
+
+TEST_CASE("gradcheck: learned positions from a start per sequence", "[gradcheck][gpt2]") {
+    check_config c{.dims = {{'B', 3}, {'T', 2}}};
+    c.index_bound = {{"start", 4}};  // start + 2 <= 5
+    CHECK(check_gradients(learned_positions(input<"x", B, T, 4>{}, param<"pos", 5, 4>{}, index_input<"start", B>{}), c) > 0);
+}
+
+TEST_CASE("learned positions from a start: rows start[o].., and a start past the table throws", "[gpt2]") {
+    auto prog = compile<double>(learned_positions(input<"x", B, 1, 2>{}, param<"pos", 3, 2>{}, index_input<"start", B>{}));
+    prog.params().init(1);
+    double* table = prog.params().value(prog.params().slot("pos"));
+    for (int k = 0; k < 6; ++k) table[k] = 10 * k;
+    const std::vector<double> x{1, 2, 3, 4};
+    prog.feed("x", x.data(), rshape{3, {2, 1, 2}});
+    std::vector<index_t> start{2, 0};
+    prog.feed("start", start.data(), rshape{1, {2}});
+    prog.forward();
+    auto y = prog.output<0>();
+    CHECK(y(0, 0, 0) == 41);
+    CHECK(y(0, 0, 1) == 52);
+    CHECK(y(1, 0, 0) == 3);
+    CHECK(y(1, 0, 1) == 14);
+    start = {3, 0};
+    prog.feed("start", start.data(), rshape{1, {2}});
+    CHECK_THROWS_AS(prog.forward(), index_error);
+    start = {0, -1};
+    prog.feed("start", start.data(), rshape{1, {2}});
+    CHECK_THROWS_WITH(prog.forward(), Contains("outside the positional table (3 positions)"));
+}
+
+// ---- Parity with PyTorch -------------------------------------------------------------------------
+
+TEST_CASE("a Hugging Face GPT-2 checkpoint loads in one call and gives PyTorch's logits", "[gpt2][python]") {
+    const temp_dir& ref = reference();
+    const auto expected = st::read(ref / "expected.safetensors");
+    const std::vector<int> tokens = ints(expected, "tokens");
+    const std::vector<double> want = doubles(expected, "logits");
+
+    auto d = std::make_shared<parameter_store<double>>();
+    nn::load_hf_gpt2<ref_model>(*d, ref / "lmhead.safetensors");  // prefixed names, lm_head, mask buffers
+    const double e64 = relative_error(logits_of(d, tokens, 2), want);
+    INFO("float64 relative error " << e64);
+    CHECK(e64 <= 1e-12);
+
+    auto f = std::make_shared<parameter_store<float>>();
+    nn::load_hf_gpt2<ref_model>(*f, ref / "lmhead.safetensors");
+    const double e32 = relative_error(logits_of(f, tokens, 2), want);
+    INFO("float32 relative error " << e32);
+    CHECK(e32 <= 1e-5);
+
+    // BF16 and F16 files of the same (exactly representable) values, without the prefix.
+    for (const char* file : {"bf16.safetensors", "f16.safetensors"}) {
+        auto s = std::make_shared<parameter_store<double>>();
+        nn::load_hf_gpt2<ref_model>(*s, ref / file);
+        INFO(file);
+        REQUIRE(s->size() == d->size());
+        for (std::size_t k = 0; k < d->size(); ++k) {
+            const auto& e = d->at(k);
+            const double* a = s->value(s->slot(e.name));
+            CHECK(std::equal(a, a + e.shape.size(), d->value(k)));
+        }
+    }
+}
+
+TEST_CASE("greedy continuations through the KV cache equal PyTorch's", "[gpt2][python][generate]") {
+    const temp_dir& ref = reference();
+    const auto expected = st::read(ref / "expected.safetensors");
+    std::vector<std::vector<int>> prompts, want;
+    for (int i = 0; i < 3; ++i) {
+        prompts.push_back(ints(expected, "prompt" + std::to_string(i)));
+        want.push_back(ints(expected, "greedy" + std::to_string(i)));
+    }
+    const std::size_t n = want[0].size();
+
+    auto d = std::make_shared<parameter_store<double>>();
+    nn::load_hf_gpt2<ref_model>(*d, ref / "lmhead.safetensors");
+    nn::gpt_generator<ref_model, double> gen64(d, 3, ML);
+    std::vector<std::vector<double>> logits;
+    CHECK(gen64.generate(prompts, n, &logits) == want);  // prompts of different lengths in one batch
+    // Every step's logits equal a full recompute of the sequence so far.
+    for (std::size_t b = 0; b < 3; ++b) {
+        std::vector<int> seq = prompts[b];
+        for (std::size_t t = 0; t < n; ++t) {
+            const auto full = logits_of(d, seq, 1);
+            const std::vector<double> last(full.end() - long(V), full.end()),
+                got(logits[b].begin() + long(t * V), logits[b].begin() + long((t + 1) * V));
+            INFO("sequence " << b << ", new token " << t);
+            CHECK(relative_error(got, last) <= 1e-12);
+            seq.push_back(want[b][t]);
+        }
+    }
+
+    auto f = std::make_shared<parameter_store<float>>();
+    nn::load_hf_gpt2<ref_model>(*f, ref / "lmhead.safetensors");
+    nn::gpt_generator<ref_model, float> gen32(f, 3, ML);
+    CHECK(gen32.generate(prompts, n) == want);
+    // One sequence at a time, too (the batch of one the prefill pads nothing for).
+    for (std::size_t b = 0; b < 3; ++b) CHECK(gen32.generate({prompts[b]}, n)[0] == want[b]);
+}
+
+TEST_CASE("save_hf_gpt2 writes back the checkpoint's tensors", "[gpt2][python]") {
+    const temp_dir& ref = reference();
+    temp_dir dir;
+    auto original = st::read(ref / "bf16.safetensors");
+    for (const char* type : {"float", "double"}) {
+        INFO(type);
+        st::metadata meta;
+        std::map<std::string, st::tensor> saved;
+        if (std::string(type) == "float") {
+            parameter_store<float> s;
+            nn::load_hf_gpt2<ref_model>(s, ref / "lmhead.safetensors");
+            nn::save_hf_gpt2<ref_model>(s, dir / "out.safetensors");
+            saved = st::read(dir / "out.safetensors", &meta);
+            for (const auto& [name, t] : saved) CHECK(t.dtype == "F32");
+        } else {
+            parameter_store<double> s;
+            nn::load_hf_gpt2<ref_model>(s, ref / "f16.safetensors");
+            nn::save_hf_gpt2<ref_model>(s, dir / "out.safetensors");
+            saved = st::read(dir / "out.safetensors", &meta);
+            for (const auto& [name, t] : saved) CHECK(t.dtype == "F64");
+        }
+        CHECK(meta == st::metadata{{"format", "pt"}});
+        REQUIRE(saved.size() == original.size());
+        for (const auto& [name, t] : original) {
+            INFO(name);
+            REQUIRE(saved.count(name));
+            CHECK(saved.at(name).shape == t.shape);
+            CHECK(st::to_vector<double>(saved.at(name)) == st::to_vector<double>(t));
+        }
+        // and loads again
+        parameter_store<double> again;
+        nn::load_hf_gpt2<ref_model>(again, dir / "out.safetensors");
+    }
+}
+
+// ---- Mismatches ----------------------------------------------------------------------------------
+
+TEST_CASE("every mismatch of a checkpoint is an io_error naming tensor, shapes and file; nothing is written",
+          "[gpt2][python]") {
+    const temp_dir& ref = reference();
+    temp_dir dir;
+    const auto base = st::read(ref / "lmhead.safetensors");
+    const std::string path = dir / "bad.safetensors";
+    // Writes `base` changed by `edit` (name -> tensor) and returns load_hf_gpt2's message.
+    parameter_store<float> store;
+    nn::load_hf_gpt2<ref_model>(store, ref / "lmhead.safetensors");
+    const std::vector<float> before(store.values().begin(), store.values().end());
+    auto message = [&](auto edit) {
+        auto tensors = base;
+        edit(tensors);
+        std::vector<st::tensor> list;
+        for (auto& [name, t] : tensors) list.push_back(t);
+        st::write(path, list);
+        const std::string m = io_message([&] { nn::load_hf_gpt2<ref_model>(store, path); });
+        CHECK(std::equal(before.begin(), before.end(), store.values().begin()));
+        CHECK_THAT(m, Contains("ctg::nn::load_hf_gpt2: '" + path + "' does not match nn::gpt2<V=61, MaxLen=24, D=32"));
+        return m;
+    };
+    auto rename = [](std::map<std::string, st::tensor>& m, const std::string& from, const std::string& to) {
+        auto t = m.at(from);
+        m.erase(from);
+        t.name = to;
+        m[to] = t;
+    };
+
+    CHECK_THAT(message([](auto& m) { m.erase("transformer.h.1.attn.c_proj.weight"); }),
+               Contains("tensor 'h.1.attn.c_proj.weight' is missing (expected shape (32,32))"));
+    // A c_attn of the wrong width, and a square weight transposed cannot pass for another: (in, out) by name.
+    CHECK_THAT(message([](auto& m) { m.at("transformer.h.2.attn.c_attn.weight").shape = {96, 32}; }),
+               Contains("tensor 'transformer.h.2.attn.c_attn.weight' has shape (96,32) in the file; expected (32,96)"));
+    CHECK_THAT(message([](auto& m) {
+                   auto& t = m.at("transformer.wpe.weight");
+                   t.shape = {12, 32};
+                   t.bytes.resize(12 * 32 * 4);
+               }),
+               Contains("tensor 'transformer.wpe.weight' has shape (12,32) in the file; expected (24,32)"));
+    CHECK_THAT(message([](auto& m) {
+                   auto& t = m.at("transformer.ln_f.bias");
+                   t.dtype = "I32";
+               }),
+               Contains("tensor 'transformer.ln_f.bias' has dtype I32 (nn::gpt2 takes F32, F64, F16 or BF16)"));
+    CHECK_THAT(message([](auto& m) { m.at("lm_head.weight").bytes[40] ^= 1; }),
+               Contains("tensor 'lm_head.weight' differs from wte.weight (first at element 10"));
+    CHECK_THAT(message([&](auto& m) {
+                   auto t = m.at("transformer.h.0.ln_1.weight");
+                   t.name = "transformer.h.3.ln_1.weight";
+                   m[t.name] = t;
+               }),
+               Contains("tensors the model does not have: 'transformer.h.3.ln_1.weight' (the file has 4 layers, the model 3)"));
+    CHECK_THAT(message([&](auto& m) {
+                   auto t = m.at("transformer.wte.weight");
+                   t.name = "wte.weight";
+                   m[t.name] = t;
+               }),
+               Contains("tensor 'wte.weight' is in the file both with and without the 'transformer.' prefix"));
+    // Several problems: all listed in one message.
+    const std::string many = message([&](auto& m) {
+        m.erase("transformer.h.0.mlp.c_fc.bias");
+        rename(m, "transformer.h.0.mlp.c_proj.bias", "transformer.h.0.mlp.c_proj.b");
+    });
+    CHECK_THAT(many, Contains("'h.0.mlp.c_fc.bias' is missing (expected shape (128))"));
+    CHECK_THAT(many, Contains("'h.0.mlp.c_proj.bias' is missing"));
+    CHECK_THAT(many, Contains("tensors the model does not have: 'transformer.h.0.mlp.c_proj.b'"));
+
+    // A store whose parameter has another shape.
+    parameter_store<float> other;
+    other.add("pos_embed", rshape{2, {8, 32}});
+    CHECK_THAT(io_message([&] { nn::load_hf_gpt2<ref_model>(other, ref / "lmhead.safetensors"); }),
+               Contains("parameter 'pos_embed' has shape (8,32) in the store; the model needs (24,32)"));
+    // A model of other sizes names the file's shapes.
+    parameter_store<float> wide;
+    CHECK_THAT(io_message([&] { nn::load_hf_gpt2<nn::gpt2<61, 24, 32, 4, 2>>(wide, ref / "lmhead.safetensors"); }),
+               Contains("(the file has 3 layers, the model 2)"));
+    CHECK(wide.size() == 0);
+}
