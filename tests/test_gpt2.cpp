@@ -127,6 +127,38 @@ TEST_CASE("gradcheck: a two-layer GPT-2 (learned positions, tied head)", "[gradc
     CHECK(check_gradients(model::head(input<"h", B, T, 4>{}), c) > 0);
 }
 
+TEST_CASE("gradcheck: matmul_transposed, and it equals matmul by the transpose", "[gradcheck][gpt2]") {
+    check_config c{.dims = {{'B', 2}, {'T', 3}}};
+    CHECK(check_gradients(matmul_transposed(input<"a", B, T, 4>{}, param<"E", 5, 4>{}), c) > 0);
+    CHECK(check_gradients(matmul_transposed(input<"a", B, 4>{}, input<"b", 3, 4>{}), c) > 0);  // both inputs
+    // The weight used twice (as a tied embedding): its adjoint is written by one use and added by the other.
+    CHECK(check_gradients(matmul_transposed(tanh(matmul(input<"a", B, 5>{}, param<"E", 5, 4>{})), param<"E", 5, 4>{}), c) > 0);
+    CHECK(check_gradients(matmul_transposed(matmul(input<"a", B, 4>{}, param<"E", 4, 5>{}), param<"E", 4, 5>{}), c) > 0);
+
+    // Forward and gradients equal the composed matmul(a, transpose(b)) (float, with OpenBLAS's paths).
+    auto fused = compile<float>(sum(mul(matmul_transposed(input<"a", B, 7>{}, param<"E", 9, 7>{}), input<"g", B, 9>{})));
+    auto composed = compile<float>(sum(mul(matmul(input<"a", B, 7>{}, transpose(param<"E", 9, 7>{})), input<"g", B, 9>{})));
+    fused.params().init(2);
+    composed.params().values() = fused.params().values();
+    for (std::size_t rows : {1, 5, 40}) {
+        std::vector<float> a(rows * 7), g(rows * 9);
+        for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::sin(float(i));
+        for (std::size_t i = 0; i < g.size(); ++i) g[i] = std::cos(float(3 * i));
+        auto run = [&](auto& p) {
+            p.feed("a", a.data(), rshape{2, {rows, 7}});
+            p.feed("g", g.data(), rshape{2, {rows, 9}});
+            p.zero_grad();
+            const float l = p.forward();
+            p.backward();
+            return l;
+        };
+        INFO(rows << " rows");
+        CHECK(run(fused) == Approx(run(composed)).epsilon(1e-5));
+        const float *x = fused.params().grad(0), *y = composed.params().grad(0);
+        for (std::size_t k = 0; k < 63; ++k) CHECK(x[k] == Approx(y[k]).epsilon(1e-5).margin(1e-6));
+    }
+}
+
 TEST_CASE("the tied embedding's gradient is the sum of the embedding's and the head's", "[gpt2]") {
     using model = nn::gpt2<7, 6, 4, 2, 1>;
     auto prog = compile<double>(model::loss(index_input<"tok", B, T>{}, index_input<"tgt", B, T>{}));

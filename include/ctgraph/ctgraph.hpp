@@ -43,6 +43,7 @@
 #include "ctgraph/ops/masked_softmax.hpp"
 #include "ctgraph/ops/masks.hpp"
 #include "ctgraph/ops/matmul.hpp"
+#include "ctgraph/ops/matmul_transposed.hpp"
 #include "ctgraph/ops/mse_loss.hpp"
 #include "ctgraph/ops/mul.hpp"
 #include "ctgraph/ops/neg.hpp"

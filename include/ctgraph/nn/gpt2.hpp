@@ -13,7 +13,7 @@
 // width F = 4 D) stacked by ctg::repeat, so a 12-layer model compiles like a 1-layer one.
 #pragma once
 #include "ctgraph/nn/transformer.hpp"
-#include "ctgraph/ops/transpose.hpp"
+#include "ctgraph/ops/matmul_transposed.hpp"
 
 namespace ctg::nn {
 
@@ -40,9 +40,10 @@ struct gpt2 {
         auto x = dropout<Drop>(learned_positions(embedding(tok_embed{}, tokens), pos_embed{}));
         return ln_f{}(repeat<Layers, "blocks.">([](auto h) { return block{}(h, causal{}); }, x));
     }
-    /// The tied head: h (..., D) times the token embedding transposed -> logits (..., V).
+    /// The tied head: h (..., D) times the token embedding transposed -> logits (..., V) (one
+    /// product reading the table transposed: no copy of it).
     template <expr H>
-    static constexpr auto head(H h) { return matmul(h, transpose(tok_embed{})); }
+    static constexpr auto head(H h) { return matmul_transposed(h, tok_embed{}); }
     /// Next-token logits (B, T, V).
     template <expr Tokens>
     static constexpr auto logits(Tokens tokens) { return head(hidden(tokens)); }
