@@ -140,6 +140,33 @@ TEST_CASE("bf16 products on every engine equal a float64 product of the rounded 
     }
 }
 
+TEST_CASE("one row times a weight's bf16 copy (a decoding step's product): bias + sum of x_k w_k, in order", "[bf16]") {
+    // Widths around the vector (16) and the column chunk (2,048) edges, and a leading dimension
+    // wider than the columns read (a column range of a larger weight, as the pool splits one).
+    for (const std::size_t N : {std::size_t(1), std::size_t(15), std::size_t(16), std::size_t(17), std::size_t(300),
+                                std::size_t(2048), std::size_t(2064), std::size_t(5003)})
+        for (const std::size_t K : {std::size_t(1), std::size_t(7), std::size_t(96)})
+            for (const bool with_bias : {false, true}) {
+                const std::size_t ldw = N + 5;
+                auto x = randoms(K, 11);
+                for (auto& v : x) v = kernels::round_bf16(v);  // the caller passes rounded values
+                const auto wf = randoms(K * ldw, 12), bias = randoms(N, 13);
+                std::vector<bf16_bits> w(K * ldw);
+                kernels::pack_bf16(false, K, ldw, wf.data(), ldw, w.data());
+                std::vector<float> y(N + 1, 7.0f);  // y[N] must stay as it is
+                kernels::detail::combine_rows_bf16(K, N, x.data(), w.data(), ldw, y.data(), with_bias ? bias.data() : nullptr);
+                INFO("N " << N << " K " << K << " bias " << with_bias);
+                std::size_t differ = 0;
+                for (std::size_t c = 0; c < N; ++c) {
+                    float acc = with_bias ? bias[c] : 0.0f;  // one fused multiply-add per term, k in order
+                    for (std::size_t k = 0; k < K; ++k) acc = std::fma(x[k], kernels::from_bf16(w[k * ldw + c]), acc);
+                    differ += std::bit_cast<std::uint32_t>(acc) != std::bit_cast<std::uint32_t>(y[c]);
+                }
+                CHECK(differ == 0);
+                CHECK(y[N] == 7.0f);
+            }
+}
+
 TEST_CASE("bf16 engines: the environment's choice is checked, and the engines agree", "[bf16]") {
     engine_scope restore;
     ::setenv("CTG_BF16_ENGINE", "bogus", 1);
