@@ -157,6 +157,23 @@ TEST_CASE("gradcheck: matmul_transposed, and it equals matmul by the transpose",
         const float *x = fused.params().grad(0), *y = composed.params().grad(0);
         for (std::size_t k = 0; k < 63; ++k) CHECK(x[k] == Approx(y[k]).epsilon(1e-5).margin(1e-6));
     }
+    // Mixed precision (bf16 operands, float sums): the weight read transposed from its bf16 copy.
+    using Bf = decltype(compile<float, options{.precision = precision::bf16}>(
+        sum(mul(matmul_transposed(input<"a", B, 7>{}, param<"E", 9, 7>{}), input<"g", B, 9>{}))));
+    Bf mixed(fused.shared_params());
+    for (std::size_t rows : {1, 40}) {
+        std::vector<float> a(rows * 7), g(rows * 9);
+        for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::sin(float(i));
+        for (std::size_t i = 0; i < g.size(); ++i) g[i] = std::cos(float(3 * i));
+        auto run = [&](auto& p) {
+            p.feed("a", a.data(), rshape{2, {rows, 7}});
+            p.feed("g", g.data(), rshape{2, {rows, 9}});
+            return p.forward();
+        };
+        const float want = run(fused), got = run(mixed);
+        INFO(rows << " rows: " << got << " against " << want);
+        CHECK(std::abs(got - want) <= 2e-2f * (1 + std::abs(want)));
+    }
 }
 
 TEST_CASE("the tied embedding's gradient is the sum of the embedding's and the head's", "[gpt2]") {

@@ -196,7 +196,7 @@ void load_hf_gpt2(parameter_store<T>& store, const std::string& path) {
                     " in the store; the model needs " + shape_string(p.shape));
 
     const std::vector<hf_gpt2_entry> layout = detail::hf_gpt2_layout<Model>();
-    std::vector<std::vector<T>> staged(layout.size());
+    std::vector<const safetensors::tensor*> source(layout.size(), nullptr);  // each checked: converts without failing
     std::map<std::string, bool> used;
     for (std::size_t i = 0; i < layout.size(); ++i) {
         const hf_gpt2_entry& e = layout[i];
@@ -213,7 +213,7 @@ void load_hf_gpt2(parameter_store<T>& store, const std::string& path) {
         else if (!dtype_ok(t))
             problem("tensor " + in_quotes(t.name) + " has dtype " + t.dtype + accepted);
         else
-            staged[i] = safetensors::to_vector<T>(t);
+            source[i] = &t;
     }
     // lm_head.weight: the tied head, so it must be wte.weight itself.
     if (const auto it = file.find("lm_head.weight"); it != file.end()) {
@@ -225,10 +225,10 @@ void load_hf_gpt2(parameter_store<T>& store, const std::string& path) {
                     " in the file; expected " + shape_string(want) + " (the head tied to wte.weight)");
         } else if (!dtype_ok(t)) {
             problem("tensor " + in_quotes(t.name) + " has dtype " + t.dtype + accepted);
-        } else if (!staged[0].empty()) {
-            const std::vector<double> head = safetensors::to_vector<double>(t),
-                                      wte = safetensors::to_vector<double>(*file.at("wte.weight"));
-            const auto diff = std::mismatch(head.begin(), head.end(), wte.begin());
+        } else if (const safetensors::tensor* wte = source[0]; wte && (t.dtype != wte->dtype || t.bytes != wte->bytes)) {
+            // The same bytes pass at once; otherwise the first element that differs in value.
+            const std::vector<double> head = safetensors::to_vector<double>(t), emb = safetensors::to_vector<double>(*wte);
+            const auto diff = std::mismatch(head.begin(), head.end(), emb.begin());
             if (diff.first != head.end()) {
                 const std::size_t k = std::size_t(diff.first - head.begin());
                 char a[32], b[32];
@@ -262,8 +262,10 @@ void load_hf_gpt2(parameter_store<T>& store, const std::string& path) {
                        ", Layers=" + std::to_string(Model::layers) + ", F=" + std::to_string(Model::ffn_width) +
                        ">:" + problems);
 
+    // Every tensor passed: converted one at a time (peak memory: the file, the store and one tensor).
     add_gpt2_params<Model>(store);
-    for (std::size_t i = 0; i < layout.size(); ++i) detail::hf_gpt2_copy<true, T>(layout[i], store, staged[i].data());
+    for (std::size_t i = 0; i < layout.size(); ++i)
+        detail::hf_gpt2_copy<true, T>(layout[i], store, safetensors::to_vector<T>(*source[i]).data());
 }
 
 /// Saves the parameters of the nn::gpt2 type Model as a Hugging Face GPT-2 checkpoint (GPT2Model's
