@@ -23,6 +23,10 @@ TEST_CASE("gradcheck: multi-head self- and cross-attention", "[gradcheck][attent
     CHECK(check_gradients(mha::self(X{}), cfg) > 0);
     CHECK(check_gradients(mha::self(X{}, causal{}), cfg) > 0);
     CHECK(check_gradients(mha::cross(X{}, Mem{}, key_padding(Len{})), cfg) > 0);
+    // keys and values from different tensors (PyTorch's query, key, value)
+    using Val = input<"val", B, 5, 4>;
+    CHECK(check_gradients(mha::attend(X{}, Mem{}, Val{}, key_padding(Len{})), cfg) > 0);
+    CHECK(check_gradients(mha::attend(X{}, Mem{}, tanh(Mem{})), cfg) > 0);
     using mha_add = nn::multi_head_attention<"mhb_", 4, 2, additive_score<"mhb_s_", 2, 2, 3>>;
     CHECK(check_gradients(mha_add::self(X{}, causal{}), cfg) > 0);
 }

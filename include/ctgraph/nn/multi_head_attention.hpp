@@ -3,6 +3,7 @@
 //   using mha = nn::multi_head_attention<"attn_", 128, 4>;   // d_model 128, 4 heads of 32
 //   auto y = mha::self(x, causal{});                          // x (B, n, 128) -> (B, n, 128)
 //   auto y = mha::cross(x, memory, key_padding(len));         // queries from x, keys/values from memory
+//   auto y = mha::attend(q, k, v, mask);                      // queries, keys, values from three tensors
 //
 // Q = x W_q + b_q, K = m W_k + b_k, V = m W_v + b_v, each (B, n, D); split_heads makes them
 // (B, h, n, D/h) (head j = features j*D/h .. (j+1)*D/h - 1, as PyTorch's nn.MultiheadAttention and
@@ -73,6 +74,13 @@ struct multi_head_attention {
     static constexpr auto cross(Xq xq, Xkv xkv, Mask mask = {}) {
         if constexpr (!(fits<Xq>() && fits<Xkv>())) return poison{};
         else return affine(merge_heads(attention(queries(xq), keys(xkv), values(xkv), Score{}, mask)), W_o{}, b_o{});
+    }
+    /// Queries from xq (B, n, D), keys from xk (B, m, D) and values from xv (B, m, D) -> (B, n, D):
+    /// PyTorch's nn.MultiheadAttention(query, key, value). cross(xq, m) is attend(xq, m, m).
+    template <expr Xq, expr Xk, expr Xv, attention_mask Mask = no_mask>
+    static constexpr auto attend(Xq xq, Xk xk, Xv xv, Mask mask = {}) {
+        if constexpr (!(fits<Xq>() && fits<Xk>() && fits<Xv>())) return poison{};
+        else return affine(merge_heads(attention(queries(xq), keys(xk), values(xv), Score{}, mask)), W_o{}, b_o{});
     }
     /// Self-attention: queries, keys and values from x (B, n, D) -> (B, n, D).
     template <expr X, attention_mask Mask = no_mask>
