@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <ctgraph/ctgraph.hpp>
 #include <ctgraph/npz.hpp>
 
 using namespace ctg;
@@ -815,4 +816,42 @@ TEST_CASE("save is atomic: a failed save leaves the previous file byte-identical
         CHECK(same_values(back, next));
         CHECK(dir.temporaries().empty());
     }
+}
+
+TEST_CASE("ctg::feed: a program's inputs from npz arrays, converted, their shapes bound and checked", "[npz]") {
+    constexpr dim B = dyn('B'), T = dyn('T');
+    using X = input<"x", B, T, 3>;
+    using Tok = index_input<"tok", B, T>;
+    auto prog = compile<double>(sum(mul(X{}, embedding(param<"E", 5, 3>{}, Tok{}))));
+    prog.params().init(1);
+    std::vector<float> x(2 * 4 * 3);
+    for (std::size_t k = 0; k < x.size(); ++k) x[k] = 0.25f * float(k) - 2.0f;
+    const std::vector<std::int64_t> tok = {0, 1, 2, 3, 4, 4, 3, 2};
+    // by hand: the values as doubles, the ids as int32
+    const std::vector<double> xd(x.begin(), x.end());
+    const std::vector<index_t> ids(tok.begin(), tok.end());
+    prog.feed("x", xd.data(), rshape{3, {2, 4, 3}});
+    prog.feed("tok", ids.data(), rshape{2, {2, 4}});
+    const double by_hand = prog.forward();
+    // from arrays of other types (<f4 values, <i8 ids), written and read back
+    temp_dir dir;
+    npz::write(dir / "batch.npz", {npz::from_data("x", x.data(), {2, 4, 3}), npz::from_data("tok", tok.data(), {2, 4})});
+    const auto arrays = npz::read(dir / "batch.npz");
+    prog.feed("x", std::vector<double>(24, 0.0).data(), rshape{3, {2, 4, 3}});  // overwritten below
+    ctg::feed(prog, "x", arrays.at("x"));
+    ctg::feed(prog, "tok", arrays.at("tok"));
+    CHECK(prog.forward() == by_hand);
+    // another batch size binds B anew
+    ctg::feed(prog, "x", npz::from_data("x", x.data(), {1, 4, 3}));
+    ctg::feed(prog, "tok", npz::from_data("tok", tok.data(), {1, 4}));
+    CHECK_NOTHROW(prog.forward());
+    // what cannot be fed says what and where
+    const double not_ids[] = {1.0, 2.5};
+    CHECK_THAT(io_message([&] { ctg::feed(prog, "tok", npz::from_data("ids", not_ids, {1, 2})); }),
+               Contains("'ids'") && Contains("element 1"));
+    const float five_axes[] = {1};
+    CHECK_THAT(io_message([&] { ctg::feed(prog, "x", npz::from_data("deep", five_axes, {1, 1, 1, 1, 1})); }),
+               Contains("'deep'") && Contains("5 axes"));
+    CHECK_THROWS_AS(ctg::feed(prog, "x", npz::from_data("x", x.data(), {2, 3, 4})), ctg::error);  // the last axis is 3
+    CHECK_THROWS_WITH(ctg::feed(prog, "y", arrays.at("x")), Contains("no input named 'y'"));
 }

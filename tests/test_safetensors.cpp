@@ -23,6 +23,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <ctgraph/ctgraph.hpp>
 #include <ctgraph/npz.hpp>
 #include <ctgraph/safetensors.hpp>
 
@@ -582,4 +583,27 @@ TEST_CASE("every prefix and single-byte corruption of a safetensors file is an i
     }
     CHECK(header_accepted.empty());
     CHECK(data_misread.empty());
+}
+
+TEST_CASE("ctg::feed: a program's inputs from safetensors tensors", "[safetensors]") {
+    using X = input<"x", dyn('B'), 2>;
+    using Tok = index_input<"tok", dyn('B')>;
+    auto prog = compile<float>(sum(mul(X{}, embedding(param<"E", 4, 2>{}, Tok{}))));
+    prog.params().init(2);
+    const double x[] = {0.5, -1.0, 2.0, 0.25, 1.5, -0.5};
+    const std::int64_t tok[] = {3, 0, 2};
+    const float xf[] = {0.5f, -1.0f, 2.0f, 0.25f, 1.5f, -0.5f};
+    const index_t ids[] = {3, 0, 2};
+    prog.feed("x", xf, rshape{2, {3, 2}});
+    prog.feed("tok", ids, rshape{1, {3}});
+    const float by_hand = prog.forward();
+    // F64 values and I64 ids, through a file's bytes
+    const std::vector<safetensors::tensor> written = {safetensors::from_data("x", x, {3, 2}), safetensors::from_data("tok", tok, {3})};
+    const std::string header = safetensors::detail::file_header(written, {}, "<memory>");
+    std::vector<char> file(header.begin(), header.end());
+    for (const auto& t : written) file.insert(file.end(), t.bytes.begin(), t.bytes.end());
+    const auto read = safetensors::parse(file.data(), file.size());
+    ctg::feed(prog, "x", read.at("x"));
+    ctg::feed(prog, "tok", read.at("tok"));
+    CHECK(prog.forward() == by_hand);
 }

@@ -45,6 +45,7 @@
 
 #include "ctgraph/binary_file.hpp"
 #include "ctgraph/error.hpp"
+#include "ctgraph/feed.hpp"  // ctg::feed(prog, name, array): a program's input from a file's array
 #include "ctgraph/params.hpp"
 
 namespace ctg::npz {

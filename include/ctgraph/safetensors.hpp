@@ -46,6 +46,7 @@
 
 #include "ctgraph/binary_file.hpp"
 #include "ctgraph/error.hpp"
+#include "ctgraph/feed.hpp"  // ctg::feed(prog, name, array): a program's input from a file's array
 #include "ctgraph/params.hpp"
 
 /// safetensors files: save and load a parameter store, read and write raw tensors of every dtype

@@ -190,6 +190,13 @@ public:
             xt::noalias(dst) = xt::cast<T>(d);
         }
     }
+    /// Whether input `name` is an index input (integer ids) rather than a floating-point one; throws
+    /// ctg::error when the program has no input of that name.
+    bool is_index_input(std::string_view name) const {
+        for (std::size_t k = 0; k < G::num_inputs; ++k)
+            if (G::label[G::input_nodes[k]] == name) return G::kind[G::input_nodes[k]] == leaf_kind::index_input;
+        throw error("ctg::program::feed: this program has no input named '" + std::string(name) + "'");
+    }
     /// Runtime-named feeding of a floating-point input from raw row-major data.
     void feed(std::string_view name, const T* data, const rshape& s) {
         std::size_t k = input_by_name(name, false);
@@ -790,6 +797,7 @@ public:
     static constexpr bool has_input = true;
     template <fixed_string Name, class E>
     void feed(const E&) {}
+    bool is_index_input(std::string_view) const { return false; }
     void feed(std::string_view, const T*, const rshape&) {}
     void bind(std::string_view, T*, const rshape&) {}
     void feed(std::string_view, const index_t*, const rshape&) {}
