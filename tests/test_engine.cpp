@@ -271,3 +271,41 @@ TEST_CASE("an inference program computes the same outputs with no adjoint memory
     CHECK((train.output() == infer.output()));
     CHECK(infer.arena_elements() < train.arena_elements());
 }
+
+TEST_CASE("options::input_grads_for: only the named inputs get adjoints, equal to input_grads = true's", "[engine]") {
+    using H = input<"h", B, 3>;
+    using U = input<"u", B, 3>;
+    constexpr auto loss = sum(mul(tanh(X{} * W{} + H{} * W{}), U{}));  // operator* is the matrix product
+    auto all = compile<double, options{.input_grads = true}>(loss);
+    auto only_x = compile<double, options{.input_grads_for = "x"}>(loss);
+    auto x_and_u = compile<double, options{.input_grads_for = "x, u"}>(loss);
+    using Gx = decltype(only_x)::graph_type;
+    STATIC_REQUIRE(Gx::needs_grad[Gx::index_of<X>]);
+    STATIC_REQUIRE_FALSE(Gx::needs_grad[Gx::index_of<H>]);  // h's product for dL/dh is not run
+    STATIC_REQUIRE_FALSE(Gx::needs_grad[Gx::index_of<U>]);
+    using Gxu = decltype(x_and_u)::graph_type;
+    STATIC_REQUIRE(Gxu::needs_grad[Gxu::index_of<U>]);
+    STATIC_REQUIRE_FALSE(Gxu::needs_grad[Gxu::index_of<H>]);
+    const double x[] = {0.5, -1, 2, 0.25, 1.5, -0.5}, h[] = {1, 0.5, -0.25, 2, -1, 0}, u[] = {0.3, -0.2, 0.1, 1, 2, -3};
+    auto run = [&](auto& p) {
+        p.params().init(4);
+        p.feed("x", x, rshape{2, {2, 3}});
+        p.feed("h", h, rshape{2, {2, 3}});
+        p.feed("u", u, rshape{2, {2, 3}});
+        p.zero_grad();
+        const double l = p.forward();
+        p.backward();
+        return l;
+    };
+    const double l = run(all);
+    CHECK(run(only_x) == l);
+    CHECK(run(x_and_u) == l);
+    const auto gx = all.input_grad<"x">(), gu = all.input_grad<"u">();
+    const auto gx1 = only_x.input_grad<"x">(), gx2 = x_and_u.input_grad<"x">(), gu2 = x_and_u.input_grad<"u">();
+    for (std::size_t k = 0; k < 6; ++k) {
+        CHECK(gx1.data()[k] == gx.data()[k]);
+        CHECK(gx2.data()[k] == gx.data()[k]);
+        CHECK(gu2.data()[k] == gu.data()[k]);
+    }
+    for (std::size_t k = 0; k < 9; ++k) CHECK(only_x.params().grad(0)[k] == all.params().grad(0)[k]);
+}

@@ -38,6 +38,11 @@ struct options {
     /// norm, softmax, losses, reductions, element-wise ops, the parameter store and the optimizer.
     ctg::precision precision = ctg::precision::f32;
     bool input_grads = false;  ///< also compute adjoints of floating-point inputs (dL/dx)
+    /// The floating-point inputs whose adjoints to compute, by name, separated by spaces or commas
+    /// (`.input_grads_for = "x h0"`): only these, so products that would feed the others' gradients
+    /// do not run. Empty: every floating-point input when input_grads is set. A name that is not a
+    /// floating-point input of the program is a compile error.
+    char input_grads_for[96] = {};
     bool inference = false;    ///< forward only: no adjoints at all (predictors, decoders)
     /// Inference programs place values and op scratch by lifetime: memory is reused as soon as a
     /// value's last reader has run, and only the outputs' values stay readable after forward().
@@ -52,6 +57,24 @@ struct options {
 };
 
 namespace detail {
+
+// The names of a list such as options::input_grads_for ("x h0", "x,h0"), each given to f.
+template <std::size_t N, class F>
+constexpr void for_each_listed(const char (&list)[N], F f) {
+    std::size_t k = 0;
+    while (k < N && list[k]) {
+        while (k < N && (list[k] == ' ' || list[k] == ',')) ++k;
+        const std::size_t start = k;
+        while (k < N && list[k] && list[k] != ' ' && list[k] != ',') ++k;
+        if (k > start) f(std::string_view(list + start, k - start));
+    }
+}
+template <std::size_t N>
+constexpr bool name_listed(const char (&list)[N], std::string_view name) {
+    bool found = false;
+    for_each_listed(list, [&](std::string_view n) { found = found || n == name; });
+    return found;
+}
 
 template <class L, class T>
 inline constexpr bool contains_v = false;
@@ -260,13 +283,29 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
 
     static constexpr bool is_leaf(std::size_t i) { return kind[i] != leaf_kind::none; }
 
+    /// Whether the input of this name gets an adjoint (options::input_grads, input_grads_for).
+    static constexpr bool input_gradient_wanted(std::string_view name) {
+        if (Opt.input_grads_for[0] == 0) return Opt.input_grads;
+        return detail::name_listed(Opt.input_grads_for, name);
+    }
+    /// Whether every name of options::input_grads_for is a floating-point input here.
+    static consteval bool input_grads_for_known() {
+        bool ok = true;
+        detail::for_each_listed(Opt.input_grads_for, [&](std::string_view n) {
+            bool found = false;
+            for (std::size_t i = 0; i < size; ++i) found = found || (kind[i] == leaf_kind::input && label[i] == n);
+            ok = ok && found;
+        });
+        return ok;
+    }
+
     /// Nodes that need an adjoint: parameters, (optionally) float inputs, and whatever depends on them.
     static constexpr std::array<bool, size> needs_grad = []() consteval {
         std::array<bool, size> g{};
         for (std::size_t i = 0; i < size; ++i) {
             if (Opt.inference) g[i] = false;
             else if (kind[i] == leaf_kind::param) g[i] = true;
-            else if (kind[i] == leaf_kind::input) g[i] = Opt.input_grads;
+            else if (kind[i] == leaf_kind::input) g[i] = input_gradient_wanted(label[i]);
             else if (kind[i] == leaf_kind::none && !is_index[i])
                 for (std::size_t k = 0; k < arity[i]; ++k) g[i] = g[i] || g[operands[i][k]];
         }

@@ -67,6 +67,8 @@ public:
         std::size_t(G::template index_of<Outs>)...};
 
 private:
+    static_assert(G::input_grads_for_known(),
+                  "ctg::compile: options::input_grads_for names something that is not a floating-point input of this program");
     // Inference programs place values and scratch by lifetime (options::keep_values).
     static constexpr bool values_by_lifetime = Opt.inference && !Opt.keep_values;
     // The last forward step that reads node i's memory: its last reader's, extended through the
@@ -324,7 +326,8 @@ public:
         constexpr int i = leaf<Name>();
         static_assert(with_name<leaf_index<Name> < 0 || (G::needs_grad[i] && G::kind[i] == leaf_kind::input),
                                 Name>::value,
-                      "ctg::program::input_grad: no gradient for this input (compile with options{.input_grads = true})");
+                      "ctg::program::input_grad: no gradient for this input (compile with options{.input_grads = true}, or name "
+                      "it in options::input_grads_for)");
         return adapt(adj_[i].template as<T>(), shapes_[i]);
     }
     /// The value of any node of the graph after forward(), as an xtensor view: prog.value_of(h).
