@@ -39,10 +39,12 @@
 #include <cstddef>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "ctgraph/nn/checkpoint_layout.hpp"
 #include "ctgraph/nn/gpt2.hpp"
 #include "ctgraph/params.hpp"
 #include "ctgraph/safetensors.hpp"
@@ -50,27 +52,11 @@
 namespace ctg::nn {
 namespace detail {
 
-/// One Hugging Face tensor and where it goes: `params` split its last axis evenly (c_attn: q, k, v),
-/// each the whole parameter or its row `layer` when `layered`.
-struct hf_gpt2_entry {
-    std::string name;                  // without the "transformer." prefix
-    std::vector<std::size_t> shape;    // as Hugging Face stores it
-    std::vector<std::string> params;   // store names, in column order
-    bool layered = false;
-    std::size_t layer = 0;
-};
-
-/// A store parameter of the model: name, shape (with the layer axis when stacked), layer axes.
-struct gpt2_param {
-    std::string name;
-    std::vector<std::size_t> shape;
-    std::size_t layer_axes = 0;
-};
-
+/// The store parameters of an nn::gpt2 type Model, in the order a program over it adds them.
 template <class Model>
-std::vector<gpt2_param> gpt2_params() {
+std::vector<layout_param> gpt2_params() {
     const std::size_t V = Model::vocab, M = Model::max_len, D = Model::width, F = Model::ffn_width, L = Model::layers;
-    std::vector<gpt2_param> p = {{"tok_embed", {V, D}}, {"pos_embed", {M, D}}};
+    std::vector<layout_param> p = {{"tok_embed", {V, D}}, {"pos_embed", {M, D}}};
     auto stacked = [&](std::string n, std::vector<std::size_t> s) {
         s.insert(s.begin(), L);
         p.push_back({"blocks." + n, s, 1});
@@ -85,15 +71,17 @@ std::vector<gpt2_param> gpt2_params() {
     return p;
 }
 
+/// Hugging Face's tensors of an nn::gpt2 type Model (names without "transformer."): Conv1D (in, out)
+/// weights as they are, c_attn's columns split into q, k, v; the blocks' rows of stacked parameters.
 template <class Model>
-std::vector<hf_gpt2_entry> hf_gpt2_layout() {
+std::vector<layout_entry> hf_gpt2_layout() {
     const std::size_t V = Model::vocab, M = Model::max_len, D = Model::width, F = Model::ffn_width;
-    std::vector<hf_gpt2_entry> t = {{"wte.weight", {V, D}, {"tok_embed"}}, {"wpe.weight", {M, D}, {"pos_embed"}}};
+    std::vector<layout_entry> t = {{"wte.weight", {V, D}, {"tok_embed"}}, {"wpe.weight", {M, D}, {"pos_embed"}}};
     for (std::size_t l = 0; l < std::size_t(Model::layers); ++l) {
         const std::string h = "h." + std::to_string(l) + ".";
         auto add = [&](std::string n, std::vector<std::size_t> s, std::vector<std::string> ps) {
             for (auto& x : ps) x = "blocks." + x;
-            t.push_back({h + n, std::move(s), std::move(ps), true, l});
+            t.push_back({h + n, std::move(s), std::move(ps), false, false, std::size_t(Model::layers), l});
         };
         add("ln_1.weight", {D}, {"ln1.weight"}), add("ln_1.bias", {D}, {"ln1.bias"});
         add("attn.c_attn.weight", {D, 3 * D}, {"q.weight", "k.weight", "v.weight"});
@@ -106,25 +94,6 @@ std::vector<hf_gpt2_entry> hf_gpt2_layout() {
     t.push_back({"ln_f.weight", {D}, {"ln_f.weight"}});
     t.push_back({"ln_f.bias", {D}, {"ln_f.bias"}});
     return t;
-}
-
-/// Copies between an HF tensor's elements (rows x cols, cols its last axis) and its parameters:
-/// part j takes columns [j c, (j + 1) c), c = cols / parts, of every row. ToStore: hf -> store.
-template <bool ToStore, class T, class Store>
-void hf_gpt2_copy(const hf_gpt2_entry& e, Store& store, std::conditional_t<ToStore, const T*, T*> hf) {
-    const std::size_t cols = e.shape.back(), rows = e.shape.size() == 2 ? e.shape[0] : 1;
-    const std::size_t c = cols / e.params.size();
-    for (std::size_t j = 0; j < e.params.size(); ++j) {
-        const std::size_t s = store.slot(e.params[j]);
-        const std::size_t off = e.layered ? e.layer * rows * c : 0;
-        if constexpr (ToStore) {
-            T* p = store.value(s) + off;
-            for (std::size_t r = 0; r < rows; ++r) std::copy_n(hf + r * cols + j * c, c, p + r * c);
-        } else {
-            const T* p = store.value(s) + off;
-            for (std::size_t r = 0; r < rows; ++r) std::copy_n(p + r * c, c, hf + r * cols + j * c);
-        }
-    }
 }
 
 /// "h.{l}.attn.bias" or "h.{l}.attn.masked_bias": the mask buffers old checkpoints hold.
@@ -153,11 +122,7 @@ inline long hf_gpt2_layer_of(std::string_view n) {
 /// shapes; another shape throws ctg::shape_error): what a program over the model would add.
 template <class Model, class T>
 void add_gpt2_params(parameter_store<T>& store) {
-    for (const auto& p : detail::gpt2_params<Model>()) {
-        rshape s{p.shape.size(), {}};
-        std::copy(p.shape.begin(), p.shape.end(), s.d.begin());
-        store.add(p.name, s, p.layer_axes);
-    }
+    detail::layout_add(store, detail::gpt2_params<Model>());
 }
 
 /// Loads a Hugging Face GPT-2 checkpoint (safetensors, GPT2Model's or GPT2LMHeadModel's names)
@@ -168,7 +133,6 @@ void add_gpt2_params(parameter_store<T>& store) {
 template <class Model, class T>
 void load_hf_gpt2(parameter_store<T>& store, const std::string& path) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "ctg::nn::load_hf_gpt2: float or double store");
-    using detail::hf_gpt2_entry;
     using safetensors::detail::in_quotes;
     using safetensors::detail::shape_string;
     const std::map<std::string, safetensors::tensor> raw = safetensors::read(path);
@@ -184,46 +148,21 @@ void load_hf_gpt2(parameter_store<T>& store, const std::string& path) {
             problem("tensor " + in_quotes(bare) + " is in the file both with and without the " + in_quotes(prefix) +
                     " prefix");
     }
-    auto dtype_ok = [](const safetensors::tensor& t) {
-        return t.dtype == "F32" || t.dtype == "F64" || t.dtype == "F16" || t.dtype == "BF16";
-    };
     const std::string accepted = " (nn::gpt2 takes F32, F64, F16 or BF16)";
-
-    // The store's existing parameters must have the model's shapes.
-    for (const auto& p : detail::gpt2_params<Model>())
-        if (const long s = store.find(p.name); s >= 0 && store.at(std::size_t(s)).shape.to_vector() != p.shape)
-            problem("parameter " + in_quotes(p.name) + " has shape " + to_string(store.at(std::size_t(s)).shape) +
-                    " in the store; the model needs " + shape_string(p.shape));
-
-    const std::vector<hf_gpt2_entry> layout = detail::hf_gpt2_layout<Model>();
-    std::vector<const safetensors::tensor*> source(layout.size(), nullptr);  // each checked: converts without failing
-    std::map<std::string, bool> used;
-    for (std::size_t i = 0; i < layout.size(); ++i) {
-        const hf_gpt2_entry& e = layout[i];
-        const auto it = file.find(e.name);
-        if (it == file.end()) {
-            problem("tensor " + in_quotes(e.name) + " is missing (expected shape " + shape_string(e.shape) + ")");
-            continue;
-        }
-        used[e.name] = true;
-        const safetensors::tensor& t = *it->second;
-        if (t.shape != e.shape)
-            problem("tensor " + in_quotes(t.name) + " has shape " + shape_string(t.shape) + " in the file; expected " +
-                    shape_string(e.shape));
-        else if (!dtype_ok(t))
-            problem("tensor " + in_quotes(t.name) + " has dtype " + t.dtype + accepted);
-        else
-            source[i] = &t;
-    }
+    const std::vector<layout_param> params = detail::gpt2_params<Model>();
+    const std::vector<layout_entry> layout = detail::hf_gpt2_layout<Model>();
+    std::set<std::string> used;
+    // Each checked tensor converts without failing.
+    const std::vector<const safetensors::tensor*> source = detail::layout_match(store, params, layout, file, used, accepted, problem);
     // lm_head.weight: the tied head, so it must be wte.weight itself.
     if (const auto it = file.find("lm_head.weight"); it != file.end()) {
-        used["lm_head.weight"] = true;
+        used.insert("lm_head.weight");
         const safetensors::tensor& t = *it->second;
         const std::vector<std::size_t> want{std::size_t(Model::vocab), std::size_t(Model::width)};
         if (t.shape != want) {
             problem("tensor " + in_quotes(t.name) + " has shape " + shape_string(t.shape) +
                     " in the file; expected " + shape_string(want) + " (the head tied to wte.weight)");
-        } else if (!dtype_ok(t)) {
+        } else if (!detail::layout_dtype_ok(t)) {
             problem("tensor " + in_quotes(t.name) + " has dtype " + t.dtype + accepted);
         } else if (const safetensors::tensor* wte = source[0]; wte && (t.dtype != wte->dtype || t.bytes != wte->bytes)) {
             // The same bytes pass at once; otherwise the first element that differs in value.
@@ -263,9 +202,7 @@ void load_hf_gpt2(parameter_store<T>& store, const std::string& path) {
                        ">:" + problems);
 
     // Every tensor passed: converted one at a time (peak memory: the file, the store and one tensor).
-    add_gpt2_params<Model>(store);
-    for (std::size_t i = 0; i < layout.size(); ++i)
-        detail::hf_gpt2_copy<true, T>(layout[i], store, safetensors::to_vector<T>(*source[i]).data());
+    detail::layout_load(store, params, layout, source);
 }
 
 /// Saves the parameters of the nn::gpt2 type Model as a Hugging Face GPT-2 checkpoint (GPT2Model's
@@ -275,20 +212,8 @@ void load_hf_gpt2(parameter_store<T>& store, const std::string& path) {
 template <class Model, class T>
 void save_hf_gpt2(const parameter_store<T>& store, const std::string& path) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "ctg::nn::save_hf_gpt2: float or double store");
-    for (const auto& p : detail::gpt2_params<Model>())
-        if (store.at(store.slot(p.name)).shape.to_vector() != p.shape)
-            throw shape_error("ctg::nn::save_hf_gpt2: parameter '" + p.name + "' has shape " +
-                              to_string(store.at(store.slot(p.name)).shape) + " in the store; the model needs " +
-                              safetensors::detail::shape_string(p.shape));
-    std::vector<safetensors::tensor> out;
-    std::vector<T> buf;
-    for (const auto& e : detail::hf_gpt2_layout<Model>()) {
-        std::size_t n = 1;
-        for (std::size_t d : e.shape) n *= d;
-        buf.assign(n, T(0));
-        detail::hf_gpt2_copy<false, T>(e, store, buf.data());
-        out.push_back(safetensors::from_data(e.name, buf.data(), e.shape));
-    }
+    const auto out = detail::layout_tensors(store, detail::gpt2_params<Model>(), detail::hf_gpt2_layout<Model>(),
+                                            "ctg::nn::save_hf_gpt2");
     safetensors::write(path, out, {{"format", "pt"}});
 }
 

@@ -1,0 +1,306 @@
+// nn::load_torch / nn::save_torch (ctgraph/nn/torch_layout.hpp): PyTorch state_dicts written by
+// tests/torch_layouts_ref.py (nn.MultiheadAttention; nn.Linear, nn.LayerNorm and nn.Embedding in one
+// module; nn.TransformerEncoderLayer post- and pre-norm; nn.TransformerDecoderLayer; bench/torch_ref.py's
+// GPT; nn.GRU; nn.LSTM) load in one call, and the modules' float64 outputs equal PyTorch's to 1e-12
+// relative; saved back, each file loads into a new PyTorch module with load_state_dict(strict=True)
+// and gives the same outputs, its tensors equal to the original's. Every mismatch is an io_error
+// naming tensor, shapes and file, and nothing is written.
+//
+// The cases run /usr/bin/python3 with python3-torch (installed by scripts/setup.sh); without it they
+// fail, saying so, rather than skip.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <ctgraph/ctgraph.hpp>
+#include <ctgraph/nn/torch_layout.hpp>
+
+#ifndef CTG_TORCH_LAYOUTS_REF
+#error "CTG_TORCH_LAYOUTS_REF (the path of tests/torch_layouts_ref.py) must be defined by the build"
+#endif
+
+using namespace ctg;
+namespace fs = std::filesystem;
+namespace st = ctg::safetensors;
+using Catch::Matchers::Contains;
+
+namespace {
+inline constexpr dim B = dyn('B'), T = dyn('T'), S = dyn('S');
+using X16 = input<"x", B, T, 16>;
+using M16 = input<"m", B, S, 16>;
+using Tokens = index_input<"tokens", B, T>;
+
+// The modules of tests/torch_layouts_ref.py's cases.
+using mha = nn::multi_head_attention<"attn.", 16, 4>;
+using emb = param<"emb", 11, 8>;
+using lin = nn::linear<"lin.", 8, 8>;
+using ln = nn::layer_norm<"ln.", 8>;
+using small = nn::torch_model<nn::torch_at<"emb.", emb>, nn::torch_at<"lin.", lin>, nn::torch_at<"ln.", ln>>;
+using enc = nn::encoder_block<"enc.", 16, 4, 32, nn::norm_placement::post, nn::activation::gelu_erf, scaled_dot_score, 0.0, 1e-6>;
+using enc_pre = nn::encoder_block<"", 16, 4, 32, nn::norm_placement::pre, nn::activation::gelu_erf>;
+using dec = nn::decoder_block<"dec.", 16, 4, 32, nn::norm_placement::post, nn::activation::gelu_erf>;
+using gpt = nn::gpt<13, 12, 16, 4, 2, 64, float>;  // torch_ref.py's positions: a float32 buffer
+using gru = nn::gru<"g", 5, 6>;
+using lstm = nn::lstm<"l", 5, 6>;
+
+struct temp_dir {
+    fs::path root;
+    temp_dir() {
+        static int counter = 0;
+        root = fs::temp_directory_path() / ("ctg_torch_layouts_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+        fs::remove_all(root);
+        fs::create_directories(root);
+    }
+    ~temp_dir() {
+        std::error_code ec;
+        fs::remove_all(root, ec);
+    }
+    std::string operator/(const std::string& name) const { return (root / name).string(); }
+};
+
+/// tests/torch_layouts_ref.py's files, written once per run into a directory of their own.
+const temp_dir& reference() {
+    static const temp_dir dir = [] {
+        temp_dir d;
+        if (std::system("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1") != 0)
+            FAIL("python3-torch is required for this test: `/usr/bin/python3 -c 'import torch'` failed "
+                 "(scripts/setup.sh installs python3-torch)");
+        REQUIRE(std::system(("OMP_NUM_THREADS=1 /usr/bin/python3 " CTG_TORCH_LAYOUTS_REF " gen " + d.root.string()).c_str()) == 0);
+        return d;
+    }();
+    return dir;
+}
+
+const std::map<std::string, st::tensor>& expected() {
+    static const auto e = st::read(reference() / "expected.safetensors");
+    return e;
+}
+
+template <class F>
+std::string io_message(F&& f) {
+    try {
+        f();
+    } catch (const io_error& e) {
+        return e.what();
+    }
+    return "no io_error";
+}
+
+/// The output of `e` in a float64 inference program over `store`, fed the case's inputs.
+template <class E>
+std::vector<double> output_of(std::shared_ptr<parameter_store<double>> store, E, const std::string& c) {
+    using P = decltype(compile<double, options{.inference = true}>(E{}));
+    P p(std::move(store));
+    std::vector<std::vector<double>> keep;
+    std::vector<std::vector<index_t>> keep_ids;
+    for (const char* n : {"x", "m", "tokens"}) {
+        const auto it = expected().find(c + "." + n);
+        if (it == expected().end()) continue;
+        rshape s{it->second.shape.size(), {}};
+        std::copy(it->second.shape.begin(), it->second.shape.end(), s.d.begin());
+        if (std::string(n) == "tokens") {
+            const auto v = st::to_vector<std::int64_t>(it->second);
+            keep_ids.emplace_back(v.begin(), v.end());
+            p.feed(n, keep_ids.back().data(), s);
+        } else {
+            keep.push_back(st::to_vector<double>(it->second));
+            p.feed(n, keep.back().data(), s);
+        }
+    }
+    p.forward();
+    auto z = p.template output<0>();
+    return {z.begin(), z.end()};
+}
+
+/// max |a - b| / max |b|.
+double relative_error(const std::vector<double>& a, const std::vector<double>& b) {
+    REQUIRE(a.size() == b.size());
+    double worst = 0, scale = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i])), scale = std::max(scale, std::abs(b[i]));
+    return worst / scale;
+}
+
+/// Loads case `c` into a new float64 store with one load_torch<Module> call, checks the output of
+/// `e` against PyTorch's, saves it back and has PyTorch load and check that file; the saved tensors
+/// equal the original's. Returns the store.
+template <class Module, class E>
+std::shared_ptr<parameter_store<double>> check_case(const std::string& c, E e) {
+    INFO("case " << c);
+    const temp_dir& ref = reference();
+    auto store = std::make_shared<parameter_store<double>>();
+    nn::load_torch<Module>(*store, ref / (c + ".safetensors"));
+    const auto want = st::to_vector<double>(expected().at(c + ".y"));
+    const double err = relative_error(output_of(store, e, c), want);
+    INFO("relative error " << err);
+    CHECK(err <= 1e-12);
+
+    temp_dir dir;
+    const std::string out = dir / (c + ".safetensors");
+    nn::save_torch<Module>(*store, out);
+    const auto original = st::read(ref / (c + ".safetensors"));
+    st::metadata meta;
+    const auto saved = st::read(out, &meta);
+    CHECK(meta == st::metadata{{"format", "pt"}});
+    REQUIRE(saved.size() == original.size());
+    for (const auto& [name, t] : original) {
+        INFO(name);
+        REQUIRE(saved.count(name));
+        CHECK(saved.at(name).dtype == "F64");
+        CHECK(saved.at(name).shape == t.shape);
+        CHECK(st::to_vector<double>(saved.at(name)) == st::to_vector<double>(t));
+    }
+    CHECK(std::system(("OMP_NUM_THREADS=1 /usr/bin/python3 " CTG_TORCH_LAYOUTS_REF " check " + ref.root.string() + " " + c +
+                       " " + out)
+                          .c_str()) == 0);
+    // A float store saves F32, PyTorch's own dtype.
+    parameter_store<float> f;
+    nn::load_torch<Module>(f, ref / (c + ".safetensors"));
+    nn::save_torch<Module>(f, out);
+    for (const auto& [name, t] : st::read(out)) CHECK(t.dtype == "F32");
+    return store;
+}
+}  // namespace
+
+// ---- Parity ---------------------------------------------------------------------------------------
+
+TEST_CASE("nn.MultiheadAttention: packed in_proj_weight and in_proj_bias", "[torch_layout][python]") {
+    auto store = check_case<mha>("mha", mha::cross(X16{}, M16{}));
+    CHECK(store->size() == 8);
+    // Row block j of in_proj_weight (3D, D) is parameter j transposed.
+    const auto file = st::read(reference() / "mha.safetensors");
+    const auto w = st::to_vector<double>(file.at("in_proj_weight"));
+    const double* k = store->value(store->slot("attn.k.weight"));
+    for (std::size_t i = 0; i < 16; ++i)
+        for (std::size_t o = 0; o < 16; ++o) CHECK(k[i * 16 + o] == w[(16 + o) * 16 + i]);
+}
+
+TEST_CASE("nn.Embedding, nn.Linear (square) and nn.LayerNorm in one module", "[torch_layout][python]") {
+    auto e = ln{}(lin{}(embedding(emb{}, Tokens{})));
+    auto store = check_case<small>("small", e);
+    // The square weight is read as PyTorch's (out, in) and stored transposed: it is not symmetric,
+    // so read the other way round the output above would differ.
+    const auto file = st::read(reference() / "small.safetensors");
+    const auto w = st::to_vector<double>(file.at("lin.weight"));
+    const double* v = store->value(store->slot("lin.weight"));
+    bool symmetric = true;
+    for (std::size_t i = 0; i < 8; ++i)
+        for (std::size_t o = 0; o < 8; ++o) {
+            CHECK(v[i * 8 + o] == w[o * 8 + i]);
+            symmetric = symmetric && w[o * 8 + i] == w[i * 8 + o];
+        }
+    CHECK_FALSE(symmetric);
+    // The parts load on their own, each under its prefix (the rest of the file is left alone).
+    parameter_store<double> parts;
+    nn::load_torch<lin>(parts, reference() / "small.safetensors", "lin.");
+    nn::load_torch<emb>(parts, reference() / "small.safetensors", "emb.");
+    nn::load_torch<ln>(parts, reference() / "small.safetensors", "ln.");
+    REQUIRE(parts.size() == store->size());
+    for (std::size_t s = 0; s < parts.size(); ++s) {
+        const std::size_t t = store->slot(parts.at(s).name);
+        CHECK(std::equal(parts.value(s), parts.value(s) + parts.at(s).shape.size(), store->value(t)));
+    }
+}
+
+TEST_CASE("nn.TransformerEncoderLayer, post-norm (the default) and norm_first", "[torch_layout][python]") {
+    check_case<enc>("enc", enc{}(X16{}));
+    check_case<enc_pre>("enc_pre", enc_pre{}(X16{}));
+}
+
+TEST_CASE("nn.TransformerDecoderLayer with a causal tgt_mask", "[torch_layout][python]") {
+    check_case<dec>("dec", dec{}(X16{}, M16{}));
+}
+
+TEST_CASE("bench/torch_ref.py's GPT: blocks.{l}.* stacked over the layers", "[torch_layout][python]") {
+    auto store = check_case<gpt>("gpt", gpt::logits(Tokens{}));
+    CHECK(store->at(store->slot("blocks.fc1.weight")).shape.to_vector() == std::vector<std::size_t>{2, 16, 64});
+}
+
+TEST_CASE("nn.GRU and nn.LSTM: gates in PyTorch's order, weights transposed", "[torch_layout][python]") {
+    using Xs = input<"x", T, B, 5>;
+    check_case<gru>("gru", gru::run(Xs{}));
+    check_case<lstm>("lstm", lstm::run(Xs{}));
+}
+
+// ---- Mismatches ----------------------------------------------------------------------------------
+
+TEST_CASE("every mismatch of a state_dict is an io_error naming tensor, shapes and file; nothing is written",
+          "[torch_layout][python]") {
+    const temp_dir& ref = reference();
+    temp_dir dir;
+    const std::string path = dir / "bad.safetensors";
+    parameter_store<float> store;
+    nn::load_torch<enc>(store, ref / "enc.safetensors");
+    const std::vector<float> before(store.values().begin(), store.values().end());
+    // Writes enc's state_dict changed by `edit` and returns load_torch's message.
+    auto message = [&](auto edit, const std::string& prefix = "") {
+        auto tensors = st::read(ref / "enc.safetensors");
+        edit(tensors);
+        std::vector<st::tensor> list;
+        for (auto& [name, t] : tensors) list.push_back(t);
+        st::write(path, list);
+        const std::string m = io_message([&] { nn::load_torch<enc>(store, path, prefix); });
+        CHECK(std::equal(before.begin(), before.end(), store.values().begin()));
+        CHECK_THAT(m, Contains("ctg::nn::load_torch: '" + path +
+                               "' does not match the PyTorch layout of nn::encoder_block<\"enc.\", 16, 4, 32>"));
+        return m;
+    };
+    CHECK_THAT(message([](auto& m) { m.erase("self_attn.in_proj_bias"); }),
+               Contains("tensor 'self_attn.in_proj_bias' is missing (expected shape (48))"));
+    // A packed weight transposed (16, 48) and a Linear weight in ctgraph's (in, out) orientation.
+    CHECK_THAT(message([](auto& m) { m.at("self_attn.in_proj_weight").shape = {16, 48}; }),
+               Contains("tensor 'self_attn.in_proj_weight' has shape (16,48) in the file; expected (48,16)"));
+    CHECK_THAT(message([](auto& m) { m.at("linear1.weight").shape = {16, 32}; }),
+               Contains("tensor 'linear1.weight' has shape (16,32) in the file; expected (32,16)"));
+    CHECK_THAT(message([](auto& m) { m.at("norm2.bias").dtype = "I32"; }),
+               Contains("tensor 'norm2.bias' has dtype I32 (load_torch takes F32, F64, F16 or BF16)"));
+    CHECK_THAT(message([](auto& m) {
+                   auto t = m.at("norm2.bias");
+                   t.name = "norm3.bias";
+                   m[t.name] = t;
+               }),
+               Contains("tensors the module does not have: 'norm3.bias'"));
+    // Several problems: all listed in one message.
+    const std::string many = message([](auto& m) {
+        m.erase("linear2.bias");
+        auto& t = m.at("norm1.weight");
+        t.shape = {8};
+        t.bytes.resize(8 * 4);
+    });
+    CHECK_THAT(many, Contains("tensor 'linear2.bias' is missing (expected shape (16))"));
+    CHECK_THAT(many, Contains("tensor 'norm1.weight' has shape (8) in the file; expected (16)"));
+    // Under a prefix, names are the file's; a file without it is all missing.
+    CHECK_THAT(message([](auto&) {}, "layers.0."),
+               Contains("under 'layers.0.':\n  tensor 'layers.0.self_attn.in_proj_weight' is missing"));
+
+    // ctgraph's own names and orientation (safetensors::save of a store) are not a PyTorch
+    // state_dict: no tensor is taken for another, square or not.
+    auto own = std::make_shared<parameter_store<float>>();
+    nn::load_torch<enc>(*own, ref / "enc.safetensors");
+    st::save(*own, path);
+    const std::string m = io_message([&] { nn::load_torch<enc>(store, path); });
+    CHECK_THAT(m, Contains("tensor 'self_attn.in_proj_weight' is missing (expected shape (48,16))"));
+    CHECK_THAT(m, Contains("tensors the module does not have: 'enc.fc1.bias', 'enc.fc1.weight'"));
+
+    // A store parameter of another shape.
+    parameter_store<float> other;
+    other.add("enc.fc1.weight", rshape{2, {32, 16}});
+    CHECK_THAT(io_message([&] { nn::load_torch<enc>(other, ref / "enc.safetensors"); }),
+               Contains("parameter 'enc.fc1.weight' has shape (32,16) in the store; the model needs (16,32)"));
+    CHECK(other.size() == 1);
+    // A GPT of more layers in the file than the model: the extra layers are named.
+    parameter_store<float> shallow;
+    CHECK_THAT(io_message([&] { nn::load_torch<nn::gpt<13, 12, 16, 4, 1, 64>>(shallow, ref / "gpt.safetensors"); }),
+               Contains("tensors the module does not have: 'blocks.1.fc1.bias'"));
+    CHECK(shallow.size() == 0);
+    // Saving a module whose parameters the store lacks names the parameter.
+    CHECK_THROWS_WITH(nn::save_torch<dec>(store, path), Contains("dec."));
+}

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Reference PyTorch modules for tests/test_torch_layouts.cpp (nn::load_torch / nn::save_torch):
+each case a module of PyTorch's own layout, random weights from a seed, its state_dict written as
+safetensors (F32, as PyTorch holds it) and its float64 outputs on random inputs.
+
+  torch_layouts_ref.py gen OUTDIR
+      OUTDIR/<case>.safetensors   the case's state_dict (F32; "small" is one file of three submodules)
+      OUTDIR/expected.safetensors per case its inputs "<case>.x" (and "<case>.m", the memory, or
+                                  "<case>.tokens" I64) and its output "<case>.y", all in float64
+  torch_layouts_ref.py check OUTDIR CASE FILE
+      FILE (written by ctgraph) loads into a new PyTorch module of CASE with load_state_dict(strict=True),
+      has the names and shapes of the original state_dict, and gives the expected output (float64)
+
+Cases (sizes must match test_torch_layouts.cpp):
+  mha      nn.MultiheadAttention(16, 4, batch_first=True), queries x (2, 5, 16), keys/values m (2, 7, 16)
+  small    emb = nn.Embedding(11, 8), lin = nn.Linear(8, 8) (square), ln = nn.LayerNorm(8): ln(lin(emb(tokens)))
+  enc      nn.TransformerEncoderLayer(16, 4, 32, dropout=0, activation="gelu", batch_first=True, layer_norm_eps=1e-6)
+  enc_pre  the same with norm_first=True
+  dec      nn.TransformerDecoderLayer(16, 4, 32, dropout=0, activation="gelu", batch_first=True), causal tgt_mask
+  gpt      bench/torch_ref.py's GPT(V=13, T=12, d=16, h=4, L=2), tokens (2, 12)
+  gru      nn.GRU(5, 6), x (4, 2, 5) time-major, h0 = 0: the outputs (4, 2, 6)
+  lstm     nn.LSTM(5, 6), the same
+Files are written by tests/formats_ref.py's writer (the format's specification, independent of ctgraph's).
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+from torch import nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, '..', 'bench'))
+from formats_ref import read_safetensors, write_safetensors  # noqa: E402
+import torch_ref  # noqa: E402  (the project's reference GPT)
+
+SEED = 4242
+
+
+class Small(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(11, 8)
+        self.lin = nn.Linear(8, 8)
+        self.ln = nn.LayerNorm(8)
+
+    def forward(self, tokens):
+        return self.ln(self.lin(self.emb(tokens)))
+
+
+def build(case):
+    if case == 'mha':
+        return nn.MultiheadAttention(16, 4, batch_first=True)
+    if case == 'small':
+        return Small()
+    if case == 'enc':
+        return nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, activation='gelu', batch_first=True, layer_norm_eps=1e-6)
+    if case == 'enc_pre':
+        return nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, activation='gelu', batch_first=True, norm_first=True)
+    if case == 'dec':
+        return nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, activation='gelu', batch_first=True)
+    if case == 'gpt':
+        return torch_ref.GPT(V=13, T=12, d=16, h=4, L=2)
+    if case == 'gru':
+        return nn.GRU(5, 6)
+    if case == 'lstm':
+        return nn.LSTM(5, 6)
+    raise SystemExit('unknown case ' + case)
+
+
+CASES = ['mha', 'small', 'enc', 'enc_pre', 'dec', 'gpt', 'gru', 'lstm']
+
+
+def inputs(case, gen):
+    """The case's inputs (float64 tensors, or int64 tokens), by name."""
+    r = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    if case == 'mha':
+        return {'x': r(2, 5, 16), 'm': r(2, 7, 16)}
+    if case == 'small':
+        return {'tokens': torch.randint(0, 11, (2, 6), generator=gen)}
+    if case in ('enc', 'enc_pre'):
+        return {'x': r(2, 5, 16)}
+    if case == 'dec':
+        return {'x': r(2, 5, 16), 'm': r(2, 7, 16)}
+    if case == 'gpt':
+        return {'tokens': torch.randint(0, 13, (2, 12), generator=gen)}
+    return {'x': r(4, 2, 5)}
+
+
+def run(case, model, a):
+    with torch.no_grad():
+        if case == 'mha':
+            return model(a['x'], a['m'], a['m'], need_weights=False)[0]
+        if case in ('small', 'gpt'):
+            return model(a['tokens'])
+        if case in ('enc', 'enc_pre'):
+            return model(a['x'])
+        if case == 'dec':
+            t = a['x'].shape[1]
+            mask = torch.triu(torch.full((t, t), float('-inf'), dtype=torch.float64), diagonal=1)
+            return model(a['x'], a['m'], tgt_mask=mask)
+        return model(a['x'])[0]
+
+
+def randomize(model, gen):
+    """Every parameter random (layer norms around 1), rounded to float32 as a state_dict holds it."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            v = torch.randn(p.shape, generator=gen)
+            if p.dim() == 1 and 'norm' in name or name.endswith('ln.weight') or name.endswith('ln1.weight') \
+                    or name.endswith('ln2.weight') or name.endswith('ln_f.weight'):
+                v = 1.0 + 0.2 * v if name.endswith('weight') else 0.2 * v
+            elif p.dim() == 1:
+                v = 0.3 * v
+            elif 'emb' in name:
+                v = 0.5 * v
+            else:
+                v = v / np.sqrt(p.shape[-1])
+            p.copy_(v)
+
+
+def gen(out):
+    torch.set_num_threads(1)
+    torch.manual_seed(SEED)
+    g = torch.Generator().manual_seed(SEED)
+    expected = {}
+    for case in CASES:
+        model = build(case)
+        randomize(model, g)
+        sd = model.state_dict()
+        write_safetensors(os.path.join(out, case + '.safetensors'),
+                          {n: ('F32', t.detach().numpy().astype('<f4')) for n, t in sd.items()}, metadata={'format': 'pt'})
+        model = model.double().eval()
+        a = inputs(case, g)
+        for n, t in a.items():
+            expected[case + '.' + n] = ('I64', t.numpy().astype('<i8')) if n == 'tokens' else ('F64', t.numpy().astype('<f8'))
+        expected[case + '.y'] = ('F64', run(case, model, a).numpy().astype('<f8'))
+    write_safetensors(os.path.join(out, 'expected.safetensors'), expected)
+
+
+def check(out, case, path):
+    original = read_safetensors(os.path.join(out, case + '.safetensors'))[0]
+    saved, meta, _ = read_safetensors(path)
+    assert meta == {'format': 'pt'}, meta
+    assert sorted(saved) == sorted(original), (sorted(saved), sorted(original))
+    for n, (_, t) in original.items():
+        assert saved[n][1].shape == t.shape, (n, saved[n][1].shape, t.shape)
+    model = build(case).double().eval()
+    model.load_state_dict({n: torch.from_numpy(np.array(t, dtype=np.float64)) for n, (_, t) in saved.items()}, strict=True)
+    exp = read_safetensors(os.path.join(out, 'expected.safetensors'))[0]
+    a = {}
+    for n in ('x', 'm', 'tokens'):
+        if case + '.' + n in exp:
+            a[n] = torch.from_numpy(np.array(exp[case + '.' + n][1]))
+    y = run(case, model, a).numpy()
+    want = exp[case + '.y'][1]
+    err = np.abs(y - want).max() / np.abs(want).max()
+    assert err <= 1e-12, '%s: relative error %g after the round trip' % (case, err)
+
+
+if __name__ == '__main__':
+    if len(sys.argv) == 3 and sys.argv[1] == 'gen':
+        gen(sys.argv[2])
+    elif len(sys.argv) == 5 and sys.argv[1] == 'check':
+        check(sys.argv[2], sys.argv[3], sys.argv[4])
+    else:
+        sys.exit(__doc__)
