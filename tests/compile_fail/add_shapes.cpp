@@ -1,5 +1,5 @@
-// Adding (B,10) and (B,5): neither shape is a trailing part of the other.
-// EXPECT: ctg::add: the operand shapes differ and neither is a trailing part of the other
+// Adding (B,10) and (B,5): the last axes differ and neither is 1.
+// EXPECT: ctg::add: the operand shapes do not broadcast
 // EXPECT: shape_is<'B', 10>, ctg::shape_is<'B', 5>
 #include <ctgraph/ctgraph.hpp>
 using namespace ctg;

@@ -13,12 +13,13 @@ struct add_fn {
 using add_op = binary_op<add_fn>;
 }  // namespace ops
 
-/// Element-wise a + b; b may be a trailing part of a's shape (a bias (H) added to every row of (B, H)), or the other way round. Shapes that do not broadcast are a compile error.
+/// Element-wise a + b, broadcast as NumPy does (ops/detail/binary.hpp): a bias (H) added to every row of
+/// (B, H), (B, T, 1) against (B, T, D), (1, D) against (B, D). Shapes that do not broadcast are a compile error.
 template <expr A, expr B>
 constexpr auto add(A a, B b) {
     static_assert(with_shapes<any_poison<A, B> || ops::broadcastable<typename A::shape, typename B::shape>(),
                               typename A::shape::pretty, typename B::shape::pretty>::value,
-                  "ctg::add: the operand shapes differ and neither is a trailing part of the other");
+                  "ctg::add: the operand shapes do not broadcast (aligned from the last axis, each pair of dimensions must be equal or one of them 1)");
     return make_float_node<ops::add_op>(a, b);
 }
 }  // namespace ctg

@@ -13,12 +13,12 @@ struct div_fn {
 using div_op = binary_op<div_fn>;
 }  // namespace ops
 
-/// Element-wise a / b, with the row broadcast of ctg::add.
+/// Element-wise a / b, broadcast as ctg::add.
 template <expr A, expr B>
 constexpr auto div(A a, B b) {
     static_assert(with_shapes<any_poison<A, B> || ops::broadcastable<typename A::shape, typename B::shape>(),
                               typename A::shape::pretty, typename B::shape::pretty>::value,
-                  "ctg::div: the operand shapes differ and neither is a trailing part of the other");
+                  "ctg::div: the operand shapes do not broadcast (aligned from the last axis, each pair of dimensions must be equal or one of them 1)");
     return make_float_node<ops::div_op>(a, b);
 }
 }  // namespace ctg

@@ -14,12 +14,12 @@ struct mul_fn {
 using mul_op = binary_op<mul_fn>;
 }  // namespace ops
 
-/// Element-wise (Hadamard) product a * b, with the row broadcast of ctg::add (operator* is the matrix product).
+/// Element-wise (Hadamard) product a * b, broadcast as ctg::add (operator* is the matrix product).
 template <expr A, expr B>
 constexpr auto mul(A a, B b) {
     static_assert(with_shapes<any_poison<A, B> || ops::broadcastable<typename A::shape, typename B::shape>(),
                               typename A::shape::pretty, typename B::shape::pretty>::value,
-                  "ctg::mul: the operand shapes differ and neither is a trailing part of the other");
+                  "ctg::mul: the operand shapes do not broadcast (aligned from the last axis, each pair of dimensions must be equal or one of them 1)");
     return make_float_node<ops::mul_op>(a, b);
 }
 }  // namespace ctg

@@ -1,5 +1,7 @@
 // ctgraph/ops/reduce.hpp: sum and mean, over one axis or over everything.
 //   sum<Axis>(x), mean<Axis>(x): remove axis Axis (negative counts from the end);
+//   sum<Axis, true>(x), mean<Axis, true>(x): keep it, of extent 1 (PyTorch's keepdim=True), to
+//                                           broadcast against x: x - mean<-1, true>(x);
 //   sum(x), mean(x): reduce to a scalar.
 // The tensor is seen as (outer, n, inner) around the reduced axis; VJP: gx[o, j, i] += s * gy[o, i]
 // with s = 1 (sum) or 1/n (mean).
@@ -11,6 +13,7 @@
 #include "ctgraph/graph/node.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/op.hpp"
+#include "ctgraph/ops/reshape.hpp"
 
 namespace ctg {
 namespace ops {
@@ -91,24 +94,30 @@ struct reduce_op {
 };
 }  // namespace ops
 
-/// Sum over axis Axis (negative counts from the end).
-template <int Axis, expr A>
+/// Sum over axis Axis (negative counts from the end); KeepDim: the axis stays, of extent 1.
+template <int Axis, bool KeepDim = false, expr A>
 constexpr auto sum(A a) {
     static_assert(with_shapes<any_poison<A> || ops::reduce_op<Axis, false>::template check<typename A::shape>(),
                               typename A::shape::pretty>::value,
                   "ctg::sum: the axis is outside the operand's rank");
-    return make_float_node<ops::reduce_op<Axis, false>>(a);
+    constexpr int axis = Axis < 0 ? int(A::shape::rank) + Axis : Axis;
+    if constexpr (KeepDim && !any_poison<A> && ops::reduce_op<Axis, false>::template check<typename A::shape>())
+        return unsqueeze<axis>(sum<Axis>(a));
+    else return make_float_node<ops::reduce_op<Axis, false>>(a);
 }
 /// Sum of every element (a scalar).
 template <expr A>
 constexpr auto sum(A a) { return make_float_node<ops::reduce_op<ops::all_axes, false>>(a); }
-/// Mean over axis Axis (negative counts from the end).
-template <int Axis, expr A>
+/// Mean over axis Axis (negative counts from the end); KeepDim: the axis stays, of extent 1.
+template <int Axis, bool KeepDim = false, expr A>
 constexpr auto mean(A a) {
     static_assert(with_shapes<any_poison<A> || ops::reduce_op<Axis, true>::template check<typename A::shape>(),
                               typename A::shape::pretty>::value,
                   "ctg::mean: the axis is outside the operand's rank");
-    return make_float_node<ops::reduce_op<Axis, true>>(a);
+    constexpr int axis = Axis < 0 ? int(A::shape::rank) + Axis : Axis;
+    if constexpr (KeepDim && !any_poison<A> && ops::reduce_op<Axis, true>::template check<typename A::shape>())
+        return unsqueeze<axis>(mean<Axis>(a));
+    else return make_float_node<ops::reduce_op<Axis, true>>(a);
 }
 /// Mean of every element (a scalar).
 template <expr A>

@@ -1,6 +1,8 @@
 // ctgraph/ops/reshape.hpp: the same elements, row-major, under another shape.
 //   reshape<B, 1, 64>(x)      (B, 64) -> (B, 1, 64)
 //   reshape<B, T, 4, 32>(x)   (B, T, 128) -> (B, T, 4, 32)   (before permute: split heads)
+//   unsqueeze<1>(x)           (B, 64) -> (B, 1, 64): a new axis of extent 1 (then broadcast by the
+//                             element-wise ops against (B, T, 64)); squeeze<1>(y) removes it
 // The static check: both shapes use the same dynamic letters, each as often, and their static
 // dimensions have the same product, so the element counts agree whatever the letters' values.
 // The VJP adds the adjoint back under the operand's shape.
@@ -67,5 +69,48 @@ constexpr auto reshape(A a) {
                   "ctg::reshape: the new shape must hold as many elements: the same dynamic dimensions and the "
                   "same product of static ones");
     return make_float_node<ops::reshape_op<D...>>(a);
+}
+
+namespace detail {
+template <class S, int Axis>
+consteval std::array<dim, S::rank + 1> unsqueezed_dims() {
+    std::array<dim, S::rank + 1> d{};
+    for (std::size_t i = 0, j = 0; i <= S::rank; ++i) d[i] = int(i) == Axis ? dim(1) : S::dims[j++];
+    return d;
+}
+template <class S, int Axis>
+consteval std::array<dim, S::rank - 1> squeezed_dims() {
+    std::array<dim, S::rank - 1> d{};
+    for (std::size_t i = 0, j = 0; i < S::rank; ++i)
+        if (int(i) != Axis) d[j++] = S::dims[i];
+    return d;
+}
+template <auto Dims, expr A, std::size_t... I>
+constexpr auto reshape_to(A a, std::index_sequence<I...>) {
+    return reshape<Dims[I]...>(a);
+}
+}  // namespace detail
+
+/// The operand with a new axis of extent 1 at position Axis of the result (negative counts from the
+/// result's end: -1 appends one): (B, 64) -> unsqueeze<1> -> (B, 1, 64). The same memory (a reshape).
+template <int Axis, expr A>
+constexpr auto unsqueeze(A a) {
+    using S = typename A::shape;
+    constexpr int rank = int(S::rank) + 1, axis = Axis < 0 ? rank + Axis : Axis;
+    static_assert(with_shapes<any_poison<A> || (axis >= 0 && axis < rank && rank <= int(max_rank)), typename S::pretty>::value,
+                  "ctg::unsqueeze: the new axis must lie within the result, of at most 4 axes");
+    if constexpr (any_poison<A> || !(axis >= 0 && axis < rank && rank <= int(max_rank))) return poison{};
+    else return detail::reshape_to<detail::unsqueezed_dims<S, axis>()>(a, std::make_index_sequence<std::size_t(rank)>{});
+}
+/// The operand without its axis Axis, which must be a static 1 (negative counts from the end).
+template <int Axis, expr A>
+constexpr auto squeeze(A a) {
+    using S = typename A::shape;
+    constexpr int axis = Axis < 0 ? int(S::rank) + Axis : Axis;
+    constexpr bool ok = axis >= 0 && axis < int(S::rank) && S::rank >= 2 && S::dims[std::size_t(axis < 0 ? 0 : axis)] == dim(1);
+    static_assert(with_shapes<any_poison<A> || ok, typename S::pretty>::value,
+                  "ctg::squeeze: the axis must be one of the operand's, of extent 1 (and one axis must remain)");
+    if constexpr (any_poison<A> || !ok) return poison{};
+    else return detail::reshape_to<detail::squeezed_dims<S, axis>()>(a, std::make_index_sequence<S::rank - 1>{});
 }
 }  // namespace ctg

@@ -13,12 +13,12 @@ struct sub_fn {
 using sub_op = binary_op<sub_fn>;
 }  // namespace ops
 
-/// Element-wise a - b, with the row broadcast of ctg::add.
+/// Element-wise a - b, broadcast as ctg::add.
 template <expr A, expr B>
 constexpr auto sub(A a, B b) {
     static_assert(with_shapes<any_poison<A, B> || ops::broadcastable<typename A::shape, typename B::shape>(),
                               typename A::shape::pretty, typename B::shape::pretty>::value,
-                  "ctg::sub: the operand shapes differ and neither is a trailing part of the other");
+                  "ctg::sub: the operand shapes do not broadcast (aligned from the last axis, each pair of dimensions must be equal or one of them 1)");
     return make_float_node<ops::sub_op>(a, b);
 }
 }  // namespace ctg
