@@ -72,7 +72,8 @@ inline std::vector<layout_entry> torch_nested(const std::string& torch_prefix, s
 }
 
 /// A block's layout repeated `layers` times by ctg::repeat<layers, param_prefix>: layer l's tensors
-/// are `torch_prefix{l}.<name>` (an nn.ModuleList) and hold row l of `param_prefix<param>`.
+/// are torch_prefix + l + "." + the block's name (an nn.ModuleList) and hold row l of param_prefix +
+/// the block's parameter.
 inline std::vector<layout_entry> torch_stacked(const std::string& torch_prefix, const std::vector<layout_entry>& block,
                                                std::size_t layers, const std::string& param_prefix) {
     std::vector<layout_entry> out;
@@ -152,8 +153,8 @@ struct torch_layout<multi_head_attention<P, D, Heads, Score>> {
     }
 };
 
-/// nn.TransformerEncoderLayer(D, Heads, F): `self_attn.*` (nn.MultiheadAttention), `linear1.*`
-/// (`<P>fc1.*`), `linear2.*` (`<P>fc2.*`), `norm1.*` (`<P>ln1.*`), `norm2.*` (`<P>ln2.*`).
+/// nn.TransformerEncoderLayer(D, Heads, F): self_attn (nn.MultiheadAttention), linear1 (the
+/// block's fc1), linear2 (fc2), norm1 (ln1), norm2 (ln2).
 template <fixed_string P, int D, int Heads, int F, norm_placement Place, activation Act, class Score, cval Drop, cval Eps>
 struct torch_layout<encoder_block<P, D, Heads, F, Place, Act, Score, Drop, Eps>> {
     using block = encoder_block<P, D, Heads, F, Place, Act, Score, Drop, Eps>;  ///< the module
@@ -174,8 +175,8 @@ struct torch_layout<encoder_block<P, D, Heads, F, Place, Act, Score, Drop, Eps>>
     }
 };
 
-/// nn.TransformerDecoderLayer(D, Heads, F): `self_attn.*`, `multihead_attn.*` (`<P>cross.*`),
-/// `linear1.*`, `linear2.*`, `norm1.*`, `norm2.*`, `norm3.*` (`<P>ln1/ln2/ln3.*`).
+/// nn.TransformerDecoderLayer(D, Heads, F): self_attn, multihead_attn (the block's cross
+/// attention), linear1, linear2 (fc1, fc2), norm1, norm2, norm3 (ln1, ln2, ln3).
 template <fixed_string P, int D, int Heads, int F, norm_placement Place, activation Act, class Score, cval Drop,
           bool Causal, cval Eps>
 struct torch_layout<decoder_block<P, D, Heads, F, Place, Act, Score, Drop, Causal, Eps>> {
@@ -199,9 +200,9 @@ struct torch_layout<decoder_block<P, D, Heads, F, Place, Act, Score, Drop, Causa
     }
 };
 
-/// bench/torch_ref.py's GPT: `tok_embed` (V, D) as it is; `blocks.{l}.ln1.*`, `.q.*`, `.k.*`,
-/// `.v.*`, `.proj.*`, `.ln2.*`, `.fc1.*`, `.fc2.*` (Linear modules: weights transposed) are row l
-/// of the stacked `blocks.*`; `ln_f.*`; `head.*` (nn.Linear(D, V)). Its positions are a buffer.
+/// bench/torch_ref.py's GPT: tok_embed (V, D) as it is; block l's ln1, q, k, v, proj, ln2, fc1,
+/// fc2 (Linear modules: weights transposed) are row l of the stacked blocks parameters; ln_f; head
+/// (nn.Linear(D, V)). Its positions are a buffer, outside the state_dict.
 template <int V, int MaxLen, int D, int Heads, int Layers, int F, class PosRound, cval Drop>
 struct torch_layout<gpt<V, MaxLen, D, Heads, Layers, F, PosRound, Drop>> {
     /// "nn::gpt<V, MaxLen, D, Heads, Layers, F>".
