@@ -32,6 +32,7 @@
 #include "ctgraph/error.hpp"
 #include "ctgraph/graph/analysis.hpp"
 #include "ctgraph/graph/exec.hpp"
+#include "ctgraph/graph/summary.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/memory.hpp"
 #include "ctgraph/op.hpp"
@@ -363,6 +364,13 @@ public:
     std::size_t dim_value(char c) const {
         int j = G::symbol_index(c);
         return j < 0 ? 0 : env_[std::size_t(j)];
+    }
+
+    /// The model's summary at the given sizes of its dynamic dimensions, without running: per
+    /// module its parameters, forward and backward FLOPs and arena bytes, and the whole arena (see
+    /// graph/summary.hpp): prog.summary({{'B', 16}, {'T', 64}}).to_string().
+    model_summary summary(std::initializer_list<std::pair<char, std::size_t>> sizes = {}) const {
+        return detail::summarize<program>(sizes);
     }
 
     // ---------------------------------------------------------------- printing
@@ -833,6 +841,7 @@ public:
     std::size_t dim_value(char) const { return 0; }
     std::string to_text() const { return {}; }
     std::string to_dot() const { return {}; }
+    model_summary summary(std::initializer_list<std::pair<char, std::size_t>> = {}) const { return {}; }
 
 /// @endcond
 private:

@@ -1,0 +1,439 @@
+// ctgraph/graph/summary.hpp: a model summary before running (as Keras' summary() or torchinfo).
+//
+//   auto prog = ctg::compile<float>(model::loss(tokens, targets));
+//   std::printf("%s", prog.summary({{'B', 16}, {'T', 64}}).to_string().c_str());
+//
+// Everything comes from the static tables and the sizes named for the dynamic dimensions: nothing
+// runs, nothing is allocated but the summary itself. Rows group the nodes by module: a node that
+// reads parameters directly belongs to the module their names share ("head." for head.weight and
+// head.bias, "blocks." for a repeat's stacked parameters, shown once with its layer count); nodes
+// without parameters form rows of their own ("-") between them. Consecutive nodes of one module are
+// one row.
+//
+// FLOPs, counted per node from its concrete shapes:
+//   * matrix products exactly as kernels::gemm runs them, 2 M N K each: matmul (batched or by a
+//     weight), affine, matmul_transposed, scaled_dot_weights' score product; backward counts the
+//     products that run, one per operand that receives an adjoint (dA = dY B^T, dB = A^T dY: 2x
+//     forward when both do). Their sum equals kernels::gemm_flop_counter() over one forward and
+//     backward at the same sizes;
+//   * every other op as one FLOP per element forward (of its result or of its largest operand,
+//     whichever is larger: a loss or a reduction reads more than it writes), and backward one per
+//     element of each operand receiving an adjoint (or of the result, if larger); affine's bias and
+//     scaled_dot_weights' softmax likewise, one per element of the result, beside their products.
+//     A measure of the memory-bound work, not an exact count of arithmetic;
+//   * repeat and scan: their body's nodes at the body's shapes, times the layers or time steps (the
+//     first step's state adjoint only where one is needed).
+// Memory: each row's bytes are those plan() gives its nodes in the program's arena: in a training
+// program values, adjoints and op scratch (all kept from forward to backward; a repeat's or scan's
+// scratch holds every layer's or step's frame); in an inference program values and scratch, which
+// its lifetime plan overlaps, so the arena is smaller than their sum. `arena_bytes` is the program's
+// whole arena at these sizes: arena_elements() * sizeof(T) once it has run at them.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ctgraph/error.hpp"
+#include "ctgraph/graph/analysis.hpp"
+#include "ctgraph/graph/exec.hpp"
+#include "ctgraph/memory.hpp"
+
+namespace ctg {
+
+namespace ops {
+template <class CellOut, int L, std::size_t Extra, std::uint64_t SlicedMask>
+struct repeat_op;
+}  // namespace ops
+
+/// Floating-point operations of a node, a row or a model: forward and backward, and of those the
+/// matrix products' (what kernels::gemm_flop_counter() counts).
+struct flop_count {
+    std::uint64_t forward = 0;            ///< all forward FLOPs (products + element work)
+    std::uint64_t backward = 0;           ///< all backward FLOPs
+    std::uint64_t forward_products = 0;   ///< the forward matrix products' FLOPs (2 M N K each)
+    std::uint64_t backward_products = 0;  ///< the backward matrix products' FLOPs
+    /// Adds another count.
+    flop_count& operator+=(const flop_count& o) {
+        forward += o.forward, backward += o.backward;
+        forward_products += o.forward_products, backward_products += o.backward_products;
+        return *this;
+    }
+    /// The count k times (layers, time steps).
+    flop_count times(std::uint64_t k) const { return {forward * k, backward * k, forward_products * k, backward_products * k}; }
+};
+
+/// One row of a model_summary: consecutive nodes of one module.
+struct summary_row {
+    std::string name;            ///< the module: its parameters' common prefix, or "-" (no parameters)
+    std::string ops;             ///< the distinct ops of its nodes, in order
+    std::string shape;           ///< the output shape of its last node at the named sizes, "(16,64,128)"
+    std::size_t layers = 1;      ///< the layer count of a repeat row (1 otherwise)
+    std::size_t nodes = 0;       ///< graph nodes in the row (a repeat or scan counts as one)
+    std::uint64_t params = 0;    ///< parameter elements first read in this row
+    flop_count flops;            ///< its FLOPs
+    std::size_t bytes = 0;       ///< arena bytes of its nodes (values, adjoints, scratch: see the file comment)
+};
+
+/// What prog.summary(sizes) returns: the rows, the totals and the arena, without running.
+struct model_summary {
+    std::vector<summary_row> rows;                       ///< the modules in topological order
+    std::vector<std::pair<char, std::size_t>> sizes;     ///< the dynamic dimensions' values used
+    bool inference = false;                              ///< an inference program (no backward, lifetime plan)
+    std::size_t scalar_bytes = 4;                        ///< sizeof(T)
+    std::uint64_t params = 0;                            ///< parameter elements
+    std::size_t param_bytes = 0;                         ///< their bytes (values; gradients as many again in training)
+    flop_count flops;                                    ///< the whole program's FLOPs (one forward, one backward)
+    std::size_t value_bytes = 0;                         ///< arena bytes of the values (training: all of them)
+    std::size_t adjoint_bytes = 0;                       ///< arena bytes of the adjoints
+    std::size_t scratch_bytes = 0;                       ///< arena bytes of op scratch (repeat/scan frames)
+    std::size_t arena_bytes = 0;                         ///< the whole arena: arena_elements() * sizeof(T)
+
+    /// The table: one line per row, then the totals.
+    std::string to_string() const {
+        std::ostringstream os;
+        os << "model summary (" << (scalar_bytes == 8 ? "double" : "float") << ", "
+           << (inference ? "inference" : "training") << ")";
+        if (!sizes.empty()) {
+            os << " at";
+            for (std::size_t j = 0; j < sizes.size(); ++j) os << (j ? ", " : " ") << sizes[j].first << "=" << sizes[j].second;
+        }
+        os << "\n";
+        std::size_t wn = 6, wo = 3, ws = 5;
+        std::vector<std::string> names;
+        for (const summary_row& r : rows) {
+            names.push_back(r.layers > 1 ? r.name + " x" + std::to_string(r.layers) : r.name);
+            wn = std::max(wn, names.back().size());
+            wo = std::max(wo, std::min<std::size_t>(r.ops.size(), 40));
+            ws = std::max(ws, r.shape.size());
+        }
+        auto pad = [&os](const std::string& s, std::size_t w, bool right = false) {
+            const std::string t = s.size() > w ? s.substr(0, w - 3) + "..." : s;
+            if (right) os << std::string(w - t.size(), ' ') << t; else os << t << std::string(w - t.size(), ' ');
+        };
+        pad("module", wn), os << "  ", pad("ops", wo), os << "  ", pad("output", ws);
+        os << "  ", pad("params", 11, true), os << "  ", pad("fwd FLOPs", 9, true);
+        if (!inference) os << "  ", pad("bwd FLOPs", 9, true);
+        os << "  ", pad(inference ? "memory" : "kept", 9, true), os << "\n";
+        for (std::size_t k = 0; k < rows.size(); ++k) {
+            const summary_row& r = rows[k];
+            pad(names[k], wn), os << "  ", pad(r.ops, wo), os << "  ", pad(r.shape, ws);
+            os << "  ", pad(std::to_string(r.params), 11, true), os << "  ", pad(si(double(r.flops.forward)), 9, true);
+            if (!inference) os << "  ", pad(si(double(r.flops.backward)), 9, true);
+            os << "  ", pad(bytes_text(r.bytes), 9, true), os << "\n";
+        }
+        os << "parameters: " << params << " (" << bytes_text(param_bytes) << ")\n";
+        os << "forward: " << si(double(flops.forward)) << "FLOP (products " << si(double(flops.forward_products)) << "FLOP)";
+        if (!inference)
+            os << ", backward: " << si(double(flops.backward)) << "FLOP (products " << si(double(flops.backward_products)) << "FLOP)";
+        os << "\narena: " << bytes_text(arena_bytes) << " (values " << bytes_text(value_bytes);
+        if (!inference) os << ", adjoints " << bytes_text(adjoint_bytes);
+        os << ", scratch " << bytes_text(scratch_bytes) << (inference ? "; overlapped by lifetime" : "") << ")\n";
+        return os.str();
+    }
+
+private:
+    static std::string si(double v) {
+        const char* unit[] = {"", "k", "M", "G", "T", "P"};
+        std::size_t u = 0;
+        while (v >= 999.95 && u < 5) v /= 1000, ++u;
+        std::ostringstream o;
+        o.precision(u ? 3 : 0);
+        o << std::fixed << v;
+        std::string s = o.str();
+        if (u && s.find('.') != std::string::npos) {  // 3 significant digits
+            const std::size_t digits = s.find('.');
+            s = digits >= 3 ? s.substr(0, digits) : s.substr(0, 4);
+        }
+        return s + (u ? std::string(" ") + unit[u] : std::string(" "));
+    }
+    static std::string bytes_text(std::size_t b) {
+        const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+        double v = double(b);
+        std::size_t u = 0;
+        while (v >= 1024 && u < 4) v /= 1024, ++u;
+        std::ostringstream o;
+        o.precision(u ? 1 : 0);
+        o << std::fixed << v << " " << unit[u];
+        return o.str();
+    }
+};
+
+namespace detail {
+
+template <class Op>
+struct repeat_layers {
+    static constexpr std::size_t value = 1;
+};
+template <class C, int L, std::size_t E, std::uint64_t M>
+struct repeat_layers<ops::repeat_op<C, L, E, M>> {
+    static constexpr std::size_t value = std::size_t(L);
+};
+
+template <class Op, std::size_t K>
+flop_count node_flops(const rshape& y, const std::array<rshape, K>& x, const std::array<bool, K>& gx, bool vjp,
+                      bool forward_only);
+
+/// The FLOPs of a cell's computed nodes at its shapes, given which of its nodes receive adjoints.
+template <class Info, std::size_t N, std::size_t... I>
+flop_count cell_flops(const std::array<rshape, N>& shapes, const std::array<bool, N>& grad, bool vjp, bool forward_only,
+                      std::index_sequence<I...>) {
+    using BG = typename Info::G;
+    flop_count f;
+    auto one = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
+        if (!Info::computed[J]) return;
+        std::array<rshape, BG::arity[J]> xs{};
+        std::array<bool, BG::arity[J]> gs{};
+        for (std::size_t k = 0; k < BG::arity[J]; ++k) {
+            xs[k] = shapes[std::size_t(BG::operands[J][k])];
+            gs[k] = grad[std::size_t(BG::operands[J][k])];
+        }
+        f += node_flops<op_of_t<typename BG::template node_t<J>>, BG::arity[J]>(shapes[J], xs, gs, vjp && !BG::is_index[J],
+                                                                                forward_only);
+    };
+    (one(std::integral_constant<std::size_t, I>{}), ...);
+    return f;
+}
+
+template <class Op, std::size_t K>
+flop_count node_flops(const rshape& y, const std::array<rshape, K>& x, const std::array<bool, K>& gx, bool vjp,
+                      bool forward_only) {
+    flop_count f;
+    if constexpr (std::is_same_v<Op, no_op>) {
+        return f;
+    } else {
+        constexpr std::string_view name = Op::name;
+        if constexpr (name == "matmul" || name == "matmul_transposed" || name == "affine") {
+            std::uint64_t p;
+            if constexpr (name == "matmul") {
+                const auto s = Op::sizes_of(x[0], x[1]);
+                p = 2ULL * s.batches * s.M * s.N * s.K;
+            } else {
+                p = 2ULL * x[0].rows() * x[0].cols() * (name == "affine" ? x[1].d[1] : x[1].d[0]);
+            }
+            f.forward_products = p;
+            f.backward_products = vjp ? p * (std::uint64_t(gx[0]) + std::uint64_t(gx[1])) : 0;
+            f.forward = p;
+            f.backward = f.backward_products;
+            if constexpr (name == "affine") {  // the bias: added forward, summed over the rows backward
+                f.forward += y.size();
+                if (vjp && gx[2]) f.backward += y.size();
+            }
+        } else if constexpr (name == "scaled_dot_weights") {
+            const auto s = Op::sizes_of(x[0], x[1]);
+            const std::uint64_t p = s.work();
+            const bool runs = vjp && (gx[0] || gx[1]);
+            f.forward_products = p;
+            f.backward_products = runs ? p * (std::uint64_t(gx[0]) + std::uint64_t(gx[1])) : 0;
+            f.forward = p + y.size();  // the (masked) softmax
+            f.backward = f.backward_products + (runs ? y.size() : 0);
+        } else if constexpr (name == "repeat") {
+            using info = typename Op::info;
+            constexpr std::size_t BN = info::N;
+            const auto Ly = Op::plan(x, forward_only);
+            auto body = [&](bool state_grad) {
+                std::array<bool, BN> g{};
+                for (std::size_t i = 0; i < BN; ++i) g[i] = info::computed[i] && info::has_adjoint[i];
+                if constexpr (Op::state_node >= 0) g[std::size_t(Op::state_node)] = state_grad;
+                for (std::size_t e = 0; e + 1 < Op::extra_nodes.size(); ++e)
+                    if (Op::extra_nodes[e] >= 0) g[std::size_t(Op::extra_nodes[e])] = gx[1 + e];
+                for (std::size_t p = 0; p < Op::P; ++p) g[info::step_params[p]] = gx[Op::first_param + p];
+                for (std::size_t j = 0; j < info::num_hoisted; ++j) g[info::hoisted[j]] = gx[Op::first_hoisted + j];
+                for (std::size_t i = 0; i < BN; ++i) g[i] = g[i] && info::has_adjoint[i];
+                return cell_flops<info>(Ly.shapes, g, vjp, forward_only, std::make_index_sequence<BN>{});
+            };
+            constexpr std::size_t L = repeat_layers<Op>::value;
+            f = body(true).times(L - 1);
+            f += body(gx[0]);
+        } else if constexpr (name == "scan") {
+            using info = typename Op::info;
+            constexpr std::size_t BN = info::N;
+            constexpr bool has_h0 = Op::len_index == 2;
+            const auto Ly = Op::plan(x, forward_only, 1);
+            auto body = [&](bool state_grad) {
+                std::array<bool, BN> g{};
+                for (std::size_t i = 0; i < BN; ++i) g[i] = info::computed[i] && info::has_adjoint[i];
+                if constexpr (Op::state_node >= 0) g[std::size_t(Op::state_node)] = state_grad;
+                if constexpr (Op::input_node >= 0) g[std::size_t(Op::input_node)] = gx[0];
+                for (std::size_t j = 0; j < info::num_hoisted; ++j) g[info::hoisted[j]] = gx[Op::first_hoisted + j];
+                for (std::size_t i = 0; i < BN; ++i) g[i] = g[i] && info::has_adjoint[i];
+                return cell_flops<info>(Ly.shapes, g, vjp, forward_only, std::make_index_sequence<BN>{});
+            };
+            if (Ly.steps) {
+                f = body(true).times(Ly.steps - 1);
+                bool h0_grad = false;
+                if constexpr (has_h0) h0_grad = gx[1];
+                f += body(h0_grad);
+            }
+        } else {  // one per element of the larger of the result and the operand (a reduction reads more)
+            std::uint64_t most = y.size();
+            for (std::size_t k = 0; k < K; ++k) most = std::max<std::uint64_t>(most, x[k].size());
+            f.forward = most;
+            for (std::size_t k = 0; k < K && vjp; ++k)
+                if (gx[k]) f.backward += std::max<std::uint64_t>(y.size(), x[k].size());
+        }
+        return f;
+    }
+}
+
+/// The module of a parameter set: the prefix their names share, cut after its last '.' or '_'
+/// (one parameter: its whole name).
+inline std::string module_of(const std::vector<std::string_view>& names) {
+    if (names.empty()) return "-";
+    std::string_view p = names[0];
+    for (std::string_view n : names) {
+        std::size_t k = 0;
+        while (k < p.size() && k < n.size() && p[k] == n[k]) ++k;
+        p = p.substr(0, k);
+    }
+    bool one = true;
+    for (std::string_view n : names) one = one && n == names[0];
+    if (one) return std::string(names[0]);
+    const std::size_t cut = p.find_last_of("._");
+    if (cut == std::string_view::npos) {
+        std::string s;
+        for (std::string_view n : names)
+            if (s.find(std::string(n)) == std::string::npos) s += (s.empty() ? "" : ",") + std::string(n);
+        return s;
+    }
+    return std::string(p.substr(0, cut + 1));
+}
+
+/// The summary of program type P at the named sizes (see the file comment).
+template <class P>
+model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> sizes) {
+    using G = typename P::graph_type;
+    using T = typename P::scalar;
+    constexpr std::size_t N = G::size;
+    constexpr options Opt = G::opts;
+    constexpr bool by_lifetime = Opt.inference && !Opt.keep_values;
+    model_summary s;
+    s.inference = Opt.inference;
+    s.scalar_bytes = sizeof(T);
+
+    // The dynamic dimensions' values.
+    std::array<std::size_t, G::num_symbols + 1> env{};
+    std::array<bool, G::num_symbols + 1> named{};
+    for (const auto& [c, v] : sizes) {
+        const int j = G::symbol_index(c);
+        if (j < 0)
+            throw error(std::string("ctg::program::summary: the program has no dynamic dimension '") + c + "'");
+        env[std::size_t(j)] = v, named[std::size_t(j)] = true;
+    }
+    for (std::size_t j = 0; j < G::num_symbols; ++j) {
+        const char c = G::symbols_and_count.first[j];
+        if (!named[j])
+            throw error(std::string("ctg::program::summary: give a size for dynamic dimension '") + c + "'");
+        s.sizes.emplace_back(c, env[j]);
+    }
+    std::array<rshape, N> shapes{};
+    for (std::size_t i = 0; i < N; ++i) {
+        shapes[i].rank = G::rank[i];
+        for (std::size_t a = 0; a < G::rank[i]; ++a) {
+            const dim d = G::dims[i][a];
+            shapes[i].d[a] = d.sym ? env[std::size_t(G::symbol_index(d.sym))] : std::size_t(d.n);
+        }
+    }
+
+    // Per node: FLOPs, scratch, and the arena as program::plan() lays it out.
+    std::array<flop_count, N> flops{};
+    std::array<std::size_t, N> scratch{}, val{}, adj{};
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+        auto one = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
+            using Op = op_of_t<typename G::template node_t<J>>;
+            scratch[J] = scratch_size_of<Op, G::arity[J]>(shapes.data(), &G::operands[0][0], G::max_arity, J, Opt.inference);
+            std::array<rshape, G::arity[J]> xs{};
+            std::array<bool, G::arity[J]> gs{};
+            for (std::size_t k = 0; k < G::arity[J]; ++k) {
+                xs[k] = shapes[std::size_t(G::operands[J][k])];
+                gs[k] = G::needs_grad[std::size_t(G::operands[J][k])];
+            }
+            flops[J] = node_flops<Op, G::arity[J]>(shapes[J], xs, gs, G::needs_grad[J], Opt.inference);
+        };
+        (one(std::integral_constant<std::size_t, I>{}), ...);
+    }(std::make_index_sequence<N>{});
+    std::size_t value_elems = 0, adjoint_elems = 0, scratch_elems = 0;
+    for (std::size_t i = 0; i < N; ++i) {
+        if ((G::kind[i] == leaf_kind::none && !G::aliases[i]) || G::kind[i] == leaf_kind::constant)
+            val[i] = round_up_elems<T>(shapes[i].size());
+        if (G::needs_grad[i] && G::kind[i] != leaf_kind::param) adj[i] = round_up_elems<T>(shapes[i].size());
+        scratch[i] = round_up_elems<T>(scratch[i]);
+        value_elems += val[i], adjoint_elems += adj[i], scratch_elems += scratch[i];
+    }
+    std::size_t arena = value_elems + adjoint_elems + scratch_elems;
+    if constexpr (by_lifetime) {
+        std::array<std::size_t, N> until = G::last_use;  // as program::value_until
+        for (std::size_t o : P::output_nodes) until[o] = N;
+        for (std::size_t i = N; i-- > 0;)
+            if (G::aliases[i]) until[std::size_t(G::operands[i][0])] = std::max(until[std::size_t(G::operands[i][0])], until[i]);
+        for (std::size_t i = 0; i < N; ++i)
+            if (G::aliases[i]) until[i] = until[std::size_t(G::operands[i][0])];
+        std::array<std::size_t, N> val_off{}, scr_off{};
+        std::size_t constants = 0;
+        for (std::size_t i = 0; i < N; ++i)
+            if (G::kind[i] == leaf_kind::constant) constants += val[i];
+        arena = constants + place_forward_frame(
+                                until, [](std::size_t i) { return G::kind[i] == leaf_kind::none && !G::aliases[i]; },
+                                [&val](std::size_t i) { return val[i]; }, [&scratch](std::size_t i) { return scratch[i]; },
+                                val_off, scr_off);
+    }
+    s.value_bytes = value_elems * sizeof(T);
+    s.adjoint_bytes = adjoint_elems * sizeof(T);
+    s.scratch_bytes = scratch_elems * sizeof(T);
+    s.arena_bytes = arena * sizeof(T);
+
+    // Rows: the module of each node, consecutive nodes of one module together.
+    std::array<bool, N> counted{};
+    std::string current;
+    bool open = false;
+    for (std::size_t i = 0; i < N; ++i) {
+        if (G::kind[i] == leaf_kind::param || G::kind[i] == leaf_kind::input || G::kind[i] == leaf_kind::index_input)
+            continue;
+        std::vector<std::string_view> pnames;
+        std::uint64_t params = 0;
+        for (std::size_t k = 0; k < G::arity[i]; ++k) {
+            const std::size_t j = std::size_t(G::operands[i][k]);
+            if (G::kind[j] != leaf_kind::param) continue;
+            pnames.push_back(G::label[j]);
+            if (!counted[j]) {
+                counted[j] = true;
+                std::uint64_t n = 1;
+                for (std::size_t a = 0; a < G::rank[j]; ++a) n *= std::uint64_t(G::dims[j][a].n);
+                params += n;
+            }
+        }
+        std::string mod = module_of(pnames);
+        std::size_t layers = 1;
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            ((I == i ? void(layers = repeat_layers<op_of_t<typename G::template node_t<I>>>::value) : void()), ...);
+        }(std::make_index_sequence<N>{});
+        if (!open || mod != current || layers > 1 || s.rows.back().layers > 1) {
+            s.rows.push_back({});
+            s.rows.back().name = mod;
+            current = mod, open = true;
+        }
+        summary_row& r = s.rows.back();
+        r.layers = std::max(r.layers, layers);
+        const std::string op = G::kind[i] == leaf_kind::constant ? "constant" : std::string(G::label[i]);
+        if ((", " + r.ops + ", ").find(", " + op + ", ") == std::string::npos)
+            r.ops += (r.ops.empty() ? "" : ", ") + op;
+        r.shape = to_string(shapes[i]);
+        ++r.nodes;
+        r.params += params;
+        r.flops += flops[i];
+        r.bytes += (val[i] + adj[i] + scratch[i]) * sizeof(T);
+        s.params += params;
+        s.flops += flops[i];
+    }
+    s.param_bytes = std::size_t(s.params) * sizeof(T);
+    return s;
+}
+
+}  // namespace detail
+}  // namespace ctg
