@@ -1,10 +1,10 @@
 // nn::load_torch / nn::save_torch (ctgraph/nn/torch_layout.hpp): PyTorch state_dicts written by
 // tests/torch_layouts_ref.py (nn.MultiheadAttention; nn.Linear, nn.LayerNorm and nn.Embedding in one
 // module; nn.TransformerEncoderLayer post- and pre-norm; nn.TransformerDecoderLayer; bench/torch_ref.py's
-// GPT; nn.GRU; nn.LSTM) load in one call, and the modules' float64 outputs equal PyTorch's to 1e-12
-// relative; saved back, each file loads into a new PyTorch module with load_state_dict(strict=True)
-// and gives the same outputs, its tensors equal to the original's. Every mismatch is an io_error
-// naming tensor, shapes and file, and nothing is written.
+// GPT; nn.GRU and nn.LSTM, one-way and bidirectional) load in one call, and the modules' float64
+// outputs equal PyTorch's to 1e-12 relative; saved back, each file loads into a new PyTorch module
+// with load_state_dict(strict=True) and gives the same outputs, its tensors equal to the original's.
+// Every mismatch is an io_error naming tensor, shapes and file, and nothing is written.
 //
 // The cases run /usr/bin/python3 with python3-torch (installed by scripts/setup.sh); without it they
 // fail, saying so, rather than skip.
@@ -51,6 +51,8 @@ using dec = nn::decoder_block<"dec.", 16, 4, 32, nn::norm_placement::post, nn::a
 using gpt = nn::gpt<13, 12, 16, 4, 2, 64, float>;  // torch_ref.py's positions: a float32 buffer
 using gru = nn::gru<"g", 5, 6>;
 using lstm = nn::lstm<"l", 5, 6>;
+using bigru = nn::bidirectional<nn::gru<"gf", 5, 6>, nn::gru<"gb", 5, 6>>;
+using bilstm = nn::bidirectional<nn::lstm<"lf", 5, 6>, nn::lstm<"lb", 5, 6>>;
 
 struct temp_dir {
     fs::path root;
@@ -228,6 +230,13 @@ TEST_CASE("nn.GRU and nn.LSTM: gates in PyTorch's order, weights transposed", "[
     using Xs = input<"x", T, B, 5>;
     check_case<gru>("gru", gru::run(Xs{}));
     check_case<lstm>("lstm", lstm::run(Xs{}));
+}
+
+TEST_CASE("bidirectional nn.GRU and nn.LSTM: the backward cell's tensors _reverse", "[torch_layout][python]") {
+    using Xs = input<"x", T, B, 5>;
+    auto store = check_case<bigru>("bigru", bigru::run(Xs{}));
+    CHECK(store->find("gb_W_h") >= 0);
+    check_case<bilstm>("bilstm", bilstm::run(Xs{}));
 }
 
 // ---- Mismatches ----------------------------------------------------------------------------------

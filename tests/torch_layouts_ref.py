@@ -20,6 +20,8 @@ Cases (sizes must match test_torch_layouts.cpp):
   gpt      bench/torch_ref.py's GPT(V=13, T=12, d=16, h=4, L=2), tokens (2, 12)
   gru      nn.GRU(5, 6), x (4, 2, 5) time-major, h0 = 0: the outputs (4, 2, 6)
   lstm     nn.LSTM(5, 6), the same
+  bigru    nn.GRU(5, 6, bidirectional=True), the same x: the outputs (4, 2, 12), forward then backward
+  bilstm   nn.LSTM(5, 6, bidirectional=True), the same
 Files are written by tests/formats_ref.py's writer (the format's specification, independent of ctgraph's).
 """
 import os
@@ -66,10 +68,14 @@ def build(case):
         return nn.GRU(5, 6)
     if case == 'lstm':
         return nn.LSTM(5, 6)
+    if case == 'bigru':
+        return nn.GRU(5, 6, bidirectional=True)
+    if case == 'bilstm':
+        return nn.LSTM(5, 6, bidirectional=True)
     raise SystemExit('unknown case ' + case)
 
 
-CASES = ['mha', 'small', 'enc', 'enc_pre', 'dec', 'gpt', 'gru', 'lstm']
+CASES = ['mha', 'small', 'enc', 'enc_pre', 'dec', 'gpt', 'gru', 'lstm', 'bigru', 'bilstm']
 
 
 def inputs(case, gen):

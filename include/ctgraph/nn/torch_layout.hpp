@@ -20,7 +20,9 @@
 //   nn::encoder_block<P, D, Heads, F, ...>      nn.TransformerEncoderLayer(D, Heads, F)
 //   nn::decoder_block<P, D, Heads, F, ...>      nn.TransformerDecoderLayer(D, Heads, F)
 //   nn::gpt<V, MaxLen, D, Heads, Layers, F>     bench/torch_ref.py's GPT (tok_embed, blocks.{l}.ln1/q/k/v/proj/ln2/fc1/fc2, ln_f, head)
-//   nn::gru<P, X, H>, nn::lstm<P, X, H>         nn.GRU(X, H), nn.LSTM(X, H) (one layer, one direction)
+//   nn::gru<P, X, H>, nn::lstm<P, X, H>         nn.GRU(X, H), nn.LSTM(X, H) (one layer)
+//   nn::bidirectional<Fwd, Bwd> of those        the same with bidirectional=True
+//   nn::torch_model<nn::torch_at<"a.", A>, ...> a module whose submodules are a, ...
 //
 // Each tensor has its name, shape and one orientation, so a square weight cannot be loaded the wrong
 // way round, and a tensor saved by PyTorch loads as it is. Loading is all-or-nothing (as
@@ -259,6 +261,23 @@ struct torch_layout<lstm<P, X, H>> {
     static std::string name() { return "nn::lstm<" + detail::quoted_prefix<P>() + detail::sizes(X, H) + ">"; }
     /// weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0.
     static std::vector<layout_entry> entries() { return detail::torch_recurrent_entries<P, X, H, 4>(); }
+};
+
+/// nn.GRU(X, H, bidirectional=True) / nn.LSTM(X, H, bidirectional=True): the forward cell's
+/// tensors as nn.GRU's, the backward cell's with the suffix `_reverse` (weight_ih_l0_reverse, ...).
+template <class Fwd, class Bwd>
+struct torch_layout<bidirectional<Fwd, Bwd>> {
+    /// "nn::bidirectional<forward, backward>".
+    static std::string name() { return "nn::bidirectional<" + torch_layout<Fwd>::name() + ", " + torch_layout<Bwd>::name() + ">"; }
+    /// The forward cell's entries, then the backward cell's with `_reverse`.
+    static std::vector<layout_entry> entries() {
+        std::vector<layout_entry> e = torch_layout<Fwd>::entries();
+        for (layout_entry x : torch_layout<Bwd>::entries()) {
+            x.name += "_reverse";
+            e.push_back(std::move(x));
+        }
+        return e;
+    }
 };
 
 /// Module as the submodule at `Prefix` of a PyTorch module (a part of nn::torch_model): its tensors'
