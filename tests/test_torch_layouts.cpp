@@ -1,10 +1,11 @@
 // nn::load_torch / nn::save_torch (ctgraph/nn/torch_layout.hpp): PyTorch state_dicts written by
 // tests/torch_layouts_ref.py (nn.MultiheadAttention; nn.Linear, nn.LayerNorm and nn.Embedding in one
-// module; nn.TransformerEncoderLayer post- and pre-norm; nn.TransformerDecoderLayer; bench/torch_ref.py's
-// GPT; nn.GRU and nn.LSTM, one-way and bidirectional) load in one call, and the modules' float64
-// outputs equal PyTorch's to 1e-12 relative; saved back, each file loads into a new PyTorch module
-// with load_state_dict(strict=True) and gives the same outputs, its tensors equal to the original's.
-// Every mismatch is an io_error naming tensor, shapes and file, and nothing is written.
+// module; nn.TransformerEncoderLayer post- and pre-norm, and two in an nn.TransformerEncoder;
+// nn.TransformerDecoderLayer; bench/torch_ref.py's GPT; nn.GRU and nn.LSTM, one-way and
+// bidirectional) load in one call, and the modules' float64 outputs equal PyTorch's to 1e-12
+// relative; saved back, each file loads into a new PyTorch module with load_state_dict(strict=True)
+// and gives the same outputs, its tensors equal to the original's. Every mismatch is an io_error
+// naming tensor, shapes and file, and nothing is written.
 //
 // The cases run /usr/bin/python3 with python3-torch (installed by scripts/setup.sh); without it they
 // fail, saying so, rather than skip.
@@ -215,6 +216,13 @@ TEST_CASE("nn.Embedding, nn.Linear (square) and nn.LayerNorm in one module", "[t
 TEST_CASE("nn.TransformerEncoderLayer, post-norm (the default) and norm_first", "[torch_layout][python]") {
     check_case<enc>("enc", enc{}(X16{}));
     check_case<enc_pre>("enc_pre", enc_pre{}(X16{}));
+}
+
+TEST_CASE("nn.TransformerEncoder: layers.{l}.* stacked by repeat", "[torch_layout][python]") {
+    using layer = nn::encoder_block<"", 16, 4, 32, nn::norm_placement::post, nn::activation::gelu_erf>;
+    auto e = repeat<2, "layers.">([](auto h) { return layer{}(h); }, X16{});
+    auto store = check_case<nn::torch_repeat<"layers.", 2, layer>>("stack", e);
+    CHECK(store->at(store->slot("layers.q.weight")).shape.to_vector() == std::vector<std::size_t>{2, 16, 16});
 }
 
 TEST_CASE("nn.TransformerDecoderLayer with a causal tgt_mask", "[torch_layout][python]") {

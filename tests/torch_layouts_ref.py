@@ -16,6 +16,7 @@ Cases (sizes must match test_torch_layouts.cpp):
   small    emb = nn.Embedding(11, 8), lin = nn.Linear(8, 8) (square), ln = nn.LayerNorm(8): ln(lin(emb(tokens)))
   enc      nn.TransformerEncoderLayer(16, 4, 32, dropout=0, activation="gelu", batch_first=True, layer_norm_eps=1e-6)
   enc_pre  the same with norm_first=True
+  stack    nn.TransformerEncoder of 2 nn.TransformerEncoderLayer(16, 4, 32, ...) (layers.{l}.*)
   dec      nn.TransformerDecoderLayer(16, 4, 32, dropout=0, activation="gelu", batch_first=True), causal tgt_mask
   gpt      bench/torch_ref.py's GPT(V=13, T=12, d=16, h=4, L=2), tokens (2, 12)
   gru      nn.GRU(5, 6), x (4, 2, 5) time-major, h0 = 0: the outputs (4, 2, 6)
@@ -60,6 +61,9 @@ def build(case):
         return nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, activation='gelu', batch_first=True, layer_norm_eps=1e-6)
     if case == 'enc_pre':
         return nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, activation='gelu', batch_first=True, norm_first=True)
+    if case == 'stack':
+        layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, activation='gelu', batch_first=True)
+        return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
     if case == 'dec':
         return nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, activation='gelu', batch_first=True)
     if case == 'gpt':
@@ -75,7 +79,7 @@ def build(case):
     raise SystemExit('unknown case ' + case)
 
 
-CASES = ['mha', 'small', 'enc', 'enc_pre', 'dec', 'gpt', 'gru', 'lstm', 'bigru', 'bilstm']
+CASES = ['mha', 'small', 'enc', 'enc_pre', 'stack', 'dec', 'gpt', 'gru', 'lstm', 'bigru', 'bilstm']
 
 
 def inputs(case, gen):
@@ -85,7 +89,7 @@ def inputs(case, gen):
         return {'x': r(2, 5, 16), 'm': r(2, 7, 16)}
     if case == 'small':
         return {'tokens': torch.randint(0, 11, (2, 6), generator=gen)}
-    if case in ('enc', 'enc_pre'):
+    if case in ('enc', 'enc_pre', 'stack'):
         return {'x': r(2, 5, 16)}
     if case == 'dec':
         return {'x': r(2, 5, 16), 'm': r(2, 7, 16)}
@@ -100,7 +104,7 @@ def run(case, model, a):
             return model(a['x'], a['m'], a['m'], need_weights=False)[0]
         if case in ('small', 'gpt'):
             return model(a['tokens'])
-        if case in ('enc', 'enc_pre'):
+        if case in ('enc', 'enc_pre', 'stack'):
             return model(a['x'])
         if case == 'dec':
             t = a['x'].shape[1]

@@ -23,6 +23,8 @@
 //   nn::gru<P, X, H>, nn::lstm<P, X, H>         nn.GRU(X, H), nn.LSTM(X, H) (one layer)
 //   nn::bidirectional<Fwd, Bwd> of those        the same with bidirectional=True
 //   nn::torch_model<nn::torch_at<"a.", A>, ...> a module whose submodules are a, ...
+//   nn::torch_repeat<"layers.", L, Block>       an nn.ModuleList of L blocks (nn.TransformerEncoder's
+//                                               layers), the block run by ctg::repeat<L, "layers.">
 //
 // Each tensor has its name, shape and one orientation, so a square weight cannot be loaded the wrong
 // way round, and a tensor saved by PyTorch loads as it is. Loading is all-or-nothing (as
@@ -277,6 +279,24 @@ struct torch_layout<bidirectional<Fwd, Bwd>> {
             e.push_back(std::move(x));
         }
         return e;
+    }
+};
+
+/// Block repeated Layers times by ctg::repeat<Layers, RepeatPrefix> (parameters stacked
+/// (Layers, ...) under RepeatPrefix), as PyTorch's nn.ModuleList of Layers blocks at TorchPrefix:
+/// nn.TransformerEncoder(layer, Layers) is `torch_repeat<"layers.", Layers, encoder_block<"", ...>>`.
+template <fixed_string TorchPrefix, int Layers, class Block, fixed_string RepeatPrefix = TorchPrefix>
+struct torch_repeat {};
+
+/// The layout of a repeated block: block l's tensors at TorchPrefix + l, row l of the stacked parameters.
+template <fixed_string TorchPrefix, int Layers, class Block, fixed_string RepeatPrefix>
+struct torch_layout<torch_repeat<TorchPrefix, Layers, Block, RepeatPrefix>> {
+    /// "Layers x block".
+    static std::string name() { return std::to_string(Layers) + " x " + torch_layout<Block>::name(); }
+    /// Every layer's entries in turn.
+    static std::vector<layout_entry> entries() {
+        return torch_stacked(std::string(TorchPrefix.view()), torch_layout<Block>::entries(), std::size_t(Layers),
+                             std::string(RepeatPrefix.view()));
     }
 };
 
