@@ -75,6 +75,11 @@ TEST_CASE("summary of a GPT: hand counts, the GEMM counter and the arena", "[sum
     CHECK(rows_params == s.params);
     CHECK(rows_bytes <= s.arena_bytes);  // (plus constants' values)
     CHECK(s.value_bytes + s.adjoint_bytes + s.scratch_bytes == s.arena_bytes);
+    CHECK(s.rows[2].value_bytes + s.rows[2].adjoint_bytes + s.rows[2].scratch_bytes == s.rows[2].bytes);
+    CHECK(s.rows[2].value_bytes == b * t * D * sizeof(float));  // the last layer's output; the rest is scratch
+    const std::string table = s.to_string();
+    CHECK(table.find("blocks. x2  repeat") != std::string::npos);
+    CHECK(table.find("parameters: 413505") != std::string::npos);
 
     // One real step at the same sizes: the GEMM counter and the arena.
     xt::xtensor<int, 2> tok = xt::zeros<int>({std::size_t(b), std::size_t(t)});

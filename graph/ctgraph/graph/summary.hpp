@@ -79,6 +79,9 @@ struct summary_row {
     std::uint64_t params = 0;    ///< parameter elements first read in this row
     flop_count flops;            ///< its FLOPs
     std::size_t bytes = 0;       ///< arena bytes of its nodes (values, adjoints, scratch: see the file comment)
+    std::size_t value_bytes = 0;    ///< of which its values'
+    std::size_t adjoint_bytes = 0;  ///< of which its adjoints' (training)
+    std::size_t scratch_bytes = 0;  ///< of which its op scratch (a repeat's or scan's frames)
 };
 
 /// What prog.summary(sizes) returns: the rows, the totals and the arena, without running.
@@ -389,6 +392,9 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
     s.arena_bytes = arena * sizeof(T);
 
     // Rows: the module of each node, consecutive nodes of one module together.
+    static constexpr std::array<std::size_t, N> layer_counts = []<std::size_t... I>(std::index_sequence<I...>) {
+        return std::array<std::size_t, N>{repeat_layers<op_of_t<typename G::template node_t<I>>>::value...};
+    }(std::make_index_sequence<N>{});
     std::array<bool, N> counted{};
     std::string current;
     bool open = false;
@@ -409,10 +415,7 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
             }
         }
         std::string mod = module_of(pnames);
-        std::size_t layers = 1;
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-            ((I == i ? void(layers = repeat_layers<op_of_t<typename G::template node_t<I>>>::value) : void()), ...);
-        }(std::make_index_sequence<N>{});
+        const std::size_t layers = layer_counts[i];
         if (!open || mod != current || layers > 1 || s.rows.back().layers > 1) {
             s.rows.push_back({});
             s.rows.back().name = mod;
@@ -428,6 +431,7 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
         r.params += params;
         r.flops += flops[i];
         r.bytes += (val[i] + adj[i] + scratch[i]) * sizeof(T);
+        r.value_bytes += val[i] * sizeof(T), r.adjoint_bytes += adj[i] * sizeof(T), r.scratch_bytes += scratch[i] * sizeof(T);
         s.params += params;
         s.flops += flops[i];
     }
