@@ -179,110 +179,138 @@ struct repeat_layers<ops::repeat_op<C, L, E, M>> {
     static constexpr std::size_t value = std::size_t(L);
 };
 
-template <class Op, std::size_t K>
-flop_count node_flops(const rshape& y, const std::array<rshape, K>& x, const std::array<bool, K>& gx, bool vjp,
-                      bool forward_only);
+/// How a node's FLOPs are counted (see the file comment): a table per graph, so that one
+/// non-template function counts every node and only repeat and scan instantiate code of their own.
+enum class flop_rule : unsigned char { elements, matmul, matmul_transposed, affine, scaled_dot, nested };
+template <class Op>
+consteval flop_rule flop_rule_of() {
+    if constexpr (std::is_same_v<Op, no_op>) {
+        return flop_rule::elements;
+    } else {
+        constexpr std::string_view name = Op::name;
+        if (name == "matmul") return flop_rule::matmul;
+        if (name == "matmul_transposed") return flop_rule::matmul_transposed;
+        if (name == "affine") return flop_rule::affine;
+        if (name == "scaled_dot_weights") return flop_rule::scaled_dot;
+        if (name == "repeat" || name == "scan") return flop_rule::nested;
+        return flop_rule::elements;
+    }
+}
 
-/// The FLOPs of a cell's computed nodes at its shapes, given which of its nodes receive adjoints.
-template <class Info, std::size_t N, std::size_t... I>
-flop_count cell_flops(const std::array<rshape, N>& shapes, const std::array<bool, N>& grad, bool vjp, bool forward_only,
-                      std::index_sequence<I...>) {
-    using BG = typename Info::G;
+/// The FLOPs of a node of rule r (all but nested) from its shapes: y its result, x[0..k) its
+/// operands, gx[j] whether operand j receives an adjoint, vjp whether its backward runs.
+inline flop_count rule_flops(flop_rule r, const rshape& y, const rshape* x, const bool* gx, std::size_t k, bool vjp) {
     flop_count f;
-    auto one = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
-        if (!Info::computed[J]) return;
-        std::array<rshape, BG::arity[J]> xs{};
-        std::array<bool, BG::arity[J]> gs{};
-        for (std::size_t k = 0; k < BG::arity[J]; ++k) {
-            xs[k] = shapes[std::size_t(BG::operands[J][k])];
-            gs[k] = grad[std::size_t(BG::operands[J][k])];
+    std::uint64_t p = 0;  // one forward product's FLOPs
+    switch (r) {
+        case flop_rule::matmul: {  // as ops::matmul_op::sizes_of
+            const rshape &a = x[0], &b = x[1];
+            if (b.rank <= 2) p = 2ULL * a.rows() * a.cols() * (b.rank == 2 ? b.d[1] : 1);
+            else p = 2ULL * (a.size() / (a[-2] * a[-1])) * a[-2] * a[-1] * b[-1];
+            break;
         }
-        f += node_flops<op_of_t<typename BG::template node_t<J>>, BG::arity[J]>(shapes[J], xs, gs, vjp && !BG::is_index[J],
-                                                                                forward_only);
-    };
-    (one(std::integral_constant<std::size_t, I>{}), ...);
+        case flop_rule::matmul_transposed: p = 2ULL * x[0].rows() * x[0].cols() * x[1].d[0]; break;
+        case flop_rule::affine: p = 2ULL * x[0].rows() * x[0].cols() * x[1].d[1]; break;
+        case flop_rule::scaled_dot: p = 2ULL * x[0].rows() * x[1][-2] * x[0][-1]; break;  // matrices x n x m x d
+        default: {  // one per element of the larger of the result and the operand (a reduction reads more)
+            std::uint64_t most = y.size();
+            for (std::size_t j = 0; j < k; ++j) most = std::max<std::uint64_t>(most, x[j].size());
+            f.forward = most;
+            for (std::size_t j = 0; j < k && vjp; ++j)
+                if (gx[j]) f.backward += std::max<std::uint64_t>(y.size(), x[j].size());
+            return f;
+        }
+    }
+    const std::uint64_t products = vjp ? std::uint64_t(gx[0]) + std::uint64_t(gx[1]) : 0;
+    f.forward = f.forward_products = p;
+    f.backward = f.backward_products = p * products;
+    if (r == flop_rule::affine) {  // the bias: added forward, summed over the rows backward
+        f.forward += y.size();
+        if (vjp && gx[2]) f.backward += y.size();
+    } else if (r == flop_rule::scaled_dot) {  // the (masked) softmax
+        f.forward += y.size();
+        if (products) f.backward += y.size();
+    }
     return f;
 }
 
+/// A repeat's or scan's FLOPs (function of the shapes of its result and operands and of which
+/// operands receive adjoints); null for every other op.
+using nested_flops_fn = flop_count (*)(const rshape* x, const bool* gx, bool vjp, bool forward_only);
 template <class Op, std::size_t K>
-flop_count node_flops(const rshape& y, const std::array<rshape, K>& x, const std::array<bool, K>& gx, bool vjp,
-                      bool forward_only) {
-    flop_count f;
-    if constexpr (std::is_same_v<Op, no_op>) {
-        return f;
-    } else {
-        constexpr std::string_view name = Op::name;
-        if constexpr (name == "matmul" || name == "matmul_transposed" || name == "affine") {
-            std::uint64_t p;
-            if constexpr (name == "matmul") {
-                const auto s = Op::sizes_of(x[0], x[1]);
-                p = 2ULL * s.batches * s.M * s.N * s.K;
-            } else {
-                p = 2ULL * x[0].rows() * x[0].cols() * (name == "affine" ? x[1].d[1] : x[1].d[0]);
-            }
-            f.forward_products = p;
-            f.backward_products = vjp ? p * (std::uint64_t(gx[0]) + std::uint64_t(gx[1])) : 0;
-            f.forward = p;
-            f.backward = f.backward_products;
-            if constexpr (name == "affine") {  // the bias: added forward, summed over the rows backward
-                f.forward += y.size();
-                if (vjp && gx[2]) f.backward += y.size();
-            }
-        } else if constexpr (name == "scaled_dot_weights") {
-            const auto s = Op::sizes_of(x[0], x[1]);
-            const std::uint64_t p = s.work();
-            const bool runs = vjp && (gx[0] || gx[1]);
-            f.forward_products = p;
-            f.backward_products = runs ? p * (std::uint64_t(gx[0]) + std::uint64_t(gx[1])) : 0;
-            f.forward = p + y.size();  // the (masked) softmax
-            f.backward = f.backward_products + (runs ? y.size() : 0);
-        } else if constexpr (name == "repeat") {
-            using info = typename Op::info;
-            constexpr std::size_t BN = info::N;
-            const auto Ly = Op::plan(x, forward_only);
-            auto body = [&](bool state_grad) {
-                std::array<bool, BN> g{};
-                for (std::size_t i = 0; i < BN; ++i) g[i] = info::computed[i] && info::has_adjoint[i];
-                if constexpr (Op::state_node >= 0) g[std::size_t(Op::state_node)] = state_grad;
-                for (std::size_t e = 0; e + 1 < Op::extra_nodes.size(); ++e)
-                    if (Op::extra_nodes[e] >= 0) g[std::size_t(Op::extra_nodes[e])] = gx[1 + e];
-                for (std::size_t p = 0; p < Op::P; ++p) g[info::step_params[p]] = gx[Op::first_param + p];
-                for (std::size_t j = 0; j < info::num_hoisted; ++j) g[info::hoisted[j]] = gx[Op::first_hoisted + j];
-                for (std::size_t i = 0; i < BN; ++i) g[i] = g[i] && info::has_adjoint[i];
-                return cell_flops<info>(Ly.shapes, g, vjp, forward_only, std::make_index_sequence<BN>{});
-            };
-            constexpr std::size_t L = repeat_layers<Op>::value;
-            f = body(true).times(L - 1);
-            f += body(gx[0]);
-        } else if constexpr (name == "scan") {
-            using info = typename Op::info;
-            constexpr std::size_t BN = info::N;
-            constexpr bool has_h0 = Op::len_index == 2;
-            const auto Ly = Op::plan(x, forward_only, 1);
-            auto body = [&](bool state_grad) {
-                std::array<bool, BN> g{};
-                for (std::size_t i = 0; i < BN; ++i) g[i] = info::computed[i] && info::has_adjoint[i];
-                if constexpr (Op::state_node >= 0) g[std::size_t(Op::state_node)] = state_grad;
-                if constexpr (Op::input_node >= 0) g[std::size_t(Op::input_node)] = gx[0];
-                for (std::size_t j = 0; j < info::num_hoisted; ++j) g[info::hoisted[j]] = gx[Op::first_hoisted + j];
-                for (std::size_t i = 0; i < BN; ++i) g[i] = g[i] && info::has_adjoint[i];
-                return cell_flops<info>(Ly.shapes, g, vjp, forward_only, std::make_index_sequence<BN>{});
-            };
-            if (Ly.steps) {
-                f = body(true).times(Ly.steps - 1);
-                bool h0_grad = false;
-                if constexpr (has_h0) h0_grad = gx[1];
-                f += body(h0_grad);
-            }
-        } else {  // one per element of the larger of the result and the operand (a reduction reads more)
-            std::uint64_t most = y.size();
-            for (std::size_t k = 0; k < K; ++k) most = std::max<std::uint64_t>(most, x[k].size());
-            f.forward = most;
-            for (std::size_t k = 0; k < K && vjp; ++k)
-                if (gx[k]) f.backward += std::max<std::uint64_t>(y.size(), x[k].size());
+flop_count nested_flops(const rshape* x, const bool* gx, bool vjp, bool forward_only);
+template <class Op, std::size_t K>
+consteval nested_flops_fn nested_flops_of() {
+    if constexpr (flop_rule_of<Op>() == flop_rule::nested) return &nested_flops<Op, K>; else return nullptr;
+}
+
+/// The FLOPs of the nodes of graph G marked in `counted`, at `shapes`, with grad[i] whether node i
+/// receives an adjoint and vjp[i] whether its backward runs.
+template <class G>
+flop_count graph_flops(const rshape* shapes, const bool* counted, const bool* grad, const bool* vjp, bool forward_only,
+                       flop_count* per_node = nullptr) {
+    static constexpr auto tables = []<std::size_t... I>(std::index_sequence<I...>) {
+        return std::pair{std::array<flop_rule, sizeof...(I)>{flop_rule_of<op_of_t<typename G::template node_t<I>>>()...},
+                         std::array<nested_flops_fn, sizeof...(I)>{
+                             nested_flops_of<op_of_t<typename G::template node_t<I>>, G::arity[I]>()...}};
+    }(std::make_index_sequence<G::size>{});
+    flop_count total;
+    for (std::size_t i = 0; i < G::size; ++i) {
+        if (!counted[i] || G::kind[i] != leaf_kind::none) continue;
+        std::array<rshape, G::max_arity> xs{};
+        std::array<bool, G::max_arity> gs{};
+        for (std::size_t k = 0; k < G::arity[i]; ++k) {
+            xs[k] = shapes[std::size_t(G::operands[i][k])];
+            gs[k] = grad[std::size_t(G::operands[i][k])];
         }
-        return f;
+        const flop_count f = tables.first[i] == flop_rule::nested ? tables.second[i](xs.data(), gs.data(), vjp[i], forward_only)
+                                                                   : rule_flops(tables.first[i], shapes[i], xs.data(), gs.data(),
+                                                                                G::arity[i], vjp[i]);
+        if (per_node) per_node[i] = f;
+        total += f;
     }
+    return total;
+}
+
+template <class Op, std::size_t K>
+flop_count nested_flops(const rshape* xp, const bool* gx, bool vjp, bool forward_only) {
+    using info = typename Op::info;
+    using BG = typename info::G;
+    constexpr std::size_t BN = info::N;
+    std::array<rshape, K> x{};
+    std::copy(xp, xp + K, x.begin());
+    // The body once, given whether its state (the carried value) receives an adjoint.
+    auto body = [&](const auto& Ly, bool state_grad) {
+        std::array<bool, BN> g{}, runs{};
+        for (std::size_t i = 0; i < BN; ++i) g[i] = info::computed[i], runs[i] = vjp && !BG::is_index[i];
+        if constexpr (Op::state_node >= 0) g[std::size_t(Op::state_node)] = state_grad;
+        if constexpr (Op::name == "repeat") {
+            for (std::size_t e = 0; e + 1 < Op::extra_nodes.size(); ++e)
+                if (Op::extra_nodes[e] >= 0) g[std::size_t(Op::extra_nodes[e])] = gx[1 + e];
+            for (std::size_t p = 0; p < Op::P; ++p) g[info::step_params[p]] = gx[Op::first_param + p];
+        } else {
+            if constexpr (Op::input_node >= 0) g[std::size_t(Op::input_node)] = gx[0];
+        }
+        for (std::size_t j = 0; j != info::num_hoisted; ++j) g[info::hoisted[j]] = gx[Op::first_hoisted + j];
+        for (std::size_t i = 0; i < BN; ++i) g[i] = g[i] && info::has_adjoint[i];
+        return graph_flops<BG>(Ly.shapes.data(), info::computed.data(), g.data(), runs.data(), forward_only);
+    };
+    flop_count f;
+    if constexpr (Op::name == "repeat") {  // layer 0's input adjoint is the operand's; the others' the layer below's
+        const auto Ly = Op::plan(x, forward_only);
+        constexpr std::size_t L = repeat_layers<Op>::value;
+        f = body(Ly, true).times(L - 1);
+        f += body(Ly, gx[0]);
+    } else {  // scan: the first step's state adjoint is h0's (none without a differentiable h0)
+        const auto Ly = Op::plan(x, forward_only, 1);
+        if (Ly.steps) {
+            f = body(Ly, true).times(Ly.steps - 1);
+            bool h0_grad = false;
+            if constexpr (Op::len_index == 2) h0_grad = gx[1];
+            f += body(Ly, h0_grad);
+        }
+    }
+    return f;
 }
 
 /// The module of a parameter set: the prefix their names share, cut after its last '.' or '_'
@@ -344,23 +372,18 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
         }
     }
 
-    // Per node: FLOPs, scratch, and the arena as program::plan() lays it out.
-    std::array<flop_count, N> flops{};
-    std::array<std::size_t, N> scratch{}, val{}, adj{};
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-        auto one = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
-            using Op = op_of_t<typename G::template node_t<J>>;
-            scratch[J] = scratch_size_of<Op, G::arity[J]>(shapes.data(), &G::operands[0][0], G::max_arity, J, Opt.inference);
-            std::array<rshape, G::arity[J]> xs{};
-            std::array<bool, G::arity[J]> gs{};
-            for (std::size_t k = 0; k < G::arity[J]; ++k) {
-                xs[k] = shapes[std::size_t(G::operands[J][k])];
-                gs[k] = G::needs_grad[std::size_t(G::operands[J][k])];
-            }
-            flops[J] = node_flops<Op, G::arity[J]>(shapes[J], xs, gs, G::needs_grad[J], Opt.inference);
-        };
-        (one(std::integral_constant<std::size_t, I>{}), ...);
+    // Per node: FLOPs, scratch (the functions program::plan() calls), and the arena as plan() lays it out.
+    static constexpr auto scratch_fns = []<std::size_t... I>(std::index_sequence<I...>) {
+        return std::array<std::size_t (*)(const rshape*, const int*, std::size_t, std::size_t, bool), N>{
+            &scratch_size_of<op_of_t<typename G::template node_t<I>>, G::arity[I]>...};
     }(std::make_index_sequence<N>{});
+    std::array<std::size_t, N> scratch{}, val{}, adj{};
+    for (std::size_t i = 0; i < N; ++i)
+        scratch[i] = scratch_fns[i](shapes.data(), &G::operands[0][0], G::max_arity, i, Opt.inference);
+    std::array<flop_count, N> flops{};
+    std::array<bool, N> all{};
+    all.fill(true);
+    graph_flops<G>(shapes.data(), all.data(), G::needs_grad.data(), G::needs_grad.data(), Opt.inference, flops.data());
     std::size_t value_elems = 0, adjoint_elems = 0, scratch_elems = 0;
     for (std::size_t i = 0; i < N; ++i) {
         if ((G::kind[i] == leaf_kind::none && !G::aliases[i]) || G::kind[i] == leaf_kind::constant)
