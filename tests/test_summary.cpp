@@ -152,3 +152,24 @@ TEST_CASE("summary of a GRU language model: hand counts, the GEMM counter and th
     CHECK(g == s.flops.backward_products);
     CHECK(prog.arena_elements() * sizeof(double) == s.arena_bytes);
 }
+
+TEST_CASE("summary: a product whose input receives no adjoint counts only the weight's product backward", "[summary]") {
+    constexpr std::uint64_t b = 32, X = 8, H = 16, C = 4;
+    auto logits = relu(input<"x", B, int(X)>{} * param<"W1", int(X), int(H)>{} + param<"b1", int(H)>{}) * param<"W2", int(H), int(C)>{};
+    auto prog = compile<float>(softmax_cross_entropy(logits, index_input<"y", B>{}));
+    prog.params().init(4);
+    const model_summary s = prog.summary({{'B', b}});
+    CHECK(s.flops.forward_products == 2 * b * X * H + 2 * b * H * C);
+    CHECK(s.flops.backward_products == 2 * b * X * H + 2 * (2 * b * H * C));  // no dx: only dW1
+    CHECK(s.params == X * H + H + H * C);
+    xt::xtensor<float, 2> x = xt::ones<float>({std::size_t(b), std::size_t(X)});
+    xt::xtensor<int, 1> y = xt::zeros<int>({std::size_t(b)});
+    const auto [f, g] = run_counted(prog, [&] {
+        prog.feed<"x">(x);
+        prog.feed<"y">(y);
+    });
+    CHECK(f == s.flops.forward_products);
+    CHECK(g == s.flops.backward_products);
+    CHECK(prog.arena_elements() * sizeof(float) == s.arena_bytes);
+    std::printf("%s", s.to_string().c_str());
+}
