@@ -51,10 +51,10 @@
 //     static std::size_t scratch_size(const ctg::rshape& y, const std::array<ctg::rshape, K>& x, bool forward_only);
 //     // optional: extra text for printing (an axis, a constant).
 //     static std::string describe();
-//     // optional: set when the output is an integer tensor (never differentiated).
 //   };
 //
 // Elements of index operands (token ids) are ctg::index_t; everything else is the program's T.
+// An op's result is always of the program's T (no op makes index tensors).
 #pragma once
 #include <array>
 #include <cstddef>
