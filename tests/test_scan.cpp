@@ -210,3 +210,51 @@ TEST_CASE("scan: a cell that reads neither its step input nor a value with the b
     CHECK(inf.forward() == want);
     CHECK(want == Approx(4.0 * 2.0 * xt::sum(train.param<"c">())()).epsilon(1e-14));  // the state stays 0
 }
+
+TEST_CASE("scan: variable lengths with a cell that does not read its state", "[scan]") {
+    // A padding step keeps the previous state: the previous step's output, also when the cell reads
+    // only its step input. Such a scan has no state node, yet its lengths and h0 were bound to it and
+    // padding rows were copied from it (out of bounds: the differential tests' runner crashed on a
+    // scan returning its step input, with lengths).
+    using Len = index_input<"lengths", B>;
+    using Xh = input<"xh", T, B, H>;
+    using H0 = input<"h0", B, H>;
+    using G = input<"g", T, B, H>;
+    xt::xtensor<double, 3> xh = xt::reshape_view(xt::arange<double>(0, 4 * 3 * H) * 0.1 - 1.5, {4, 3, H});
+    xt::xtensor<double, 2> h0 = xt::reshape_view(xt::arange<double>(0, 3 * H) * 0.25 - 0.5, {3, H});
+    xt::xtensor<double, 3> g = xt::reshape_view(xt::arange<double>(0, 4 * 3 * H) * 0.05 + 0.5, {4, 3, H});
+    const std::vector<index_t> len{1, 4, 2};
+    // hs[t][b] = xh[min(t, len[b] - 1)][b]; dL/dxh[t][b] = g[t][b] before the last real step, the sum
+    // of g over the last real step and the padding after it, 0 in the padding.
+    xt::xtensor<double, 3> want_hs = xt::zeros<double>({4, 3, H}), want_dx = xt::zeros<double>({4, 3, H});
+    for (std::size_t t = 0; t < 4; ++t)
+        for (std::size_t b = 0; b < 3; ++b) {
+            const std::size_t last = std::size_t(len[b]) - 1;
+            xt::view(want_hs, t, b) = xt::view(xh, std::min(t, last), b);
+            xt::view(want_dx, std::min(t, last), b) += xt::view(g, t, b);
+        }
+    auto check = [&](auto prog) {
+        prog.template feed<"xh">(xh);
+        if constexpr (decltype(prog)::template has_input<"h0">) prog.template feed<"h0">(h0);
+        prog.feed("lengths", len.data(), rshape{1, {3}});
+        prog.template feed<"g">(g);
+        CHECK(prog.forward() == Approx(xt::sum(g * want_hs)()).epsilon(1e-14));
+        prog.backward();
+        CHECK(xt::allclose(prog.template input_grad<"xh">(), want_dx, 1e-14, 0));
+        if constexpr (decltype(prog)::template has_input<"h0">)
+            CHECK(xt::all(xt::equal(prog.template input_grad<"h0">(), 0.0)));  // no step reads it
+    };
+    SECTION("a cell returning its step input") {
+        check(compile<double, options{.input_grads = true}>(
+            sum(mul(scan<H>([](auto, auto x) { return x; }, Xh{}, zero_state{}, Len{}), G{}))));
+    }
+    SECTION("with an initial state, which no step reads") {
+        check(compile<double, options{.input_grads = true}>(
+            sum(mul(scan<H>([](auto, auto x) { return x; }, Xh{}, H0{}, Len{}), G{}))));
+    }
+    SECTION("a computed cell, by finite differences") {
+        auto cell = [](auto, auto x) { return tanh(x * param<"W_x", X, H>{} + param<"b", H>{}); };
+        CHECK(check_gradients(scan<H>(cell, Xs{}, zero_state{}, Len{}),
+                              {.dims = {{'T', 4}, {'B', 3}}, .index_bound = {{"lengths", 5}}, .index_low = {{"lengths", 1}}}) > 0);
+    }
+}

@@ -317,8 +317,9 @@ struct scan_op {
         if (parts > 1) known[nk++] = {std::size_t(state_node), rshape{1, {L.rows}}, 0};
         if constexpr (input_node >= 0) known[nk++] = {std::size_t(input_node), x[0], 1};
         for (std::size_t j = 0; j < info::num_hoisted; ++j) known[nk++] = {info::hoisted[j], x[first_hoisted + j], 0};
-        if constexpr (HasH0 && !H0Rows) known[nk++] = {std::size_t(state_node), x[1], 0};
-        if constexpr (HasLengths) {  // lengths (B): the state's first dimension
+        // (a cell that does not read its state has no state node: h0 and lengths bind nothing in it)
+        if constexpr (HasH0 && !H0Rows && state_node >= 0) known[nk++] = {std::size_t(state_node), x[1], 0};
+        if constexpr (HasLengths && state_node >= 0) {  // lengths (B): the state's first dimension
             if (G::dims[state_node][0].sym) known[nk++] = {std::size_t(state_node), rshape{1, {x[len_index].d[0]}}, 0};
         }
         // Last, the batch from xs itself: a cell that reads neither its step input nor an operand
@@ -470,12 +471,16 @@ struct scan_op {
         for (std::size_t t = 0; t < L.steps; ++t) {
             values_at(v, c, L, t, p);
             detail::run_cell_forward<info, T>(exec_of(v, L, c.run, t), std::make_index_sequence<N>{});
+            // A padding row keeps the previous state: the previous step's output, whether or not the
+            // cell reads its state (lengths are at least 1: no row is padding at t = 0).
             if constexpr (HasLengths) {
-                const index_t* len = c.x[len_index].template as<index_t>() + p * L.rows;
-                const T* prev = static_cast<const T*>(v.val[state_node].ptr);
-                T* cur = c.y_data() + t * L.y_stride + p * L.part_y;
-                for (std::size_t b = 0; b < L.rows; ++b)
-                    if (index_t(t) >= len[b]) std::copy(prev + b * width, prev + (b + 1) * width, cur + b * width);
+                if (t > 0) {
+                    const index_t* len = c.x[len_index].template as<index_t>() + p * L.rows;
+                    const T* prev = c.y_data() + (t - 1) * L.y_stride + p * L.part_y;
+                    T* cur = c.y_data() + t * L.y_stride + p * L.part_y;
+                    for (std::size_t b = 0; b < L.rows; ++b)
+                        if (index_t(t) >= len[b]) std::copy(prev + b * width, prev + (b + 1) * width, cur + b * width);
+                }
             }
         }
     }
@@ -555,12 +560,15 @@ struct scan_op {
             if constexpr (input_node >= 0) {
                 if (!G::is_index[input_node] && c.gx[0]) v.adj[input_node].ptr = c.gx_data(0) + t * L.x_stride + p * L.part_x;
             }
-            if constexpr (HasLengths) {  // padding rows: the adjoint passes to the previous state
+            // Padding rows: the adjoint passes to the previous state, the previous step's output (also
+            // when the cell does not read its state; no row is padding at t = 0).
+            if constexpr (HasLengths) {
                 const index_t* len = c.x[len_index].template as<index_t>() + p * L.rows;
                 T* g_out = gy + t * L.y_stride;
-                for (std::size_t b = 0; b < L.rows; ++b)
+                T* g_prev = t > 0 ? gy + (t - 1) * L.y_stride : nullptr;
+                for (std::size_t b = 0; t > 0 && b < L.rows; ++b)
                     if (index_t(t) >= len[b]) {
-                        for (std::size_t k = 0; k < width; ++k) g_state[b * width + k] += g_out[b * width + k];
+                        for (std::size_t k = 0; k < width; ++k) g_prev[b * width + k] += g_out[b * width + k];
                         std::fill(g_out + b * width, g_out + (b + 1) * width, T(0));
                     }
             }
