@@ -23,6 +23,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 extern "C" {
@@ -483,6 +484,25 @@ inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted = 
                       const bf16_bits* b_converted = nullptr);  // below gemm_together
 }  // namespace detail
 
+namespace detail {
+/// Whether two of the products write overlapping parts of memory (their C).
+template <class T, std::size_t n>
+bool outputs_overlap(const std::array<gemm_args<T>, n>& g) {
+    const auto span = [](const gemm_args<T>& x) {
+        const auto begin = reinterpret_cast<std::uintptr_t>(x.C);
+        return std::pair{begin, begin + ((x.M - 1) * x.ldc + x.N) * sizeof(T)};
+    };
+    for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = i + 1; j < n; ++j) {
+            if (!g[i].C || !g[j].C || !g[i].M || !g[i].N || !g[j].M || !g[j].N) continue;
+            const auto [a0, a1] = span(g[i]);
+            const auto [b0, b1] = span(g[j]);
+            if (a0 < b1 && b0 < a1) return true;
+        }
+    return false;
+}
+}  // namespace detail
+
 /// Independent products (a product's two VJPs, dA = dC B^T and dB = A^T dC) as one job of the
 /// pool: each cut into pieces (none below parallel_gemm_min_flops in all, so the rnn's two
 /// 16 x 128 x 128 VJPs are one task each), every piece claimed by the first free thread, so the
@@ -491,6 +511,14 @@ inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted = 
 /// computed as by gemm() alone. Products with no C to write (C == nullptr) are skipped.
 template <class T, std::size_t n>
 inline void gemm_together(std::array<gemm_args<T>, n> g) {
+    // Products that write one C (the two VJPs of a product of a tensor by itself, matmul(w, w) or
+    // affine(w, w, b): dA and dB are one adjoint) run one after the other, as on one thread: run
+    // together, two threads added into the same elements at once and lost one of the sums.
+    if constexpr (n > 1)
+        if (detail::outputs_overlap(g)) {
+            for (const auto& x : g) gemm_together<T, 1>({x});
+            return;
+        }
     if constexpr (std::is_same_v<T, float>) {
         bool any_bf16 = false;
         for (const auto& x : g) any_bf16 = any_bf16 || (x.bf16 && x.C);
