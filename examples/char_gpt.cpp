@@ -26,6 +26,7 @@
 #include <ctgraph/train.hpp>
 
 #include "chars.hpp"
+#include "gpt_text.hpp"
 
 using namespace ctg;
 
@@ -65,15 +66,8 @@ template <class Generator>
 std::string generate(Generator& gen, std::vector<int> text, std::size_t count, const nn::sampling& how,
                      std::mt19937_64& rng) {
     std::string out;
-    const std::size_t window = std::size_t(Context);
-    while (out.size() < count) {
-        if (text.size() >= window) text.erase(text.begin(), text.end() - long(window / 2));  // the recent half
-        // A prompt of p tokens and n new ones take positions 0 .. p + n - 2 (the last one is only chosen).
-        const std::size_t room = window + 1 - text.size(), n = std::min(room, count - out.size());
-        const auto more = gen.generate({text}, n, how, rng)[0];
-        for (int id : more) out += decode(id);
-        text.insert(text.end(), more.begin(), more.end());
-    }
+    gpt_text::continue_tokens(gen, std::move(text), count, std::size_t(Context), how, rng,
+                              [&](int id) { out += decode(id); });
     return out;
 }
 
