@@ -13,6 +13,9 @@
 //       Writes DIR/subword.model and .vocab, DIR/subword_gpt.npz, DIR/subword_gpt_loss.csv and
 //       DIR/subword_gpt_loss.png. Exits non-zero unless decoding the encoded training and validation
 //       text gives them back exactly and the validation loss ends below its value before training.
+//   subword_gpt encode MODEL TEXT
+//       prints the ids of TEXT under the SentencePiece model MODEL, one line, space-separated
+//       (examples/subword_crosscheck.py compares them with Python's sentencepiece).
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -183,9 +186,23 @@ int run(const args& a) {
     return 0;
 }
 
+int encode_command(const std::string& model_path, const std::string& text) {
+    sentencepiece::SentencePieceProcessor sp;
+    check(sp.Load(model_path), "loading " + model_path);
+    std::vector<int> ids;
+    check(sp.Encode(text, &ids), "encoding");
+    for (std::size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
+    std::printf("\n");
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
+    if (argc > 1 && std::string(argv[1]) == "encode") {
+        if (argc != 4) throw error("usage: subword_gpt encode MODEL TEXT");
+        return encode_command(argv[2], argv[3]);
+    }
     args a;
     for (int i = 1; i < argc; ++i) {
         const std::string s = argv[i];
