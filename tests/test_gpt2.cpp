@@ -9,6 +9,8 @@
 // it they fail, saying so, rather than skip.
 #include <catch2/catch.hpp>
 
+#include "temp_dir.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -44,31 +46,13 @@ using Tokens = index_input<"tokens", B, T>;
 using ref_model = nn::gpt2<61, 24, 32, 4, 3>;
 constexpr std::size_t V = 61, ML = 24;
 
-struct temp_dir {
-    fs::path root;
-    temp_dir() {
-        static int counter = 0;
-        root = fs::temp_directory_path() / ("ctg_gpt2_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-        fs::remove_all(root);
-        fs::create_directories(root);
-    }
-    ~temp_dir() {
-        std::error_code ec;
-        fs::remove_all(root, ec);
-    }
-    std::string operator/(const std::string& name) const { return (root / name).string(); }
-};
+using ctg::testing::temp_dir;
 
-/// tests/gpt2_ref.py's files, written once per run into a directory of their own.
+/// The reference script's files, written once per run into a directory of their own.
 const temp_dir& reference() {
-    static const temp_dir dir = [] {
-        temp_dir d;
-        if (std::system("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1") != 0)
-            FAIL("python3-torch is required for this test: `/usr/bin/python3 -c 'import torch'` failed "
-                 "(scripts/setup.sh installs python3-torch)");
-        REQUIRE(std::system(("OMP_NUM_THREADS=1 /usr/bin/python3 " CTG_GPT2_REF " " + d.root.string()).c_str()) == 0);
-        return d;
-    }();
+    static const temp_dir dir("ctg_gpt2_");
+    static const bool written = (ctg::testing::run_python_reference(dir, CTG_GPT2_REF), true);
+    (void)written;
     return dir;
 }
 

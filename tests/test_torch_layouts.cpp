@@ -11,6 +11,8 @@
 // fail, saying so, rather than skip.
 #include <catch2/catch.hpp>
 
+#include "temp_dir.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -55,31 +57,13 @@ using lstm = nn::lstm<"l", 5, 6>;
 using bigru = nn::bidirectional<nn::gru<"gf", 5, 6>, nn::gru<"gb", 5, 6>>;
 using bilstm = nn::bidirectional<nn::lstm<"lf", 5, 6>, nn::lstm<"lb", 5, 6>>;
 
-struct temp_dir {
-    fs::path root;
-    temp_dir() {
-        static int counter = 0;
-        root = fs::temp_directory_path() / ("ctg_torch_layouts_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-        fs::remove_all(root);
-        fs::create_directories(root);
-    }
-    ~temp_dir() {
-        std::error_code ec;
-        fs::remove_all(root, ec);
-    }
-    std::string operator/(const std::string& name) const { return (root / name).string(); }
-};
+using ctg::testing::temp_dir;
 
-/// tests/torch_layouts_ref.py's files, written once per run into a directory of their own.
+/// The reference script's files, written once per run into a directory of their own.
 const temp_dir& reference() {
-    static const temp_dir dir = [] {
-        temp_dir d;
-        if (std::system("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1") != 0)
-            FAIL("python3-torch is required for this test: `/usr/bin/python3 -c 'import torch'` failed "
-                 "(scripts/setup.sh installs python3-torch)");
-        REQUIRE(std::system(("OMP_NUM_THREADS=1 /usr/bin/python3 " CTG_TORCH_LAYOUTS_REF " gen " + d.root.string()).c_str()) == 0);
-        return d;
-    }();
+    static const temp_dir dir("ctg_torch_layouts_");
+    static const bool written = (ctg::testing::run_python_reference(dir, CTG_TORCH_LAYOUTS_REF " gen"), true);
+    (void)written;
     return dir;
 }
 
