@@ -82,6 +82,10 @@ struct run_info {
     // Matrix products take bf16 operands and accumulate in float (options::precision): ops pass it
     // to kernels::gemm as its `bf16` argument.
     bool bf16 = false;
+    // options::recompute in a training program: repeat keeps one frame and reruns each layer's
+    // forward before its VJP (its scratch is sized the same way: the fourth argument of
+    // scratch_size). Cleared inside a cell: ops nested in a scan or repeat plan without it.
+    bool recompute = false;
 };
 
 /// What the engine hands an op: views of its output, operands, their adjoints and its scratch.

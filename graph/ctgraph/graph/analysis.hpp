@@ -54,6 +54,14 @@ struct options {
     /// numeric_error naming the node, its op, shape, the element and which operands were finite.
     /// Off: no code at all. (A scan or repeat is checked as one node: its outputs and adjoints.)
     bool detect_anomaly = false;
+    /// Recomputation instead of memory, per layer of every ctg::repeat (training programs): forward
+    /// keeps each layer's input (the carried value) but not the layer's intermediate values, and
+    /// backward reruns layer l's forward from its input into one shared frame right before layer l's
+    /// VJP. Gradients are those without it, bit for bit (the same kernels in the same order); the
+    /// cost is L - 1 layers' forward again (prog.summary() prints both: the bytes saved and the
+    /// FLOPs added). Inference programs keep one layer's values anyway; programs without repeat are
+    /// unaffected.
+    bool recompute = false;
 };
 
 namespace detail {

@@ -61,6 +61,14 @@ constexpr run_info sub_run(const run_info& run, std::uint64_t index) {
     return r;
 }
 
+/// The run of a cell's step or layer (scan, repeat): the stream of child `index`, and no
+/// recomputation for the ops inside (a cell plans them without it).
+constexpr run_info cell_run(const run_info& run, std::uint64_t index) {
+    run_info r = sub_run(run, index);
+    r.recompute = false;
+    return r;
+}
+
 template <class T, std::size_t K>
 inline op_io<T, K> build_io(const exec_state& s, std::size_t i) {
     op_io<T, K> c;
@@ -151,10 +159,12 @@ template <class Op, std::size_t K, bool NeedsGrad, class T, bool Anomaly = false
 
 template <class Op, std::size_t K>
 inline std::size_t scratch_size_of(const rshape* shapes, const int* operands, std::size_t stride, std::size_t i,
-                                   bool forward_only) {
+                                   bool forward_only, bool recompute = false) {
     std::array<rshape, K> xs{};
     for (std::size_t k = 0; k < K; ++k) xs[k] = shapes[std::size_t(operands[i * stride + k])];
-    if constexpr (requires(const rshape& y, const std::array<rshape, K>& x) { Op::scratch_size(y, x, forward_only); })
+    if constexpr (requires(const rshape& y, const std::array<rshape, K>& x) { Op::scratch_size(y, x, forward_only, recompute); })
+        return Op::scratch_size(shapes[i], xs, forward_only, recompute);  // repeat: one frame with options::recompute
+    else if constexpr (requires(const rshape& y, const std::array<rshape, K>& x) { Op::scratch_size(y, x, forward_only); })
         return Op::scratch_size(shapes[i], xs, forward_only);  // scan, repeat: less in a forward-only pass
     else if constexpr (requires(const rshape& y, const std::array<rshape, K>& x) { Op::scratch_size(y, x); })
         return Op::scratch_size(shapes[i], xs);

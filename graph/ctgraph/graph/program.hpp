@@ -72,6 +72,8 @@ private:
                   "ctg::compile: options::input_grads_for names something that is not a floating-point input of this program");
     // Inference programs place values and scratch by lifetime (options::keep_values).
     static constexpr bool values_by_lifetime = Opt.inference && !Opt.keep_values;
+    // repeat reruns its layers' forward in backward (options::recompute; training programs only).
+    static constexpr bool recompute = Opt.recompute && !Opt.inference;
     // The last forward step that reads node i's memory: its last reader's, extended through the
     // nodes that alias it (reshape) and past the end (N) for outputs; an aliasing node gets the
     // lifetime of the memory it reads.
@@ -603,7 +605,7 @@ private:
     template <std::size_t... I>
     void scratch_sizes(std::array<std::size_t, N>& out, std::index_sequence<I...>) const {
         ((out[I] = detail::scratch_size_of<detail::op_of_t<node_t<I>>, G::arity[I]>(
-              shapes_.data(), &G::operands[0][0], G::max_arity, I, Opt.inference)),
+              shapes_.data(), &G::operands[0][0], G::max_arity, I, Opt.inference, recompute)),
          ...);
     }
 
@@ -686,7 +688,8 @@ private:
     // ---------------------------------------------------------------- execution
     detail::exec_state state(bool params_fresh = false) const {
         return {val_.data(), adj_.data(), scratch_.data(), shapes_.data(), G::needs_grad.data(), G::is_index.data(), G::label.data(),
-                &G::operands[0][0], G::max_arity, {training_, dropout_seed_, passes_, Opt.inference, Opt.precision == precision::bf16},
+                &G::operands[0][0], G::max_arity,
+                {training_, dropout_seed_, passes_, Opt.inference, Opt.precision == precision::bf16, recompute},
                 params_fresh ? &adj_writes_after_zero.mode[0][0] : &adj_writes.mode[0][0]};
     }
     template <std::size_t... I>

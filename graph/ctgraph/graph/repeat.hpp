@@ -21,6 +21,13 @@
 // and each layer's output; the last layer's output is the node's value. Backward runs the layers'
 // VJPs from L-1 down to 0; a layer's input adjoint is the previous layer's output adjoint (two
 // buffers, alternating), and each layer's parameter gradients land in their own rows.
+//
+// options{.recompute = true} (training programs) trades compute for memory: forward keeps each
+// layer's input (the layer outputs, kept anyway) and runs every layer in ONE frame; backward, for
+// layer l from L-1 down, first reruns layer l's forward from its kept input into that frame (the
+// same kernels, operands and random streams: the values are those forward computed, bit for bit),
+// then runs its VJPs. The frame holds layer L-1 when forward ends, so a backward that follows
+// directly reruns L-1 layers (the scratch's last line records which layer the frame holds).
 #pragma once
 #include <algorithm>
 #include <array>
@@ -127,18 +134,26 @@ struct repeat_op {
     struct layout : detail::cell_frame<info> {
         std::size_t state = 0, total = 0;  // elements of the carried value (rounded up), of scratch
         std::array<std::size_t, P + 1> param_size{};
-        // scratch = [L x per_step][L-1 layer outputs][adjoint block][2 state adjoints]; a forward-only
-        // pass: [one frame][two layer outputs, alternating] (no adjoints: adj_block is 0)
-        std::size_t outputs_off() const { return this->frames_size(L); }
+        bool recompute = false;  // options::recompute: one frame, each layer rerun before its VJP
+        // scratch = [L x per_step][L-1 layer outputs][adjoint block][2 state adjoints]; recomputing:
+        // [one frame][L-1 layer outputs][adjoint block][2 state adjoints][the frame's layer]; a
+        // forward-only pass: [one frame][two layer outputs, alternating] (no adjoints: adj_block is 0)
+        std::size_t layer_frame_off(std::size_t l) const { return recompute ? 0 : this->frame_off(l); }
+        std::size_t outputs_off() const { return recompute ? this->per_step : this->frames_size(L); }
         std::size_t kept_outputs() const { return this->forward_only ? std::min(L - 1, 2) : L - 1; }
         /// Where layer l's output goes (l < L - 1; the last layer's is the node's value).
         std::size_t output_off(std::size_t l) const { return outputs_off() + (this->forward_only ? l & 1 : l) * state; }
         std::size_t adjoints_off() const { return outputs_off() + std::size_t(kept_outputs()) * state; }
         std::size_t state_adj_off(std::size_t k) const { return adjoints_off() + this->adj_block + k * state; }
+        /// Where a recomputing op notes which layer's values the frame holds (one line).
+        std::size_t held_off() const { return state_adj_off(2); }
     };
+    /// The layout at these operand shapes. recompute (options::recompute) needs a backward pass and
+    /// more than one layer; otherwise it changes nothing.
     template <std::size_t K>
-    static layout plan(const std::array<rshape, K>& x, bool forward_only) {
+    static layout plan(const std::array<rshape, K>& x, bool forward_only, bool recompute = false) {
         layout Ly;
+        Ly.recompute = recompute && !forward_only && L > 1;
         using binding = typename detail::cell_frame<info>::binding;
         std::array<binding, info::num_hoisted + Extra + 1> known{};
         std::size_t nk = 0;
@@ -149,16 +164,29 @@ struct repeat_op {
         Ly.plan(known.data(), nk, forward_only);
         Ly.state = round_up_lines(x[0].size());
         for (std::size_t p = 0; p < P; ++p) Ly.param_size[p] = Ly.shapes[info::step_params[p]].size();
-        Ly.total = forward_only ? Ly.adjoints_off() : Ly.state_adj_off(2);
+        Ly.total = forward_only ? Ly.adjoints_off() : Ly.held_off() + (Ly.recompute ? round_up_lines(1) : 0);
         return Ly;
     }
-    static std::size_t scratch_size(const rshape&, const auto& x, bool forward_only) { return plan(x, forward_only).total; }
+    static std::size_t scratch_size(const rshape&, const auto& x, bool forward_only, bool recompute) {
+        return plan(x, forward_only, recompute).total;
+    }
     template <class T, std::size_t K>
     static const layout& plan_of(const op_io<T, K>& c) {
         std::array<rshape, K> xs{};
         for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
-        return detail::remembered_plan<layout>(xs, c.run.forward_only, 1, [](const auto& x, bool f, std::size_t) { return plan(x, f); });
+        // (remembered_plan's third key, scan's batch parts, is 2 here when recomputing)
+        return detail::remembered_plan<layout>(xs, c.run.forward_only, c.run.recompute ? 2 : 1,
+                                               [](const auto& x, bool f, std::size_t r) { return plan(x, f, r == 2); });
     }
+    /// Which layer's values the frame of a recomputing op holds (written by forward and backward).
+    template <class T>
+    static std::size_t held_layer(const T* base, const layout& Ly) {
+        std::size_t l;
+        std::memcpy(&l, base + Ly.held_off(), sizeof l);  // (the line holds 64 bytes)
+        return l;
+    }
+    template <class T>
+    static void hold_layer(T* base, const layout& Ly, std::size_t l) { std::memcpy(base + Ly.held_off(), &l, sizeof l); }
 
     static constexpr bool sliced(std::size_t e) { return (SlicedMask >> e) & 1; }
     /// Extra argument e as layer l sees it: all of it, or its row l (elements of `bytes` each; index
@@ -179,8 +207,8 @@ struct repeat_op {
         T* base = c.scratch.template as<T>();
         for (std::size_t i = 0; i < N; ++i) {
             v.val[i].shape = v.adj[i].shape = Ly.shapes[i];
-            v.scr[i] = {base + Ly.frame_off(l) + Ly.scr_off[i], rshape{1, {Ly.scr_size[i]}}};
-            if (info::computed[i]) v.val[i].ptr = base + Ly.frame_off(l) + Ly.val_off[i];
+            v.scr[i] = {base + Ly.layer_frame_off(l) + Ly.scr_off[i], rshape{1, {Ly.scr_size[i]}}};
+            if (info::computed[i]) v.val[i].ptr = base + Ly.layer_frame_off(l) + Ly.val_off[i];
         }
         v.val[info::out].ptr = l + 1 == L ? c.y_data() : base + Ly.output_off(l);
         if constexpr (state_node >= 0) v.label[std::size_t(state_node)] = c.x_name[0];
@@ -199,7 +227,7 @@ struct repeat_op {
     }
     static detail::exec_state exec_of(const layer_views& v, const layout& Ly, const run_info& run, std::size_t l) {
         return {v.val.data(), v.adj.data(), v.scr.data(), Ly.shapes.data(), info::has_adjoint.data(), G::is_index.data(), v.label.data(),
-                &G::operands[0][0], G::max_arity, detail::sub_run(run, l),
+                &G::operands[0][0], G::max_arity, detail::cell_run(run, l),
                 &info::adj_writes.mode[0][0]};
     }
 
@@ -212,6 +240,7 @@ struct repeat_op {
             values_at(v, c, Ly, l);
             detail::run_cell_forward<info, T>(exec_of(v, Ly, c.run, l), std::make_index_sequence<N>{});
         }
+        if (Ly.recompute) hold_layer(c.scratch.template as<T>(), Ly, std::size_t(L) - 1);
     }
 
     // ---------------------------------------------------------------- backward
@@ -223,6 +252,10 @@ struct repeat_op {
         layer_views v;
         for (std::size_t l = L; l-- > 0;) {
             values_at(v, c, Ly, l);
+            if (Ly.recompute && held_layer(base, Ly) != l) {  // layer l's values again, from its kept input
+                detail::run_cell_forward<info, T>(exec_of(v, Ly, c.run, l), std::make_index_sequence<N>{});
+                hold_layer(base, Ly, l);
+            }
             Ly.zero_orphans(adj_block);  // the others are written fresh by their first VJP
             for (std::size_t i = 0; i < N; ++i) {
                 v.adj[i].ptr = nullptr;  // stays null where nothing outside needs the adjoint

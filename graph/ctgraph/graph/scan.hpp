@@ -432,7 +432,7 @@ struct scan_op {
     template <class T, std::size_t K>
     static detail::exec_state exec_of(const step_views<T, K>& v, const layout<K>& L, const run_info& run, std::size_t t) {
         return {v.val.data(), v.adj.data(), v.scr.data(), L.shapes.data(), info::has_adjoint.data(), G::is_index.data(), G::label.data(),
-                &G::operands[0][0], G::max_arity, detail::sub_run(run, t),
+                &G::operands[0][0], G::max_arity, detail::cell_run(run, t),
                 &info::adj_writes.mode[0][0]};
     }
 

@@ -22,12 +22,16 @@
 //     scaled_dot_weights' softmax likewise, one per element of the result, beside their products.
 //     A measure of the memory-bound work, not an exact count of arithmetic;
 //   * repeat and scan: their body's nodes at the body's shapes, times the layers or time steps (the
-//     first step's state adjoint only where one is needed).
+//     first step's state adjoint only where one is needed);
+//   * options{.recompute = true}: the forward FLOPs backward runs again, L - 1 layers of each repeat
+//     (flop_count::recompute, apart from forward and backward).
 // Memory: each row's bytes are those plan() gives its nodes in the program's arena: in a training
 // program values, adjoints and op scratch (all kept from forward to backward; a repeat's or scan's
 // scratch holds every layer's or step's frame); in an inference program values and scratch, which
 // its lifetime plan overlaps, so the arena is smaller than their sum. `arena_bytes` is the program's
-// whole arena at these sizes: arena_elements() * sizeof(T) once it has run at them.
+// whole arena at these sizes: arena_elements() * sizeof(T) once it has run at them. With
+// options::recompute a repeat keeps one layer's frame instead of L: `recompute_saved_bytes` is what
+// the arena would hold more without it.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -59,14 +63,20 @@ struct flop_count {
     std::uint64_t backward = 0;           ///< all backward FLOPs
     std::uint64_t forward_products = 0;   ///< the forward matrix products' FLOPs (2 M N K each)
     std::uint64_t backward_products = 0;  ///< the backward matrix products' FLOPs
+    /// Forward FLOPs that backward runs again (options::recompute: a repeat's layers but the last)
+    std::uint64_t recompute = 0;
+    std::uint64_t recompute_products = 0;  ///< of which matrix products'
     /// Adds another count.
     flop_count& operator+=(const flop_count& o) {
         forward += o.forward, backward += o.backward;
         forward_products += o.forward_products, backward_products += o.backward_products;
+        recompute += o.recompute, recompute_products += o.recompute_products;
         return *this;
     }
     /// The count k times (layers, time steps).
-    flop_count times(std::uint64_t k) const { return {forward * k, backward * k, forward_products * k, backward_products * k}; }
+    flop_count times(std::uint64_t k) const {
+        return {forward * k, backward * k, forward_products * k, backward_products * k, recompute * k, recompute_products * k};
+    }
 };
 
 /// One row of a model_summary: consecutive nodes of one module.
@@ -97,6 +107,10 @@ struct model_summary {
     std::size_t adjoint_bytes = 0;                       ///< arena bytes of the adjoints
     std::size_t scratch_bytes = 0;                       ///< arena bytes of op scratch (repeat/scan frames)
     std::size_t arena_bytes = 0;                         ///< the whole arena: arena_elements() * sizeof(T)
+    bool recompute = false;                              ///< options::recompute (training programs)
+    /// Arena bytes options::recompute saves: the repeats' layer frames not kept (arena_bytes + this
+    /// is the arena of the same program without it)
+    std::size_t recompute_saved_bytes = 0;
 
     /// The table: one line per row, then the totals.
     std::string to_string() const {
@@ -138,6 +152,11 @@ struct model_summary {
         os << "\narena: " << bytes_text(arena_bytes) << " (values " << bytes_text(value_bytes);
         if (!inference) os << ", adjoints " << bytes_text(adjoint_bytes);
         os << ", scratch " << bytes_text(scratch_bytes) << (inference ? "; overlapped by lifetime" : "") << ")\n";
+        if (recompute)
+            os << "recompute: activations kept " << bytes_text(value_bytes + scratch_bytes) << " instead of "
+               << bytes_text(value_bytes + scratch_bytes + recompute_saved_bytes) << " (arena " << bytes_text(arena_bytes)
+               << " instead of " << bytes_text(arena_bytes + recompute_saved_bytes) << "); backward reruns "
+               << si(double(flops.recompute)) << "FLOP of forward (products " << si(double(flops.recompute_products)) << "FLOP)\n";
         return os.str();
     }
 
@@ -236,19 +255,19 @@ inline flop_count rule_flops(flop_rule r, const rshape& y, const rshape* x, cons
 
 /// A repeat's or scan's FLOPs (function of the shapes of its result and operands and of which
 /// operands receive adjoints); null for every other op.
-using nested_flops_fn = flop_count (*)(const rshape* x, const bool* gx, bool vjp, bool forward_only);
+using nested_flops_fn = flop_count (*)(const rshape* x, const bool* gx, bool vjp, bool forward_only, bool recompute);
 template <class Op, std::size_t K>
-flop_count nested_flops(const rshape* x, const bool* gx, bool vjp, bool forward_only);
+flop_count nested_flops(const rshape* x, const bool* gx, bool vjp, bool forward_only, bool recompute);
 template <class Op, std::size_t K>
 consteval nested_flops_fn nested_flops_of() {
     if constexpr (flop_rule_of<Op>() == flop_rule::nested) return &nested_flops<Op, K>; else return nullptr;
 }
 
 /// The FLOPs of the nodes of graph G marked in `counted`, at `shapes`, with grad[i] whether node i
-/// receives an adjoint and vjp[i] whether its backward runs.
+/// receives an adjoint and vjp[i] whether its backward runs; recompute: options::recompute.
 template <class G>
 flop_count graph_flops(const rshape* shapes, const bool* counted, const bool* grad, const bool* vjp, bool forward_only,
-                       flop_count* per_node = nullptr) {
+                       bool recompute = false, flop_count* per_node = nullptr) {
     static constexpr auto tables = []<std::size_t... I>(std::index_sequence<I...>) {
         return std::pair{std::array<flop_rule, sizeof...(I)>{flop_rule_of<op_of_t<typename G::template node_t<I>>>()...},
                          std::array<nested_flops_fn, sizeof...(I)>{
@@ -263,7 +282,7 @@ flop_count graph_flops(const rshape* shapes, const bool* counted, const bool* gr
             xs[k] = shapes[std::size_t(G::operands[i][k])];
             gs[k] = grad[std::size_t(G::operands[i][k])];
         }
-        const flop_count f = tables.first[i] == flop_rule::nested ? tables.second[i](xs.data(), gs.data(), vjp[i], forward_only)
+        const flop_count f = tables.first[i] == flop_rule::nested ? tables.second[i](xs.data(), gs.data(), vjp[i], forward_only, recompute)
                                                                    : rule_flops(tables.first[i], shapes[i], xs.data(), gs.data(),
                                                                                 G::arity[i], vjp[i]);
         if (per_node) per_node[i] = f;
@@ -273,7 +292,7 @@ flop_count graph_flops(const rshape* shapes, const bool* counted, const bool* gr
 }
 
 template <class Op, std::size_t K>
-flop_count nested_flops(const rshape* xp, const bool* gx, bool vjp, bool forward_only) {
+flop_count nested_flops(const rshape* xp, const bool* gx, bool vjp, bool forward_only, bool recompute) {
     using info = typename Op::info;
     using BG = typename info::G;
     constexpr std::size_t BN = info::N;
@@ -297,10 +316,14 @@ flop_count nested_flops(const rshape* xp, const bool* gx, bool vjp, bool forward
     };
     flop_count f;
     if constexpr (Op::name == "repeat") {  // layer 0's input adjoint is the operand's; the others' the layer below's
-        const auto Ly = Op::plan(x, forward_only);
+        const auto Ly = Op::plan(x, forward_only, recompute);
         constexpr std::size_t L = repeat_layers<Op>::value;
         f = body(Ly, true).times(L - 1);
         f += body(Ly, gx[0]);
+        if (Ly.recompute && vjp) {  // backward reruns every layer's forward but the last's (the frame holds it)
+            f.recompute = f.forward / L * (L - 1);
+            f.recompute_products = f.forward_products / L * (L - 1);
+        }
     } else {  // scan: the first step's state adjoint is h0's (none without a differentiable h0)
         const auto Ly = Op::plan(x, forward_only, 1);
         if (Ly.steps) {
@@ -374,16 +397,25 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
 
     // Per node: FLOPs, scratch (the functions program::plan() calls), and the arena as plan() lays it out.
     static constexpr auto scratch_fns = []<std::size_t... I>(std::index_sequence<I...>) {
-        return std::array<std::size_t (*)(const rshape*, const int*, std::size_t, std::size_t, bool), N>{
+        return std::array<std::size_t (*)(const rshape*, const int*, std::size_t, std::size_t, bool, bool), N>{
             &scratch_size_of<op_of_t<typename G::template node_t<I>>, G::arity[I]>...};
     }(std::make_index_sequence<N>{});
+    constexpr bool recompute = Opt.recompute && !Opt.inference;
+    s.recompute = recompute;
     std::array<std::size_t, N> scratch{}, val{}, adj{};
-    for (std::size_t i = 0; i < N; ++i)
-        scratch[i] = scratch_fns[i](shapes.data(), &G::operands[0][0], G::max_arity, i, Opt.inference);
+    for (std::size_t i = 0; i < N; ++i) {
+        scratch[i] = scratch_fns[i](shapes.data(), &G::operands[0][0], G::max_arity, i, Opt.inference, recompute);
+        if constexpr (recompute)  // what the same op would keep without recomputation
+            s.recompute_saved_bytes +=
+                (round_up_elems<T>(scratch_fns[i](shapes.data(), &G::operands[0][0], G::max_arity, i, false, false)) -
+                 round_up_elems<T>(scratch[i])) *
+                sizeof(T);
+    }
     std::array<flop_count, N> flops{};
     std::array<bool, N> all{};
     all.fill(true);
-    graph_flops<G>(shapes.data(), all.data(), G::needs_grad.data(), G::needs_grad.data(), Opt.inference, flops.data());
+    graph_flops<G>(shapes.data(), all.data(), G::needs_grad.data(), G::needs_grad.data(), Opt.inference, recompute,
+                   flops.data());
     std::size_t value_elems = 0, adjoint_elems = 0, scratch_elems = 0;
     for (std::size_t i = 0; i < N; ++i) {
         if ((G::kind[i] == leaf_kind::none && !G::aliases[i]) || G::kind[i] == leaf_kind::constant)
