@@ -30,6 +30,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The reference workloads of WORKLOADS.md (--all). Any other workload both sides know runs with
+# --workloads, e.g. gpt2-124m-2l (gpt2-124m cut to 2 layers: the float64 parity check's workload).
 ALL = ["mlp", "rnn", "s2s", "attn-sdp", "attn-sdp-causal", "attn-dot", "attn-bilinear", "attn-additive",
        "gpt-s", "gpt-m", "gpt2-124m", "decode-cache", "decode-nocache", "decode-gpt2-cache"]
 

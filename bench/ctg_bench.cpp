@@ -17,7 +17,9 @@
 // `shared/bench/torch_ref.py --dump-npz DIR`, runs one step, and compares the loss, every gradient
 // and the weights after the update with the dump: per tensor max|a - b| / max|b| <= 1e-4 (float32)
 // or 1e-9 (float64); an all-zero reference (max|b| at most 1e-6, 1e-12 in float64: round-off around
-// a zero) needs max|a| <= 1e-6 (1e-12). Exit status 1 on failure.
+// a zero) needs max|a| <= 1e-6 (1e-12). A weight after the update that misses the limit passes if
+// the update applied to PyTorch's gradients meets it: see run_training_check. Exit status 1 on
+// failure.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -315,16 +317,20 @@ std::vector<double> torch_arrays(const parameter_store<T>& ps, std::size_t slot,
     return v;
 }
 
+/// Parameter `slot`'s arrays from one of the dump's files, written to dst in ctgraph's layout.
+template <class W, class T>
+void from_torch_layout(const parameter_store<T>& ps, std::size_t slot, const std::map<std::string, npz::array>& file,
+                       const std::string& file_name, T* dst) {
+    const auto src = torch_arrays<W>(ps, slot, file, file_name);
+    for (const torch_piece& p : torch_pieces<W>(ps, slot))
+        for (std::size_t i = 0; i < p.rows; ++i)
+            for (std::size_t j = 0; j < p.cols; ++j)
+                dst[p.offset + i * p.cols + j] = T(src[p.offset + (p.transposed ? j * p.rows + i : i * p.cols + j)]);
+}
+
 template <class W, class T>
 void load_torch_weights(parameter_store<T>& ps, const std::map<std::string, npz::array>& weights) {
-    for (std::size_t s = 0; s < ps.size(); ++s) {
-        const auto src = torch_arrays<W>(ps, s, weights, "weights.npz");
-        T* dst = ps.value(s);
-        for (const torch_piece& p : torch_pieces<W>(ps, s))
-            for (std::size_t i = 0; i < p.rows; ++i)
-                for (std::size_t j = 0; j < p.cols; ++j)
-                    dst[p.offset + i * p.cols + j] = T(src[p.offset + (p.transposed ? j * p.rows + i : i * p.cols + j)]);
-    }
+    for (std::size_t s = 0; s < ps.size(); ++s) from_torch_layout<W>(ps, s, weights, "weights.npz", ps.value(s));
 }
 
 /// The decode workloads: the tokens equal the dump's, and so do the logits of every step (per
@@ -437,11 +443,39 @@ int run_training_check(const args& a) {
             check("grad " + k, w.input_grad(k), npz::to_vector<double>(grads.at(k)), calibrated ? &ac : nullptr);
         }
     }
+    // The weights after the update. The first Adam step moves a weight by lr g / (|g| + eps): where
+    // |g| is below eps, a gradient's rounding error reaches the weight multiplied by up to lr / eps
+    // (3e4 for the gpt workloads' AdamW), so at GPT-2's sizes both PyTorch's float32 and ours miss
+    // the limit on a few weights of gradient ~1e-9 (and PyTorch's float32 misses it against its own
+    // float64 by as much: docs/benchmarks.md). A weight that misses it is checked as the two factors
+    // of the step, each to the limit: its gradient (above), and the update applied to PyTorch's
+    // gradients from the initial weights (a fresh copy of the optimizer: its first step again).
+    const auto fresh_opt = w.opt;
     w.opt.step(ps);
+    std::vector<std::size_t> missed;
+    std::vector<std::vector<double>> missed_after;
     for (std::size_t s = 0; s < ps.size(); ++s) {
         const auto ac = calibrated ? torch_arrays<W>(ps, s, ac_after, "autocast weights_after_step1.npz") : std::vector<double>{};
-        check("after step " + ps.at(s).name, in_torch_layout<W>(ps, s, ps.value(s)),
-              torch_arrays<W>(ps, s, after, "weights_after_step1.npz"), calibrated ? &ac : nullptr);
+        const auto ours = in_torch_layout<W>(ps, s, ps.value(s));
+        auto ref = torch_arrays<W>(ps, s, after, "weights_after_step1.npz");
+        if (!calibrated && !compare(ours, ref, tol).ok) {
+            std::printf("  %-34s %.3e  (from our gradients; see below)\n", ("after step " + ps.at(s).name).c_str(),
+                        compare(ours, ref, tol).err);
+            missed.push_back(s);
+            missed_after.push_back(std::move(ref));
+            continue;
+        }
+        check("after step " + ps.at(s).name, ours, ref, calibrated ? &ac : nullptr);
+    }
+    if (!missed.empty()) {
+        auto opt = fresh_opt;
+        load_torch_weights<W>(ps, weights);
+        for (std::size_t s = 0; s < ps.size(); ++s) from_torch_layout<W>(ps, s, grads, "grads.npz", ps.grad(s));
+        opt.step(ps);
+        std::printf("  the update from PyTorch's gradients:\n");
+        for (std::size_t i = 0; i < missed.size(); ++i)
+            check("after step " + ps.at(missed[i]).name, in_torch_layout<W>(ps, missed[i], ps.value(missed[i])), missed_after[i],
+                  nullptr);
     }
     std::printf("%s\n", all_ok ? "parity: PASS" : "parity: FAIL");
     return all_ok ? 0 : 1;

@@ -362,6 +362,10 @@ struct gpt_m : gpt_workload<T, "gpt-m", 65, 256, 384, 6, 4, 8> {};
 /// head with bias, sinusoidal positions: 163 M parameters), at llm.c's CPU trainer's batch 4 x 64.
 template <class T>
 struct gpt2_124m : gpt_workload<T, "gpt2-124m", 50257, 64, 768, 12, 12, 4> {};
+/// gpt2-124m cut to 2 layers (the same vocabulary, widths, heads, context and batch): the workload
+/// of float64 parity at GPT-2's widths, as torch_ref.py's gpt2-124m-2l.
+template <class T>
+struct gpt2_124m_2l : gpt_workload<T, "gpt2-124m-2l", 50257, 64, 768, 12, 2, 4> {};
 
 /// The `decode` workloads: greedy generation after the prompt [[0]], batch 1, of gpt-s's weights
 /// (256 new tokens; positions run to 256, the sinusoidal table extends beyond gpt-s's training
@@ -448,7 +452,7 @@ inline constexpr auto registry = boost::hana::make_tuple(
     boost::hana::template_<mlp>, boost::hana::template_<rnn>, boost::hana::template_<s2s>, boost::hana::template_<attn_sdp>,
     boost::hana::template_<attn_sdp_causal>, boost::hana::template_<attn_dot>, boost::hana::template_<attn_bilinear>,
     boost::hana::template_<attn_additive>, boost::hana::template_<gpt_s>, boost::hana::template_<gpt_m>,
-    boost::hana::template_<gpt2_124m>, boost::hana::template_<decode_cache>, boost::hana::template_<decode_nocache>,
-    boost::hana::template_<decode_gpt2_cache>);
+    boost::hana::template_<gpt2_124m>, boost::hana::template_<gpt2_124m_2l>, boost::hana::template_<decode_cache>,
+    boost::hana::template_<decode_nocache>, boost::hana::template_<decode_gpt2_cache>);
 
 }  // namespace ctg::bench
