@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <filesystem>
 #include <string>
@@ -97,6 +98,49 @@ TEST_CASE("bf16 rounding: nearest even, NaN quiet, subnormals to zero; packing r
     kernels::pack_bf16(true, C, R, x.data(), C, t.data());  // op(X) = X^T, C x R
     for (std::size_t r = 0; r < R; ++r)
         for (std::size_t c = 0; c < C; ++c) CHECK(t[c * R + r] == reference_bf16(x[r * C + c]));
+}
+
+TEST_CASE("transposing bf16 packing: the bits of to_bf16 and of the portable tile path, on odd shapes and leading dimensions",
+          "[bf16]") {
+    // X (R x C, leading dimension ld >= C) packed as X^T (C x R): the vector path (AVX512-BF16
+    // builds), the portable tiles and the scalar definition must agree bit for bit, on every float
+    // class (NaN, infinities, subnormals, ties) and on shapes with edges in both directions. The
+    // output buffers are 64-byte aligned scratch, as in a product, so the large shapes take the
+    // streaming stores.
+    struct shape {
+        std::size_t R, C, ld;
+    };
+    const auto special = special_and_random_floats();
+    for (const shape s : {shape{1, 1, 1}, shape{17, 33, 33}, shape{33, 17, 40}, shape{31, 16, 16}, shape{32, 15, 19},
+                          shape{64, 48, 48}, shape{100, 70, 131}, shape{2048, 384, 384}, shape{2048, 384, 401},
+                          shape{1024, 512, 512}}) {
+        INFO("X " << s.R << " x " << s.C << ", ld " << s.ld);
+        std::vector<float> x = randoms(s.R * s.ld, 11);
+        for (std::size_t i = 0; i < x.size(); i += 7) x[i] = special[(i / 7) % special.size()];
+        kernels::scratch<bf16_bits> bits(s.R * s.C), tiles(s.R * s.C);
+        kernels::scratch<float> rounded(s.R * s.C), rounded_tiles(s.R * s.C);
+        kernels::pack_bf16(true, s.C, s.R, x.data(), s.ld, bits.data());
+        kernels::pack_bf16(true, s.C, s.R, x.data(), s.ld, rounded.data());
+        kernels::pack_bf16_transposed_tiles(s.C, s.R, x.data(), s.ld, tiles.data());
+        kernels::pack_bf16_transposed_tiles(s.C, s.R, x.data(), s.ld, rounded_tiles.data());
+        std::size_t wrong = 0;
+        for (std::size_t r = 0; r < s.C; ++r)
+            for (std::size_t c = 0; c < s.R; ++c) {
+                const std::size_t o = r * s.R + c;
+                const bf16_bits want = kernels::to_bf16(x[c * s.ld + r]);
+                wrong += bits.data()[o] != want || tiles.data()[o] != want || bits.data()[o] != reference_bf16(x[c * s.ld + r]) ||
+                         std::bit_cast<std::uint32_t>(rounded.data()[o]) != std::uint32_t(want) << 16 ||
+                         std::bit_cast<std::uint32_t>(rounded_tiles.data()[o]) != std::uint32_t(want) << 16;
+            }
+        CHECK(wrong == 0);
+        // The same values as a plain packing of the transposed matrix.
+        std::vector<float> xt(s.R * s.C);
+        for (std::size_t r = 0; r < s.C; ++r)
+            for (std::size_t c = 0; c < s.R; ++c) xt[r * s.R + c] = x[c * s.ld + r];
+        std::vector<bf16_bits> plain(s.R * s.C);
+        kernels::pack_bf16(false, s.C, s.R, xt.data(), s.R, plain.data());
+        CHECK(std::equal(plain.begin(), plain.end(), bits.data()));
+    }
 }
 
 TEST_CASE("bf16 products on every engine equal a float64 product of the rounded operands", "[bf16]") {

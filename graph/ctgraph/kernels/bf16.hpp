@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <type_traits>
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 #include <immintrin.h>
@@ -67,17 +68,85 @@ inline void to_bf16_row(std::size_t n, const float* x, float* y) {
     for (; i < n; ++i) y[i] = round_bf16(x[i]);
 }
 
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
+#define CTG_BF16_TRANSPOSE_AVX512 1
+// The 16 x 16 matrix of 32-bit lanes r[0..15] transposed in place (r[i] lane j <-> r[j] lane i).
+inline void transpose_16x16_epi32(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; ++i) {  // u[4i + j], 128-bit lane L: rows 4i..4i+3 at column 4L + j
+        u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int j = 0; j < 4; ++j) {
+        const __m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88), v1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xdd);
+        const __m512i w0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88), w1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xdd);
+        r[j] = _mm512_shuffle_i32x4(v0, w0, 0x88);
+        r[8 + j] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
+        r[4 + j] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+        r[12 + j] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
+    }
+}
+
+// out (rows x cols, row-major, contiguous) = X^T rounded to bf16, X (cols x rows, leading
+// dimension ld): tiles of 32 rows of X by 16 of its columns. Two rows of X are loaded and rounded
+// by one VCVTNE2PS2BF16 (the rounding of VCVTNEPS2BF16: the same bits) and interleaved, so each
+// 32-bit lane holds the pair X[c][r], X[c+1][r]; a 16 x 16 transpose of those lanes gives 16
+// rows of out, 32 values each (one 64-byte store). Edges by masked loads and stores. The tiles
+// walk 32 rows of X at a time (32 sequential read streams); their stores land one cache line in
+// each row of out, so where out is larger than half an L2 (1 MiB) and its rows are whole lines
+// they are non-temporal: read-for-ownership of lines scattered 4 KB apart was what held the
+// stores back (gpt-m's 2048 x 1536: 1,110 -> 890 us on the AMX host; in-cache sizes keep
+// ordinary stores, whose lines the product then reads from L2).
+template <class Out>
+inline void pack_bf16_transposed(std::size_t rows, std::size_t cols, const float* x, std::size_t ld, Out* out) {
+    alignas(64) static constexpr std::uint16_t interleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                                 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i idx = _mm512_load_si512(interleave);
+    const bool stream = std::is_same_v<Out, bf16_bits> && rows * cols * sizeof(Out) >= (std::size_t(1) << 20) &&
+                        cols % 32 == 0 && reinterpret_cast<std::uintptr_t>(out) % 64 == 0;
+    for (std::size_t c0 = 0; c0 < cols; c0 += 32) {
+        const std::size_t nc = std::min<std::size_t>(32, cols - c0);
+        const __mmask32 store_mask = nc == 32 ? ~__mmask32(0) : __mmask32((1u << nc) - 1);
+        for (std::size_t r0 = 0; r0 < rows; r0 += 16) {
+            const std::size_t nr = std::min<std::size_t>(16, rows - r0);
+            const __mmask16 load_mask = __mmask16((1u << nr) - 1);
+            __m512i v[16];
+            for (std::size_t k = 0; k < 16; ++k) {
+                const std::size_t c = c0 + 2 * k;
+                const __m512 a = c < cols ? _mm512_maskz_loadu_ps(load_mask, x + c * ld + r0) : _mm512_setzero_ps();
+                const __m512 b = c + 1 < cols ? _mm512_maskz_loadu_ps(load_mask, x + (c + 1) * ld + r0) : _mm512_setzero_ps();
+                v[k] = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));  // low half a, high half b
+            }
+            transpose_16x16_epi32(v);
+            for (std::size_t j = 0; j < nr; ++j) {
+                Out* o = out + (r0 + j) * cols + c0;
+                if constexpr (std::is_same_v<Out, bf16_bits>) {
+                    if (stream) _mm512_stream_si512(reinterpret_cast<__m512i*>(o), v[j]);
+                    else _mm512_mask_storeu_epi16(o, store_mask, v[j]);
+                } else {  // the rounded floats: each bf16 shifted into the top half
+                    const auto widen = [](__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); };
+                    _mm512_mask_storeu_ps(o, __mmask16(store_mask), widen(_mm512_castsi512_si256(v[j])));
+                    if (nc > 16) _mm512_mask_storeu_ps(o + 16, __mmask16(store_mask >> 16), widen(_mm512_extracti64x4_epi64(v[j], 1)));
+                }
+            }
+        }
+    }
+    if (stream) _mm_sfence();  // the streamed lines are visible before a product reads them
+}
+#endif
+
 }  // namespace detail
 
-/// Writes op(X) (rows x cols; X row-major with leading dimension ld; op(X) = X^T when trans) into
-/// `out` row-major and contiguous, each element rounded to bfloat16: Out = bf16_bits (the bits) or
-/// float (the rounded value).
+/// pack_bf16(true, ...) without vector transposes: tiles of 16 x 16 converted by rows and written
+/// out transposed (the portable path; tests compare the vector path with it).
 template <class Out>
-inline void pack_bf16(bool trans, std::size_t rows, std::size_t cols, const float* x, std::size_t ld, Out* out) {
-    if (!trans) {
-        for (std::size_t r = 0; r < rows; ++r) detail::to_bf16_row(cols, x + r * ld, out + r * cols);
-        return;
-    }
+inline void pack_bf16_transposed_tiles(std::size_t rows, std::size_t cols, const float* x, std::size_t ld, Out* out) {
     // out[r][c] = x[c][r]: tiles of 16 x 16, each read as 16 contiguous stretches of x, converted
     // 16 at a time, and written out transposed.
     constexpr std::size_t tile = 16;
@@ -91,6 +160,24 @@ inline void pack_bf16(bool trans, std::size_t rows, std::size_t cols, const floa
                 for (std::size_t c = 0; c < nc; ++c) out[(r0 + r) * cols + c0 + c] = converted[c * tile + r];
         }
     }
+}
+
+/// Writes op(X) (rows x cols; X row-major with leading dimension ld; op(X) = X^T when trans) into
+/// `out` row-major and contiguous, each element rounded to bfloat16: Out = bf16_bits (the bits) or
+/// float (the rounded value). The transposing form runs at about the plain one's rate where the
+/// build has AVX512-BF16 (detail::pack_bf16_transposed); elsewhere it converts tiles of 16 x 16
+/// with to_bf16 and writes them out transposed. Both give the bits of to_bf16.
+template <class Out>
+inline void pack_bf16(bool trans, std::size_t rows, std::size_t cols, const float* x, std::size_t ld, Out* out) {
+    if (!trans) {
+        for (std::size_t r = 0; r < rows; ++r) detail::to_bf16_row(cols, x + r * ld, out + r * cols);
+        return;
+    }
+#if defined(CTG_BF16_TRANSPOSE_AVX512)
+    detail::pack_bf16_transposed(rows, cols, x, ld, out);
+#else
+    pack_bf16_transposed_tiles(rows, cols, x, ld, out);
+#endif
 }
 
 }  // namespace ctg::kernels
