@@ -151,7 +151,8 @@ TEST_CASE("bf16 products on every engine equal a float64 product of the rounded 
     for (const kernels::bf16_engine engine : runnable_engines()) {
         kernels::set_bf16_engine(engine);
         for (const shape s : {shape{1, 1, 1}, shape{3, 5, 7}, shape{1, 384, 96}, shape{9, 33, 17}, shape{64, 48, 40},
-                              shape{200, 130, 77}, shape{256, 64, 256}})
+                              shape{200, 130, 77}, shape{256, 64, 256},
+                              shape{300, 8, 1000}})  // A^T: converted transposed (small A) and read through strides (this one)
             for (int ta = 0; ta < 2; ++ta)
                 for (int tb = 0; tb < 2; ++tb)
                     for (int mode = 0; mode < 3; ++mode) {

@@ -685,24 +685,34 @@ inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted, c
 #if defined(CTG_WITH_ONEDNN)
     gemm_flop_counter().fetch_add(flops, std::memory_order_relaxed);
     const gemm_cut cut = bf16_cut(M, flops, P);
-    // Operands converted as they are stored (oneDNN reads a transposed one through its strides, at
-    // the rate of a plain one: a transposing copy was 14 % of gpt-m's bf16 step); a weight's bf16
-    // copy is read in place.
+    // Operands converted into the calling thread's scratch; a weight's bf16 copy is read in place.
+    // A transposed A (x^T dY: a weight gradient, attention's P^T dO and dS^T Q) is read by oneDNN
+    // through its strides, or converted transposed (pack_bf16) so that oneDNN reads a plain A: the
+    // latter where A is small (its floats fit in half of L2, 1 MiB), which is what paid on the AMX
+    // host (docs/mixed-precision.md): there a plain A runs the product faster (128 x 512 x 1024
+    // 160 -> 123 us) and the transposing conversion reads A from cache (gpt-s's step 1.3 % faster).
+    // A large A comes from memory, where the transposing conversion costs more than a plain one
+    // (2048 x 384: 305 against 215 us) and took back what the faster products gave: gpt-m's step
+    // was 1.6 % slower converting every A transposed and no faster converting its 1536-wide ones.
+    // The rule depends on the shape only: every process computes the same bits.
+    const bool a_transposed = g.trans_a && !a_copy && !a_given && M * K <= (std::size_t(1) << 18);
+    const bool trans_a = g.trans_a && !a_transposed;
     const std::size_t a_rows = g.trans_a ? K : M, a_cols = g.trans_a ? M : K;
     const std::size_t b_rows = g.trans_b ? N : K, b_cols = g.trans_b ? K : N;
-    scratch<bf16_bits> a(a_copy || a_given ? 0 : a_rows * a_cols), b(b_copy || b_given ? 0 : b_rows * b_cols);
-    if (!a_copy && !a_given) pack_bf16(false, a_rows, a_cols, g.A, g.lda, a.data());
+    scratch<bf16_bits> a(a_copy || a_given ? 0 : M * K), b(b_copy || b_given ? 0 : b_rows * b_cols);
+    if (a_transposed) pack_bf16(true, M, K, g.A, g.lda, a.data());
+    else if (!a_copy && !a_given) pack_bf16(false, a_rows, a_cols, g.A, g.lda, a.data());
     if (!b_copy && !b_given) pack_bf16(false, b_rows, b_cols, g.B, g.ldb, b.data());
     const bf16_bits* ap = a_copy ? a_copy : a_given ? a_converted : a.data();
     const bf16_bits* bp = b_copy ? b_copy : b_given ? b_converted : b.data();
-    const std::size_t lda = a_copy ? g.lda : a_cols, ldb = b_copy ? g.ldb : b_cols;
+    const std::size_t lda = a_copy ? g.lda : a_transposed ? K : a_cols, ldb = b_copy ? g.ldb : b_cols;
     // oneDNN adds a bias only to alpha A B at beta 0 here; other cases add it after.
     const bool bias_in = g.bias && g.alpha == 1.0f && g.beta == 0.0f;
     auto piece = [&](std::size_t p) {
         const std::size_t r0 = cut.count > 1 ? p * cut.step : 0;
         const std::size_t rows = cut.count > 1 ? std::min(M, r0 + cut.step) - r0 : M;
         float* c = g.C + r0 * g.ldc;
-        onednn_matmuls::here().run(g.trans_a, g.trans_b, rows, N, K, g.alpha, g.trans_a ? ap + r0 : ap + r0 * lda, lda, bp,
+        onednn_matmuls::here().run(trans_a, g.trans_b, rows, N, K, g.alpha, trans_a ? ap + r0 : ap + r0 * lda, lda, bp,
                                    ldb, g.beta, c, g.ldc, bias_in ? g.bias : nullptr);
         if (g.bias && !bias_in)
             for (std::size_t i = 0; i < rows; ++i) add_to(N, g.bias, c + i * g.ldc);
