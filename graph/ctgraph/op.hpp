@@ -49,6 +49,12 @@
 //     // or, where backward needs more than forward, with a third argument, true in a forward-only
 //     // (inference) pass, which never runs backward:
 //     static std::size_t scratch_size(const ctg::rshape& y, const std::array<ctg::rshape, K>& x, bool forward_only);
+//     // (repeat takes a fourth, options::recompute in a training program: it then keeps one layer's
+//     // frame; the engine passes it to an op that declares it, graph/repeat.hpp.)
+//     // optional: the values backward reads, as a mask: bit k for operand k's, ctg::reads_result for
+//     // c.y and c.scratch (absent: all of them). A repeat under options::recompute does not rerun a
+//     // layer's nodes whose values no VJP reads (a GPT block's second FFN product and the sum after it).
+//     static constexpr std::uint32_t backward_reads = 0b011;  // affine: x and W, not the bias nor y
 //     // optional: extra text for printing (an axis, a constant).
 //     static std::string describe();
 //   };
@@ -66,6 +72,9 @@
 #include "ctgraph/tensor.hpp"
 
 namespace ctg {
+
+/// The bit of op::backward_reads that stands for the op's own result and scratch (see above).
+inline constexpr std::uint32_t reads_result = 1u << 31;
 
 /// How a pass runs, for the ops whose result depends on it (dropout): training or inference, and
 /// where its random numbers come from. Counter-based: an op draws element i's number from

@@ -339,6 +339,7 @@ struct placeholder_of<shape<D...>, Index> {
 struct cell_result_op {
     static constexpr std::string_view name = "cell_result";
     static constexpr bool assigns_adjoints = true;
+    static constexpr std::uint32_t backward_reads = 0;  // (op.hpp)
     template <class A>
     static consteval bool check() { return true; }
     template <class A>

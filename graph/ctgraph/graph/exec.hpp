@@ -41,6 +41,12 @@ inline constexpr bool assigns_adjoints = [] {
     if constexpr (requires { Op::assigns_adjoints; }) return bool(Op::assigns_adjoints); else return false;
 }();
 
+/// The values an op's backward reads (op.hpp, backward_reads): all of them unless it says.
+template <class Op>
+inline constexpr std::uint32_t backward_reads_of = [] {
+    if constexpr (requires { Op::backward_reads; }) return std::uint32_t(Op::backward_reads); else return ~std::uint32_t(0);
+}();
+
 /// program::backward() without a per-parameter hook.
 struct no_final_hook {
     void operator()(std::size_t) const {}

@@ -26,8 +26,9 @@
 // layer's input (the layer outputs, kept anyway) and runs every layer in ONE frame; backward, for
 // layer l from L-1 down, first reruns layer l's forward from its kept input into that frame (the
 // same kernels, operands and random streams: the values are those forward computed, bit for bit),
-// then runs its VJPs. The frame holds layer L-1 when forward ends, so a backward that follows
-// directly reruns L-1 layers (the scratch's last line records which layer the frame holds).
+// then runs its VJPs; only the nodes whose values a VJP reads are rerun (repeat_op::rerun). The
+// frame holds layer L-1 when forward ends, so a backward that follows directly reruns L-1 layers
+// (the scratch's last line records which layer the frame holds).
 #pragma once
 #include <algorithm>
 #include <array>
@@ -123,6 +124,32 @@ struct repeat_op {
     }();
     static constexpr std::string_view name = "repeat";
     static_assert(L >= 1, "ctg::repeat: at least one layer");
+    /// The nodes backward reruns under options::recompute: those whose values (result or scratch) a
+    /// VJP of the layer reads (op.hpp, backward_reads), and what they are computed from. The others
+    /// (a GPT block's second FFN product and the residual sum after it) keep another layer's stale
+    /// values in the frame, which nothing reads.
+    static constexpr std::array<bool, N> rerun = [] {
+        constexpr auto reads = []<std::size_t... I>(std::index_sequence<I...>) {
+            return std::array<std::uint32_t, N>{detail::backward_reads_of<detail::op_of_t<typename G::template node_t<I>>>...};
+        }(std::make_index_sequence<N>{});
+        std::array<bool, N> needed{}, r{};
+        for (std::size_t i = 0; i < N; ++i) {
+            if (!info::computed[i] || G::is_index[i]) continue;  // (index nodes run no VJP)
+            needed[i] = needed[i] || (reads[i] & reads_result) != 0;
+            for (std::size_t k = 0; k < G::arity[i]; ++k)
+                if (k >= 31 || ((reads[i] >> k) & 1)) needed[std::size_t(G::operands[i][k])] = true;
+        }
+        for (std::size_t i = N; i-- > 0;) {  // consumers before their operands
+            r[i] = info::computed[i] && needed[i];
+            if (r[i])
+                for (std::size_t k = 0; k < G::arity[i]; ++k) needed[std::size_t(G::operands[i][k])] = true;
+        }
+        return r;
+    }();
+    template <class T, std::size_t... I>
+    static void rerun_layer(const detail::exec_state& s, std::index_sequence<I...>) {
+        ((rerun[I] ? detail::exec_forward<detail::op_of_t<typename G::template node_t<I>>, G::arity[I], T>(s, I) : void()), ...);
+    }
 
     template <class... S>
     static consteval bool check() { return true; }
@@ -253,7 +280,7 @@ struct repeat_op {
         for (std::size_t l = L; l-- > 0;) {
             values_at(v, c, Ly, l);
             if (Ly.recompute && held_layer(base, Ly) != l) {  // layer l's values again, from its kept input
-                detail::run_cell_forward<info, T>(exec_of(v, Ly, c.run, l), std::make_index_sequence<N>{});
+                rerun_layer<T>(exec_of(v, Ly, c.run, l), std::make_index_sequence<N>{});
                 hold_layer(base, Ly, l);
             }
             Ly.zero_orphans(adj_block);  // the others are written fresh by their first VJP

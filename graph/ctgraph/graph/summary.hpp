@@ -24,7 +24,8 @@
 //   * repeat and scan: their body's nodes at the body's shapes, times the layers or time steps (the
 //     first step's state adjoint only where one is needed);
 //   * options{.recompute = true}: the forward FLOPs backward runs again, L - 1 layers of each repeat
-//     (flop_count::recompute, apart from forward and backward).
+//     (the nodes of a layer whose values its VJPs read; flop_count::recompute, apart from forward
+//     and backward).
 // Memory: each row's bytes are those plan() gives its nodes in the program's arena: in a training
 // program values, adjoints and op scratch (all kept from forward to backward; a repeat's or scan's
 // scratch holds every layer's or step's frame); in an inference program values and scratch, which
@@ -321,8 +322,10 @@ flop_count nested_flops(const rshape* xp, const bool* gx, bool vjp, bool forward
         f = body(Ly, true).times(L - 1);
         f += body(Ly, gx[0]);
         if (Ly.recompute && vjp) {  // backward reruns every layer's forward but the last's (the frame holds it)
-            f.recompute = f.forward / L * (L - 1);
-            f.recompute_products = f.forward_products / L * (L - 1);
+            std::array<bool, BN> none{};
+            const flop_count once = graph_flops<BG>(Ly.shapes.data(), Op::rerun.data(), none.data(), none.data(), forward_only);
+            f.recompute = once.forward * (L - 1);
+            f.recompute_products = once.forward_products * (L - 1);
         }
     } else {  // scan: the first step's state adjoint is h0's (none without a differentiable h0)
         const auto Ly = Op::plan(x, forward_only, 1);

@@ -25,6 +25,7 @@ struct affine_op {
     static consteval bool rows_independent() { return true; }  // see op.hpp
     static constexpr bool weight_adjoint_is_xt_dy = true;  // see op.hpp
     static constexpr bool assigns_adjoints = true;
+    static constexpr std::uint32_t backward_reads = 0b011;  // x and W (see op.hpp)
 
     template <class X, class W, class B>
     static consteval bool check() {
@@ -45,7 +46,7 @@ struct affine_op {
         kernels::gemm(false, false, M, N, K, T(1), x, K, w, N, T(0), c.y_data(), N, b, c.run.bf16);
     }
     template <class T>
-    static void backward(op_io<T, 3>& c) {
+    static void backward(op_io<T, 3>& c) {  // reads x and W (not y, not the bias): backward_reads
         const std::size_t M = c.x[0].shape.rows(), K = c.x[0].shape.cols(), N = c.x[1].shape.d[1];
         const T *x = c.x_data(0), *w = c.x_data(1), *gy = c.gy_data();
         T *gx = c.gx_data(0), *gw = c.gx_data(1);

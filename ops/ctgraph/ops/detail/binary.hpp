@@ -120,6 +120,11 @@ struct binary_op {
     static constexpr bool assigns_adjoints = true;
     template <class A, class B>
     static consteval bool rows_independent() { return true; }  // element-wise, rows repeated (see op.hpp)
+    /// The values backward reads (op.hpp): none when the derivatives are constants (Fn::constant_derivatives: add, sub).
+    static constexpr std::uint32_t backward_reads = [] {
+        if constexpr (requires { Fn::constant_derivatives; }) return Fn::constant_derivatives ? 0u : 0b011u | reads_result;
+        else return 0b011u | reads_result;
+    }();
 
     template <class T>
     static void forward(op_io<T, 2>& c) {
