@@ -53,6 +53,25 @@ bool same_bits(const std::vector<S>& a, const std::vector<S>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(S)) == 0;
 }
 
+/// Trains `plain` and `recomputed` side by side with AdamW through the fused step: every loss,
+/// every step's gradients and the final weights the same bits. Returns the optimizer of
+/// `recomputed` (its state, for further steps).
+template <class P0, class P1>
+auto check_same_training(P0& plain, P1& recomputed, int steps) {
+    auto o0 = optim::adamw<float>(1e-2, 0.01);
+    auto o1 = optim::adamw<float>(1e-2, 0.01);
+    for (int step = 0; step < steps; ++step) {
+        feed(plain, step);
+        feed(recomputed, step);
+        const float l0 = train_step(plain, o0, 1.0);
+        const float l1 = train_step(recomputed, o1, 1.0);
+        CHECK(std::memcmp(&l0, &l1, sizeof(float)) == 0);
+        CHECK(same_bits(grads_of(plain.params()), grads_of(recomputed.params())));
+    }
+    CHECK(same_bits(values_of(plain.params()), values_of(recomputed.params())));
+    return o1;
+}
+
 // Loss and gradients of one forward and backward (and of a second backward after the same forward:
 // gradients add) in a program without and one with recomputation over the same weights.
 template <class S, class Model>
@@ -113,16 +132,7 @@ TEST_CASE("recompute: the fused train_step trains the same weights bit for bit, 
         plain.params().init(11);
         recomputed.params().init(11);
         REQUIRE(same_bits(values_of(plain.params()), values_of(recomputed.params())));
-        auto o0 = optim::adamw<float>(1e-2, 0.01);
-        auto o1 = optim::adamw<float>(1e-2, 0.01);
-        for (int step = 0; step < 4; ++step) {
-            feed(plain, step);
-            feed(recomputed, step);
-            const float l0 = train_step(plain, o0, 1.0);
-            const float l1 = train_step(recomputed, o1, 1.0);
-            CHECK(std::memcmp(&l0, &l1, sizeof(float)) == 0);
-        }
-        CHECK(same_bits(values_of(plain.params()), values_of(recomputed.params())));
+        auto o1 = check_same_training(plain, recomputed, 4);
 
         CHECK(allocations_during([&] {
                   feed(recomputed, 5);
@@ -138,17 +148,7 @@ TEST_CASE("recompute: mixed precision (bf16 products) trains the same weights bi
     auto recomputed = compile<float, bf_rec>(dropped_gpt::loss(Tok{}, Tgt{}));
     plain.params().init(13);
     recomputed.params().init(13);
-    auto o0 = optim::adamw<float>(1e-2, 0.01);
-    auto o1 = optim::adamw<float>(1e-2, 0.01);
-    for (int step = 0; step < 3; ++step) {
-        feed(plain, step);
-        feed(recomputed, step);
-        const float l0 = train_step(plain, o0, 1.0);
-        const float l1 = train_step(recomputed, o1, 1.0);
-        CHECK(std::memcmp(&l0, &l1, sizeof(float)) == 0);
-        CHECK(same_bits(grads_of(plain.params()), grads_of(recomputed.params())));
-    }
-    CHECK(same_bits(values_of(plain.params()), values_of(recomputed.params())));
+    check_same_training(plain, recomputed, 3);
 }
 
 TEST_CASE("recompute: the summary's bytes saved and FLOPs added, against hand counts, the GEMM counter and the arena",
