@@ -93,6 +93,10 @@ void compare_fused(Loss loss, MakeOpt make_opt, double clip = 0) {
                 o.begin_step(ps);
             }
             void update(parameter_store<Scalar>& ps, std::size_t s) { o.update(ps, s); }
+            // (ranges: a repeat's stacked parameters layer by layer, inside backward)
+            void update(parameter_store<Scalar>& ps, std::size_t s, std::size_t first, std::size_t count) {
+                o.update(ps, s, first, count);
+            }
             void step(parameter_store<Scalar>& ps) { o.step(ps); }
             void set_lr(double lr) { o.set_lr(lr); }
             double lr() const { return o.lr(); }

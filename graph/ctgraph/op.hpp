@@ -73,6 +73,15 @@
 
 namespace ctg {
 
+/// Called by a layered op's backward (repeat) after each layer's VJPs: layer `l`'s rows of the
+/// operands it names final (layered_operand, below) will not be written again. Type-erased so that
+/// no op is templated on the program that listens.
+struct layer_hook {
+    void (*fn)(const void* ctx, std::size_t layer);
+    const void* ctx;
+    void operator()(std::size_t layer) const { fn(ctx, layer); }
+};
+
 /// The bit of op::backward_reads that stands for the op's own result and scratch (see above).
 inline constexpr std::uint32_t reads_result = 1u << 31;
 
@@ -95,6 +104,11 @@ struct run_info {
     // forward before its VJP (its scratch is sized the same way: the fourth argument of
     // scratch_size). Cleared inside a cell: ops nested in a scan or repeat plan without it.
     bool recompute = false;
+    // Set by program::backward_with for a node whose op declares layered operands (an op may say
+    // `static constexpr int layers` and `static constexpr bool layered_operand(k)`: its backward
+    // writes row l of operand k's adjoint only while running layer l, from the last layer down, and
+    // calls after_layer(l) once that layer is done). Null otherwise, and inside a cell.
+    const layer_hook* after_layer = nullptr;
 };
 
 /// What the engine hands an op: views of its output, operands, their adjoints and its scratch.

@@ -3,7 +3,9 @@
 // and then update(slot) of each parameter, one loop over its contiguous values and gradients. The
 // two halves are public so that ctg::train_step can run each update inside the backward pass, right
 // after the node that finishes that parameter's gradient; step() runs the very same per-slot loops,
-// so the fused and the plain step give bit-identical weights.
+// so the fused and the plain step give bit-identical weights. update(slot, first, count) updates
+// an element range (the rules are element-wise; the step's constants come from begin_step), so a
+// stacked parameter of ctg::repeat is updated layer by layer as its rows become final.
 // The update rules are PyTorch's (torch.optim.SGD, Adam, AdamW), so results compare one to one.
 #pragma once
 #include <cmath>
@@ -22,6 +24,17 @@ namespace ctg::optim {
 /// Parameters of at least this many elements are updated in pieces on the kernel pool (an update
 /// is a few arithmetic operations per element: 8192 of them take several microseconds).
 inline constexpr std::size_t parallel_update_min_size = 8192;
+
+/// body(lo, hi) over elements [first, first + count) of a parameter, in pieces on the kernel pool
+/// when the range is large: cut at 64-byte lines counted from the parameter's start, as the update
+/// of the whole parameter is cut, so no SIMD batch is shared by two threads (lanes::each_within).
+template <class T, class F>
+void for_param_range(std::size_t first, std::size_t count, F&& body) {
+    const std::size_t line = 64 / sizeof(T), from = first / line * line, end = first + count;
+    kernels::for_ranges<T>(end - from, parallel_update_min_size, [&](std::size_t lo, std::size_t hi) {
+        if (from + hi > first) body(std::max(from + lo, first), std::min(from + hi, end));
+    });
+}
 
 /// SGD with optional momentum (dampening 0), Nesterov momentum and L2 weight decay:
 ///   g += wd p;  b = mu b + g (b = g on the first step);  g = nesterov ? g + mu b : b;  p -= lr g
@@ -56,26 +69,27 @@ public:
         ++t_;
     }
     /// Updates one parameter (slot) from its gradient; call after begin_step().
-    void update(parameter_store<T>& ps, std::size_t slot) {
-        const auto& e = ps.at(slot);
+    void update(parameter_store<T>& ps, std::size_t slot) { update(ps, slot, 0, ps.at(slot).shape.size()); }
+    /// Updates elements [first, first + count) of a parameter; each element once per step.
+    void update(parameter_store<T>& ps, std::size_t slot, std::size_t first, std::size_t count) {
+        const std::size_t at = ps.at(slot).offset;
         T* p = ps.value_storage(slot);  // (the bf16 copy, if any, is written below, range by range)
         parameter_store<T>* store = &ps;
-        const T* g = ps.grads().data() + e.offset;
-        const std::size_t n = e.shape.size();
+        const T* g = ps.grads().data() + at;
         const T lr = T(c_.lr), mu = T(c_.momentum), wd = T(c_.weight_decay);
         if (c_.momentum == 0) {
-            kernels::for_ranges<T>(n, parallel_update_min_size, [=](std::size_t lo, std::size_t hi) {
+            for_param_range<T>(first, count, [=](std::size_t lo, std::size_t hi) {
                 for (std::size_t i = lo; i < hi; ++i) p[i] -= lr * (g[i] + wd * p[i]);
                 store->write_bf16(slot, lo, hi);
             });
             return;
         }
-        T* b = buf_.data() + e.offset;
-        const bool first = t_ == 1, nesterov = c_.nesterov;
-        kernels::for_ranges<T>(n, parallel_update_min_size, [=](std::size_t lo, std::size_t hi) {
+        T* b = buf_.data() + at;
+        const bool initial = t_ == 1, nesterov = c_.nesterov;
+        for_param_range<T>(first, count, [=](std::size_t lo, std::size_t hi) {
             for (std::size_t i = lo; i < hi; ++i) {
                 const T gi = g[i] + wd * p[i];
-                b[i] = first ? gi : mu * b[i] + gi;
+                b[i] = initial ? gi : mu * b[i] + gi;
                 p[i] -= lr * (nesterov ? gi + mu * b[i] : b[i]);
             }
             store->write_bf16(slot, lo, hi);
@@ -129,26 +143,27 @@ public:
         sqrt_bc2_ = std::sqrt(T(1 - std::pow(c_.beta2, double(t_))));
     }
     /// Updates one parameter (slot) from its gradient; call after begin_step().
-    void update(parameter_store<T>& ps, std::size_t slot) {
-        const auto& e = ps.at(slot);
+    void update(parameter_store<T>& ps, std::size_t slot) { update(ps, slot, 0, ps.at(slot).shape.size()); }
+    /// Updates elements [first, first + count) of a parameter; each element once per step.
+    void update(parameter_store<T>& ps, std::size_t slot, std::size_t first, std::size_t count) {
+        const std::size_t at = ps.at(slot).offset, n = ps.at(slot).shape.size();
         T* p = ps.value_storage(slot);  // (the bf16 copy, if any, is written below, range by range)
         parameter_store<T>* store = &ps;
-        const T* g = ps.grads().data() + e.offset;
-        T* m = m_.data() + e.offset;
-        T* v = v_.data() + e.offset;
-        const std::size_t n = e.shape.size();
+        const T* g = ps.grads().data() + at;
+        T* m = m_.data() + at;
+        T* v = v_.data() + at;
         const T b1 = T(c_.beta1), b2 = T(c_.beta2), eps = T(c_.eps), wd = T(c_.weight_decay);
         const T step = step_size_, sqrt_bc2 = sqrt_bc2_;
         const T decay = c_.decoupled ? T(1 - c_.lr * c_.weight_decay) : T(1);
         const T l2 = c_.decoupled ? T(0) : wd;
         // In SIMD lanes: std::sqrt keeps a scalar loop scalar (errno), and this loop was 4-8 % of a
         // training step (rnn, s2s, gpt-s) before.
-        kernels::for_ranges<T>(n, parallel_update_min_size, [=](std::size_t lo, std::size_t hi) {
+        // (each_within: the batches of the whole parameter's loop, whatever the range: bit for bit)
+        for_param_range<T>(first, count, [=](std::size_t lo, std::size_t hi) {
             namespace lanes = kernels::lanes;
-            lanes::each<T>(hi - lo, [&](std::size_t j, auto tag) {
+            lanes::each_within<T>(n, lo, hi, [&](std::size_t i, auto tag) {
                 using V = decltype(tag);
                 using std::sqrt;
-                const std::size_t i = lo + j;
                 const V pi = lanes::load<V>(p + i) * V(decay);
                 const V gi = lanes::load<V>(g + i) + V(l2) * pi;
                 const V mi = V(b1) * lanes::load<V>(m + i) + V(1 - b1) * gi;
@@ -156,7 +171,7 @@ public:
                 lanes::store(m + i, mi);
                 lanes::store(v + i, vi);
                 lanes::store(p + i, pi - V(step) * mi / (sqrt(vi) / V(sqrt_bc2) + V(eps)));
-            });
+            }, p, m, v);
             store->write_bf16(slot, lo, hi);  // while the range is in L1
         });
     }
@@ -192,6 +207,13 @@ concept optimizer_for = requires(O& o, parameter_store<T>& ps, std::size_t slot)
     o.update(ps, slot);
     o.step(ps);
     o.set_lr(1.0);
+};
+
+/// Optimizers that also update element ranges, update(store, slot, first, count) (sgd and adam):
+/// ctg::train_step then updates a stacked parameter layer by layer inside backward.
+template <class O, class T>
+concept range_optimizer_for = optimizer_for<O, T> && requires(O& o, parameter_store<T>& ps, std::size_t n) {
+    o.update(ps, n, n, n);
 };
 
 /// Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before.

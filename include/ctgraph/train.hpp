@@ -72,7 +72,8 @@ namespace ctg {
 
 /// One training step of a program whose first output is a scalar loss; returns the loss. Without
 /// clipping (clip_norm = 0) each parameter is updated inside the backward pass, as soon as its
-/// gradient is final; with clipping, after the whole backward pass and the clip.
+/// gradient is final (a stacked parameter of ctg::repeat layer by layer, when the optimizer updates
+/// ranges); with clipping, after the whole backward pass and the clip, which needs every gradient.
 template <class Program, class Optimizer>
 typename Program::scalar train_step(Program& prog, Optimizer& opt, double clip_norm = 0) {
     using T = typename Program::scalar;
@@ -87,6 +88,9 @@ typename Program::scalar train_step(Program& prog, Optimizer& opt, double clip_n
         prog.backward();
         optim::clip_grad_norm(store, clip_norm);
         opt.step(store);
+    } else if constexpr (optim::range_optimizer_for<Optimizer, T>) {
+        opt.begin_step(store);  // (step count and constants once; each element updated once)
+        prog.backward_with([&](std::size_t slot, std::size_t first, std::size_t count) { opt.update(store, slot, first, count); });
     } else {
         opt.begin_step(store);
         prog.backward_with([&](std::size_t slot) { opt.update(store, slot); });

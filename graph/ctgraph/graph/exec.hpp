@@ -52,6 +52,11 @@ struct no_final_hook {
     void operator()(std::size_t) const {}
 };
 
+/// Whether a backward_with hook takes element ranges, on_final(slot, first, count): it then hears
+/// of each layer's rows of a stacked parameter as soon as that layer's backward is done.
+template <class F>
+concept range_final_hook = requires(F& f, std::size_t s) { f(s, s, s); };
+
 /// A stream number from a parent stream and an index (a node, a step): splitmix64 of both.
 constexpr std::uint64_t sub_stream(std::uint64_t parent, std::uint64_t index) {
     std::uint64_t z = parent * 0x9E3779B97F4A7C15ULL + index + 0x632BE59BD9B4E019ULL;
@@ -72,7 +77,19 @@ constexpr run_info sub_run(const run_info& run, std::uint64_t index) {
 constexpr run_info cell_run(const run_info& run, std::uint64_t index) {
     run_info r = sub_run(run, index);
     r.recompute = false;
+    r.after_layer = nullptr;  // (the enclosing op reports its own layers)
     return r;
+}
+
+/// An op's layer count when its backward reports layers (run_info::after_layer), else 0.
+template <class Op>
+inline constexpr std::size_t op_layers = [] {
+    if constexpr (requires { Op::layered_operand(std::size_t(0)); }) return std::size_t(Op::layers); else return std::size_t(0);
+}();
+/// Whether operand k's adjoint rows are final layer by layer (see op_layers).
+template <class Op>
+constexpr bool op_layered_operand(std::size_t k) {
+    if constexpr (op_layers<Op> > 0) return Op::layered_operand(k); else return false;
 }
 
 template <class T, std::size_t K>

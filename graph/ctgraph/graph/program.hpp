@@ -252,6 +252,13 @@ public:
     /// this program right after the backward node that completes its gradient (while it is still in
     /// cache), any other parameter of the (shared) store after the pass. ctg::train_step passes the
     /// optimizer's per-parameter update here.
+    ///
+    /// A hook taking element ranges, on_final(slot, first, count), is called once for every element
+    /// of every slot instead: a stacked parameter of ctg::repeat row by row, layer l's row (elements
+    /// [l n / L, (l + 1) n / L)) as soon as layer l's backward is done, from the last layer down, so
+    /// updates and all-reduces start while backward works on the earlier layers; every other
+    /// parameter (one also read outside that repeat, say) whole, (slot, 0, n), where on_final(slot)
+    /// would be called. for_each_final() lists the calls in this order without running backward.
     template <class OnFinal>
     void backward_with(OnFinal&& on_final) {
         static_assert(!Opt.inference, "ctg::program::backward: this program was compiled with options{.inference = true}");
@@ -280,15 +287,20 @@ public:
             if (params_fresh) store_->zero_grad();
             throw;
         }
-        if constexpr (!std::is_same_v<std::decay_t<OnFinal>, detail::no_final_hook>) {
-            finalize(N, on_final);  // parameters nothing reads
-            // The store's other parameters (another program's), as optimizer.step(store) would.
-            const std::size_t slots = store_->size();
-            for (std::size_t slot = 0, p = 0; slot < slots; ++slot) {
-                while (p < G::num_params && sorted_slots_[p] < slot) ++p;
-                if (p == G::num_params || sorted_slots_[p] != slot) on_final(slot);
-            }
+        if constexpr (!std::is_same_v<std::decay_t<OnFinal>, detail::no_final_hook>) finalize_rest(on_final);
+    }
+
+    /// Calls on_final(slot, first, count) in the order in which backward_with(on_final) would,
+    /// without running anything (data_parallel plans its buckets from it).
+    template <class OnFinal>
+        requires detail::range_final_hook<OnFinal>
+    void for_each_final(OnFinal&& on_final) const {
+        for (std::size_t i = N; i-- > 0;) {
+            if (reports_layers[i])
+                for (std::size_t l = node_layers[i]; l-- > 0;) finalize_layer(i, l, on_final);
+            finalize(i, on_final);
         }
+        finalize_rest(on_final);
     }
 
     /// The seed of output k's adjoint (for non-scalar outputs); valid after the first forward().
@@ -697,21 +709,102 @@ private:
         const detail::exec_state s = state();
         (detail::exec_forward<detail::op_of_t<node_t<I>>, G::arity[I], T, Opt.detect_anomaly>(s, I), ...);
     }
+    // The layer count of each node's op when its backward reports layers (repeat), else 0.
+    static constexpr std::array<std::size_t, N + 1> node_layers = []<std::size_t... I>(std::index_sequence<I...>) {
+        return std::array<std::size_t, N + 1>{detail::op_layers<detail::op_of_t<node_t<I>>>..., 0};
+    }(std::make_index_sequence<N>{});
+    // Parameters whose rows are final layer by layer: the node completing the gradient
+    // (param_final_at; every other reader's VJP has run before it) is a layered op that reads the
+    // parameter once, as a layered operand with a leading axis of its layers. Anything else (a
+    // stacked parameter also read outside the repeat: its last reader is then another node, or the
+    // same one twice) is reported whole, after the node, as by on_final(slot).
+    static constexpr std::array<bool, G::num_params + 1> param_by_layer = []<std::size_t... I>(std::index_sequence<I...>) {
+        constexpr std::array<bool (*)(std::size_t), N> layered{&detail::op_layered_operand<detail::op_of_t<node_t<I>>>...};
+        std::array<bool, G::num_params + 1> r{};
+        for (std::size_t p = 0; p < G::num_params; ++p) {
+            const std::size_t f = G::param_final_at[p], i = G::param_nodes[p];
+            if (f == N || node_layers[f] == 0 || G::rank[i] == 0 || G::layer_axes[i] == 0 || G::dims[i][0].sym ||
+                std::size_t(G::dims[i][0].n) != node_layers[f])
+                continue;
+            std::size_t reads = 0;
+            bool ok = true;
+            for (std::size_t k = 0; k < G::arity[f]; ++k)
+                if (std::size_t(G::operands[f][k]) == i) ++reads, ok = ok && layered[f](k);
+            r[p] = ok && reads == 1;
+        }
+        return r;
+    }(std::make_index_sequence<N>{});
+    static constexpr std::array<bool, N + 1> reports_layers = [] {
+        std::array<bool, N + 1> r{};
+        for (std::size_t p = 0; p < G::num_params; ++p) r[G::param_final_at[p]] = r[G::param_final_at[p]] || param_by_layer[p];
+        return r;
+    }();
+
+    // What run_backward hands a layered op (run_info::after_layer): the node it runs, to report
+    // that node's parameters' rows of layer l.
+    template <class OnFinal>
+    struct layer_reporter {
+        const program* self;
+        OnFinal* on_final;
+        std::size_t node = 0;
+        static void call(const void* ctx, std::size_t l) {
+            const auto* r = static_cast<const layer_reporter*>(ctx);
+            r->self->finalize_layer(r->node, l, *r->on_final);
+        }
+    };
     // After each node's VJP, the parameters it completes (a constant test per node, folded away
-    // where there are none; nothing at all without a hook).
+    // where there are none; nothing at all without a hook). A range hook hears of a layered op's
+    // rows during its backward, through the state of that node only.
     template <class OnFinal, std::size_t... I>
     void run_backward(OnFinal& on_final, bool params_fresh, std::index_sequence<I...>) {
         const detail::exec_state s = state(params_fresh);
         constexpr bool hook = !std::is_same_v<std::decay_t<OnFinal>, detail::no_final_hook>;
+        constexpr bool by_layer = detail::range_final_hook<OnFinal>;
+        layer_reporter<OnFinal> reporter{this, &on_final};
+        const layer_hook after{&layer_reporter<OnFinal>::call, &reporter};
+        detail::exec_state layered = s;
+        layered.run.after_layer = &after;
+        auto at = [&](std::size_t i) -> const detail::exec_state& { return reporter.node = i, layered; };
         ((detail::exec_backward<detail::op_of_t<node_t<N - 1 - I>>, G::arity[N - 1 - I], G::needs_grad[N - 1 - I], T,
-                                Opt.detect_anomaly>(s, N - 1 - I),
+                                Opt.detect_anomaly>(by_layer && reports_layers[N - 1 - I] ? at(N - 1 - I) : s, N - 1 - I),
           (hook && G::final_count[N - 1 - I] ? finalize(N - 1 - I, on_final) : void())),
          ...);
     }
+    // The parameters node i completes (those reported by layer already, for a range hook, excepted).
     template <class OnFinal>
-    void finalize(std::size_t i, OnFinal& on_final) {
-        for (std::size_t k = G::final_begin[i]; k < G::final_begin[i] + G::final_count[i]; ++k)
-            on_final(param_slot_[G::final_order[k]]);
+    void finalize(std::size_t i, OnFinal& on_final) const {
+        for (std::size_t k = G::final_begin[i]; k < G::final_begin[i] + G::final_count[i]; ++k) {
+            const std::size_t p = G::final_order[k];
+            if constexpr (detail::range_final_hook<OnFinal>) {
+                if (!param_by_layer[p]) on_final(param_slot_[p], std::size_t(0), static_shape(G::param_nodes[p]).size());
+            } else {
+                on_final(param_slot_[p]);
+            }
+        }
+    }
+    // Layer l's rows of the parameters node i (a layered op) completes by layer.
+    template <class OnFinal>
+    void finalize_layer(std::size_t i, std::size_t l, OnFinal& on_final) const {
+        if constexpr (detail::range_final_hook<OnFinal>)  // (a hook of slots is never installed)
+            for (std::size_t k = G::final_begin[i]; k < G::final_begin[i] + G::final_count[i]; ++k)
+                if (const std::size_t p = G::final_order[k]; param_by_layer[p]) {
+                    const std::size_t rows = static_shape(G::param_nodes[p]).size() / node_layers[i];
+                    on_final(param_slot_[p], l * rows, rows);
+                }
+    }
+    // After the pass: the parameters nothing reads, then the store's other parameters (another
+    // program's), as optimizer.step(store) would.
+    template <class OnFinal>
+    void finalize_rest(OnFinal& on_final) const {
+        finalize(N, on_final);
+        const std::size_t slots = store_->size();
+        for (std::size_t slot = 0, p = 0; slot < slots; ++slot) {
+            while (p < G::num_params && sorted_slots_[p] < slot) ++p;
+            if (p == G::num_params || sorted_slots_[p] != slot) {
+                if constexpr (detail::range_final_hook<OnFinal>) on_final(slot, std::size_t(0), store_->at(slot).shape.size());
+                else on_final(slot);
+            }
+        }
     }
 
     // ---------------------------------------------------------------- printing helpers
@@ -820,6 +913,8 @@ public:
     void backward() {}
     template <class OnFinal>
     void backward_with(OnFinal&&) {}
+    template <class OnFinal>
+    void for_each_final(OnFinal&&) const {}
     empty_view seed(std::size_t) { return empty(); }
     void training(bool) {}
     bool training() const { return false; }

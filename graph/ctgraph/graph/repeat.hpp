@@ -20,7 +20,8 @@
 // Forward runs the block L times, keeping each layer's intermediate values (backward needs them)
 // and each layer's output; the last layer's output is the node's value. Backward runs the layers'
 // VJPs from L-1 down to 0; a layer's input adjoint is the previous layer's output adjoint (two
-// buffers, alternating), and each layer's parameter gradients land in their own rows.
+// buffers, alternating), and each layer's parameter gradients land in their own rows: row l is
+// final once layer l is done, and program::backward_with reports it then (layered_operand).
 //
 // options{.recompute = true} (training programs) trades compute for memory: forward keeps each
 // layer's input (the layer outputs, kept anyway) and runs every layer in ONE frame; backward, for
@@ -124,6 +125,10 @@ struct repeat_op {
     }();
     static constexpr std::string_view name = "repeat";
     static_assert(L >= 1, "ctg::repeat: at least one layer");
+    /// The stacked parameters' adjoints are written row by row, layer l's row only by layer l's
+    /// backward: the program may report each row final after its layer (run_info::after_layer).
+    static constexpr int layers = L;
+    static constexpr bool layered_operand(std::size_t k) { return k >= first_param && k < first_hoisted; }
     /// The nodes backward reruns under options::recompute: those whose values (result or scratch) a
     /// VJP of the layer reads (op.hpp, backward_reads), and what they are computed from. The others
     /// (a GPT block's second FFN product and the residual sum after it) keep another layer's stale
@@ -308,6 +313,7 @@ struct repeat_op {
             for (std::size_t j = 0; j < info::num_hoisted; ++j)
                 if (c.gx[first_hoisted + j]) v.adj[info::hoisted[j]].ptr = c.gx[first_hoisted + j].ptr;
             detail::run_cell_backward<info, T>(exec_of(v, Ly, c.run, l), [](std::size_t) {}, std::make_index_sequence<N>{});
+            if (c.run.after_layer) (*c.run.after_layer)(l);  // rows l of the stacked gradients are done
         }
     }
 };

@@ -5,6 +5,7 @@
 // scalar_only` forces the reference path, so tests can compare the two on the same inputs.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <type_traits>
@@ -211,6 +212,40 @@ inline void each(std::size_t n, F&& f) {
         for (; j + V::size <= n; j += V::size) f(j, V{});
     }
     for (; j < n; ++j) f(j, T{});
+}
+/// each() over elements [lo, hi) of an array of n elements, in the batches each(n) uses: an element
+/// gets the same operations (in a batch, or in the scalar tail) whichever range it is updated in,
+/// bit for bit (a FMA contracted in the scalar tail, say, may round otherwise). A batch cut by lo or
+/// hi runs whole, then the lanes outside [lo, hi) of the arrays it writes (`written`, each of n
+/// elements) get their values back: no other thread may use that batch meanwhile.
+template <class T, class F, class... W>
+inline void each_within(std::size_t n, std::size_t lo, std::size_t hi, F&& f, W*... written) {
+    std::size_t j = lo;
+    if (!scalar_only()) {
+        using V = batch<T>;
+        constexpr std::size_t w = V::size;
+        while (j < hi) {
+            const std::size_t c = j / w * w;
+            if (c + w > n) break;  // the tail
+            if (c == j && c + w <= hi) {
+                f(c, V{});
+                j = c + w;
+                continue;
+            }
+            std::array<std::array<T, w>, sizeof...(W)> kept;
+            std::size_t a = 0;
+            ((std::copy_n(written + c, w, kept[a++].data())), ...);
+            f(c, V{});
+            auto put_back = [&](T* out, const std::array<T, w>& k) {
+                for (std::size_t i = c; i < c + w; ++i)
+                    if (i < lo || i >= hi) out[i] = k[i - c];
+            };
+            a = 0;
+            (put_back(written, kept[a++]), ...);
+            j = std::min(c + w, hi);
+        }
+    }
+    for (; j < hi; ++j) f(j, T{});
 }
 template <class V, class T>
 inline V load(const T* p) {
