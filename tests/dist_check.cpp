@@ -179,6 +179,41 @@ void gpt_trainer(const dist::communicator& comm, std::size_t stream, double clip
     expect(!std::filesystem::exists(dist_cfg.out_dir) || comm.root(), label + ": a rank other than 0 made its directory");
 }
 
+// The GPT (repeat) by hand, three ways from the same weights on the same batches: blocking; buckets
+// of the ranges backward reports (each layer's rows of the stacked parameters, the last layer's
+// first), updated layer by layer; buckets of whole parameters (data_parallel made from the store).
+// Two ranks add the same two numbers whatever the bucket: the weights must agree bit for bit, and
+// the layer buckets must be more (smaller, layer-sized) than the whole-parameter ones.
+template <class S, class MakeOpt>
+void gpt_schemes(const dist::communicator& comm, MakeOpt make, const std::string& label) {
+    const std::size_t global = 3 * std::size_t(comm.size());
+    token_windows data(token_stream(200, 3), 6);
+    std::vector<std::vector<S>> weights;
+    std::vector<std::size_t> buckets;
+    for (int scheme = 0; scheme < 3; ++scheme) {
+        auto prog = compile<S>(gpt_loss());
+        prog.params().init(6);
+        const dist::parallel_config pc{.bucket_bytes = 64 * sizeof(S), .overlap = scheme != 0};
+        auto dp = scheme == 2 ? dist::data_parallel<S>(comm, prog.shared_params(), pc) : dist::data_parallel<S>(comm, prog, pc);
+        dist::shard mine(data, comm);
+        auto opt = make();
+        std::vector<std::size_t> rows(global);
+        for (std::size_t step = 0; step < 5; ++step) {
+            for (std::size_t k = 0; k < global; ++k) rows[k] = (step * 5 + k * 3) % data.size();
+            mine.feed(prog, rows.data(), global);
+            dp(prog, opt, 0.0, global);
+        }
+        weights.emplace_back(prog.params().values().begin(), prog.params().values().end());
+        buckets.push_back(dp.buckets());
+    }
+    const bool same = weights[0] == weights[1] && weights[0] == weights[2];
+    if (comm.root())
+        std::printf("%-44s %zu layer buckets, %zu whole  %s\n", label.c_str(), buckets[1], buckets[2],
+                    same ? "bit-identical to blocking" : "DIFFERENT");
+    expect(same, label + ": the overlapped weights differ from the blocking ones");
+    expect(buckets[1] > buckets[2], label + ": the stacked parameters were not split into layers");
+}
+
 int equivalence(const dist::communicator& comm) {
     const auto dir = std::filesystem::temp_directory_path() / ("ctg_dist_check_" + std::to_string(::getpid()));
     std::string d0 = dir.string();  // rank 0's name for the directory, for every rank
@@ -196,6 +231,8 @@ int equivalence(const dist::communicator& comm) {
     gru_by_hand<double>(comm, [&] { return adamw(0.); }, {.bucket_bytes = 256}, "GRU, AdamW, float64, overlapped");
     gru_by_hand<float>(comm, [&] { return adamw(0.f); }, {.overlap = false}, "GRU, AdamW, float32, blocking");
     gru_by_hand<double>(comm, [&] { return adamw(0.); }, {.overlap = false}, "GRU, AdamW, float64, blocking");
+    gpt_schemes<float>(comm, [&] { return adamw(0.f); }, "GPT, AdamW, float32, layer buckets");
+    gpt_schemes<double>(comm, [&] { return sgd(0.); }, "GPT, SGD momentum, float64, layer buckets");
     // 55 windows: batches of 8 and a last one of 7 (4 + 3); 57 windows: a last batch of 1 (rank 1: 0)
     gpt_trainer<float>(comm, 61, 0, "GPT, SGD momentum, trainer, float32", root_dir);
     gpt_trainer<double>(comm, 61, 0, "GPT, SGD momentum, trainer, float64", root_dir);

@@ -20,14 +20,16 @@
 // partial batch does not divide evenly (a rank with no sample contributes zeros). This assumes the
 // loss is a mean over samples of equal weight (fixed-length windows, no ignored labels).
 //
-// Overlap. data_parallel groups the store's flat gradient array into buckets (contiguous runs of
-// whole parameters, about bucket_bytes each). program::backward_with tells it when each parameter's
-// gradient is final; when all of a bucket's are, it starts a non-blocking all-reduce of the bucket
-// (MPI_Iallreduce) while backward goes on with the earlier layers. Buckets start in one fixed order
-// on every rank (the last parameters first, which is the order backward completes them), as MPI
-// requires. The optimizer updates each bucket's parameters as soon as its reduction is complete
-// (without clipping; with clip_norm > 0, after all of them and the clip). overlap = false is the
-// plain scheme, one blocking all-reduce of the whole gradient after backward.
+// Overlap. data_parallel groups the gradient into buckets of about bucket_bytes, in the order in
+// which backward completes them: program::for_each_final lists that order (whole parameters, and a
+// repeat's stacked parameters row by row, layer L-1 first), so a bucket holds, say, the last layer's
+// rows of every stacked parameter. program::backward_with tells it when each range is final; when
+// all of a bucket's are, it starts a non-blocking all-reduce (MPI_Iallreduce, one per contiguous run
+// of the bucket) while backward goes on with the earlier layers. Buckets start in that one fixed
+// order on every rank, as MPI requires (made from a store alone: whole parameters, the last first).
+// The optimizer updates each bucket's ranges as soon as its reductions are complete (without
+// clipping; with clip_norm > 0, after all of them and the clip). overlap = false is the plain
+// scheme, one blocking all-reduce of the whole gradient after backward.
 //
 // Bad input: ranks that build different models (names, shapes, layers, float/double) stop with
 // ctg::dist::model_mismatch naming the first difference, when data_parallel (or
@@ -40,6 +42,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstddef>
@@ -348,7 +351,7 @@ struct sharded_mean_loss {
 
 /// How data_parallel reduces the gradients.
 struct parallel_config {
-    std::size_t bucket_bytes = std::size_t(1) << 20;  ///< gradient bytes per all-reduce (whole parameters)
+    std::size_t bucket_bytes = std::size_t(1) << 20;  ///< gradient bytes per bucket (whole parameters or layers' rows)
     bool overlap = true;  ///< false: one blocking all-reduce of the whole gradient after backward; true: buckets reduced while backward runs
 };
 
@@ -366,20 +369,27 @@ public:
 
     /// For the parameters of `store`: checks that every rank has the same model (throws
     /// ctg::dist::model_mismatch naming the first difference) and copies rank 0's weights to every rank. Collective.
+    /// Buckets of whole parameters, started from the last one down.
     data_parallel(communicator comm, std::shared_ptr<parameter_store<T>> store, parallel_config cfg = {})
         : comm_(comm), store_(std::move(store)), cfg_(cfg) {
         if (!store_) throw error("ctg::dist::data_parallel: no parameter store");
         broadcast_parameters(comm_, *store_);
+        for (std::size_t s = store_->size(); s-- > 0;) pieces_.push_back({s, 0, store_->at(s).shape.size()});
         build_buckets();
     }
-    /// For the parameters of `prog`'s store.
+    /// For the parameters of `prog`'s store, in buckets of the ranges in the order `prog`'s backward
+    /// completes them (program::for_each_final).
     template <class Program>
         requires requires(Program& p) { p.shared_params(); }
     data_parallel(communicator comm, Program& prog, parallel_config cfg = {})
-        : data_parallel(comm, prog.shared_params(), cfg) {}
+        : comm_(comm), store_(prog.shared_params()), cfg_(cfg) {
+        broadcast_parameters(comm_, *store_);
+        prog.for_each_final([&](std::size_t slot, std::size_t first, std::size_t count) { pieces_.push_back({slot, first, count}); });
+        build_buckets();
+    }
 
     const communicator& comm() const { return comm_; }  ///< the ranks
-    std::size_t buckets() const { return bucket_begin_.size(); }  ///< the number of gradient buckets
+    std::size_t buckets() const { return bucket_pieces_.size(); }  ///< the number of gradient buckets
     const stats& statistics() const { return stats_; }  ///< steps and time spent waiting
     /// Only rank 0 writes files and progress output (ctg::trainer asks).
     bool writes_output() const { return comm_.root(); }
@@ -417,25 +427,28 @@ public:
             stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         } else {
             detail::check(MPI_Iallreduce(MPI_IN_PLACE, reduced_.data(), 2, MPI_DOUBLE, MPI_SUM, comm_.get(),
-                                         &requests_[buckets()]),
+                                         &requests_[runs()]),
                           "MPI_Iallreduce");
-            pending_ = bucket_slots_;
+            piece_pending_ = piece_count_;
+            bucket_pending_ = bucket_pieces_;
+            runs_pending_ = bucket_runs_;
+            slot_pending_ = slot_pieces_;
             next_ = 0;
             if (fused) opt.begin_step(ps);
-            auto on_final = [&](std::size_t slot) {
-                ready(slot, weight);
+            auto on_final = [&](std::size_t slot, std::size_t first, std::size_t count) {
+                ready(slot, first, count, weight);
                 progress(opt, fused);
             };
             if (local > 0) prog.backward_with(on_final);
             else
-                for (std::size_t s = 0; s < slots_; ++s) on_final(s);  // zero gradients, same order of starts
+                for (const piece& p : pieces_) on_final(p.slot, p.first, p.count);  // zero gradients, same order of starts
             for (;;) {  // the rest, each bucket's update as soon as it is reduced
                 const auto t0 = std::chrono::steady_clock::now();
                 int k = MPI_UNDEFINED;
                 detail::check(MPI_Waitany(int(requests_.size()), requests_.data(), &k, MPI_STATUS_IGNORE), "MPI_Waitany");
                 stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
                 if (k == MPI_UNDEFINED) break;
-                if (fused && std::size_t(k) < buckets()) update(opt, std::size_t(k));
+                reduced(opt, fused, std::size_t(k));
             }
         }
         if (reduced_[1] != double(samples) * comm_.size())
@@ -451,48 +464,95 @@ public:
     }
 
 private:
+    // A range of a slot that backward reports final at once (a whole parameter, or a layer's rows).
+    struct piece {
+        std::size_t slot, first, count;
+    };
+    std::size_t runs() const { return run_begin_.size(); }
+
+    // Buckets: consecutive pieces in report order, about bucket_bytes each (a piece larger than that
+    // is a bucket of its own); each bucket's memory as contiguous runs, one all-reduce each.
     void build_buckets() {
         const parameter_store<T>& ps = *store_;
         slots_ = ps.size();
         elements_ = ps.grads().size();
-        bucket_of_.assign(slots_, 0);
         const std::size_t per_bucket = std::max<std::size_t>(1, cfg_.bucket_bytes / sizeof(T));
-        for (std::size_t s = 0; s < slots_; ++s) {
-            const std::size_t begin = ps.at(s).offset, end = s + 1 < slots_ ? ps.at(s + 1).offset : elements_;
-            if (end - begin > detail::max_count)
-                throw error("ctg::dist::data_parallel: parameter '" + ps.at(s).name + "' has more than INT_MAX elements");
-            // A new bucket when this parameter would take the current one past bucket_bytes (a parameter
-            // larger than that is a bucket of its own).
-            if (bucket_begin_.empty() || end - bucket_begin_.back() > per_bucket ||
-                end - bucket_begin_.back() > detail::max_count) {
-                bucket_begin_.push_back(begin);
-                bucket_end_.push_back(end);
-                bucket_first_slot_.push_back(s);
-                bucket_slots_.push_back(0);
+        slot_pieces_.assign(slots_, 0);
+        pieces_of_slot_.assign(slots_, {});
+        std::vector<std::pair<std::size_t, std::size_t>> extents;  // of the current bucket
+        auto close = [&] {
+            bucket_first_run_.push_back(runs());
+            std::sort(extents.begin(), extents.end());
+            std::size_t runs = 0;
+            for (std::size_t k = 0; k < extents.size(); ++k) {
+                if (k > 0 && extents[k].first == run_end_.back() && extents[k].second - run_begin_.back() <= detail::max_count) {
+                    run_end_.back() = extents[k].second;  // adjacent: one run
+                    continue;
+                }
+                run_begin_.push_back(extents[k].first);
+                run_end_.push_back(extents[k].second);
+                run_bucket_.push_back(bucket_pieces_.size() - 1);
+                ++runs;
             }
-            bucket_end_.back() = end;
-            ++bucket_slots_.back();
-            bucket_of_[s] = bucket_begin_.size() - 1;
+            bucket_runs_.push_back(runs);
+            extents.clear();
+        };
+        std::size_t bucket_size = 0;
+        std::erase_if(pieces_, [](const piece& p) { return p.count == 0; });  // (nothing to wait for)
+        for (std::size_t k = 0; k < pieces_.size(); ++k) {
+            const piece& p = pieces_[k];
+            const auto& e = ps.at(p.slot);
+            const std::size_t begin = e.offset + p.first, size = e.shape.size();
+            // The last range of a parameter takes the padding up to the next one along (zeros), so that
+            // neighbouring parameters of one bucket are one run.
+            const std::size_t end = p.first + p.count < size ? begin + p.count
+                                    : p.slot + 1 < slots_    ? ps.at(p.slot + 1).offset
+                                                             : elements_;
+            if (end - begin > detail::max_count)
+                throw error("ctg::dist::data_parallel: parameter '" + e.name + "' has a range of more than INT_MAX elements");
+            if (bucket_pieces_.empty() || bucket_size + (end - begin) > per_bucket) {
+                if (!bucket_pieces_.empty()) close();
+                bucket_pieces_.push_back(0);
+                bucket_first_piece_.push_back(k);
+                bucket_size = 0;
+            }
+            bucket_size += end - begin;
+            extents.emplace_back(begin, end);
+            ++bucket_pieces_.back();
+            piece_bucket_.push_back(bucket_pieces_.size() - 1);
+            piece_count_.push_back(p.count);
+            ++slot_pieces_[p.slot];
+            pieces_of_slot_[p.slot].push_back(k);
         }
-        bucket_first_slot_.push_back(slots_);
-        requests_.assign(buckets() + 1, MPI_REQUEST_NULL);  // the buckets', then the loss's
-        done_.resize(buckets() + 1);
+        if (!bucket_pieces_.empty()) close();
+        bucket_first_piece_.push_back(pieces_.size());
+        bucket_first_run_.push_back(runs());
+        for (std::size_t s = 0; s < slots_; ++s)
+            if (!slot_pieces_[s] && ps.at(s).shape.size())
+                throw error("ctg::dist::data_parallel: the program's backward does not report parameter '" + ps.at(s).name + "'");
+        requests_.assign(runs() + 1, MPI_REQUEST_NULL);  // the runs', then the loss's
+        done_.resize(runs() + 1);
     }
-    // Slot's gradient is final: scale it; start the buckets that are complete, in the fixed order.
-    void ready(std::size_t slot, T weight) {
-        const std::size_t b = bucket_of_[slot];
+    // Elements [first, first + count) of slot are final: scale them; start the buckets that are
+    // complete, in the fixed order.
+    void ready(std::size_t slot, std::size_t first, std::size_t count, T weight) {
         if (weight != T(1)) {
-            const auto& e = store_->at(slot);
-            T* g = store_->grads().data() + e.offset;
-            for (std::size_t i = 0, n = e.shape.size(); i < n; ++i) g[i] *= weight;
+            T* g = store_->grads().data() + store_->at(slot).offset;
+            for (std::size_t i = first; i < first + count; ++i) g[i] *= weight;
         }
-        --pending_[b];
-        while (next_ < buckets() && pending_[buckets() - 1 - next_] == 0) {
-            const std::size_t k = buckets() - 1 - next_++;
-            detail::check(MPI_Iallreduce(MPI_IN_PLACE, store_->grads().data() + bucket_begin_[k],
-                                         int(bucket_end_[k] - bucket_begin_[k]), detail::mpi_type<T>(), MPI_SUM,
-                                         comm_.get(), &requests_[k]),
-                          "MPI_Iallreduce");
+        for (std::size_t k : pieces_of_slot_[slot]) {  // the pieces this range covers (all or part)
+            const piece& p = pieces_[k];
+            const std::size_t lo = std::max(first, p.first), hi = std::min(first + count, p.first + p.count);
+            if (lo >= hi) continue;
+            piece_pending_[k] -= hi - lo;
+            if (piece_pending_[k] == 0) --bucket_pending_[piece_bucket_[k]];
+        }
+        while (next_ < buckets() && bucket_pending_[next_] == 0) {
+            for (std::size_t r = bucket_first_run_[next_]; r < bucket_first_run_[next_ + 1]; ++r)
+                detail::check(MPI_Iallreduce(MPI_IN_PLACE, store_->grads().data() + run_begin_[r], int(run_end_[r] - run_begin_[r]),
+                                             detail::mpi_type<T>(), MPI_SUM, comm_.get(), &requests_[r]),
+                              "MPI_Iallreduce");
+            ++next_;
         }
     }
     // Lets MPI move the started reductions on (it progresses only inside MPI calls); applies the
@@ -502,21 +562,34 @@ private:
         int count = 0;
         detail::check(MPI_Testsome(int(requests_.size()), requests_.data(), &count, done_.data(), MPI_STATUSES_IGNORE),
                       "MPI_Testsome");
-        if (!fused || count == MPI_UNDEFINED) return;
-        for (int i = 0; i < count; ++i)
-            if (std::size_t(done_[std::size_t(i)]) < buckets()) update(opt, std::size_t(done_[std::size_t(i)]));
+        if (count == MPI_UNDEFINED) return;
+        for (int i = 0; i < count; ++i) reduced(opt, fused, std::size_t(done_[std::size_t(i)]));
     }
+    // Request k (a run, or the loss's) is complete: a bucket whose runs all are gets its update.
     template <class Optimizer>
-    void update(Optimizer& opt, std::size_t bucket) {
-        for (std::size_t s = bucket_first_slot_[bucket]; s < bucket_first_slot_[bucket + 1]; ++s) opt.update(*store_, s);
+    void reduced(Optimizer& opt, bool fused, std::size_t k) {
+        if (k >= runs() || --runs_pending_[run_bucket_[k]] > 0 || !fused) return;
+        const std::size_t b = run_bucket_[k];
+        for (std::size_t i = bucket_first_piece_[b]; i < bucket_first_piece_[b + 1]; ++i) {
+            const piece& p = pieces_[i];
+            if constexpr (optim::range_optimizer_for<Optimizer, T>) opt.update(*store_, p.slot, p.first, p.count);
+            else if (--slot_pending_[p.slot] == 0) opt.update(*store_, p.slot);  // once its last range is reduced
+        }
     }
 
     communicator comm_;
     std::shared_ptr<parameter_store<T>> store_;
     parallel_config cfg_;
     std::size_t slots_ = 0, elements_ = 0;
-    std::vector<std::size_t> bucket_begin_, bucket_end_, bucket_first_slot_, bucket_slots_, pending_, bucket_of_;
-    std::size_t next_ = 0;  // buckets started, from the last one down
+    std::vector<piece> pieces_;  // in report order
+    std::vector<std::vector<std::size_t>> pieces_of_slot_;
+    std::vector<std::size_t> piece_bucket_, piece_count_, slot_pieces_;
+    std::vector<std::size_t> bucket_pieces_, bucket_first_piece_, bucket_first_run_, bucket_runs_;
+    std::vector<std::size_t> run_begin_, run_end_, run_bucket_;
+    // this step's: elements of each piece not yet final, pieces of each bucket, runs of each bucket
+    // not yet reduced, ranges of each slot not yet reduced (optimizers without range updates)
+    std::vector<std::size_t> piece_pending_, bucket_pending_, runs_pending_, slot_pending_;
+    std::size_t next_ = 0;  // buckets started, in order
     std::vector<MPI_Request> requests_;
     std::vector<int> done_;
     std::vector<double> reduced_ = std::vector<double>(2);
