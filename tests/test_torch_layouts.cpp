@@ -1,11 +1,12 @@
 // nn::load_torch / nn::save_torch (ctgraph/nn/torch_layout.hpp): PyTorch state_dicts written by
 // tests/torch_layouts_ref.py (nn.MultiheadAttention; nn.Linear, nn.LayerNorm and nn.Embedding in one
 // module; nn.TransformerEncoderLayer post- and pre-norm, and two in an nn.TransformerEncoder;
-// nn.TransformerDecoderLayer; bench/torch_ref.py's GPT; nn.GRU and nn.LSTM, one-way and
-// bidirectional) load in one call, and the modules' float64 outputs equal PyTorch's to 1e-12
-// relative; saved back, each file loads into a new PyTorch module with load_state_dict(strict=True)
-// and gives the same outputs, its tensors equal to the original's. Every mismatch is an io_error
-// naming tensor, shapes and file, and nothing is written.
+// nn.TransformerDecoderLayer; bench/torch_ref.py's GPT; nn.GRU, nn.LSTM and nn.RNN, one-way and
+// bidirectional, one layer and num_layers > 1) load in one call, and the modules' float64 outputs
+// equal PyTorch's to 1e-12 relative; saved back, each file loads into a new PyTorch module with
+// load_state_dict(strict=True) and gives the same outputs, its tensors equal to the original's (but
+// nn.RNN's two biases, saved as their sum and zeros). Every mismatch is an io_error naming tensor,
+// shapes and file, and nothing is written.
 //
 // The cases run /usr/bin/python3 with python3-torch (installed by scripts/setup.sh); without it they
 // fail, saying so, rather than skip.
@@ -56,6 +57,16 @@ using gru = nn::gru<"g", 5, 6>;
 using lstm = nn::lstm<"l", 5, 6>;
 using bigru = nn::bidirectional<nn::gru<"gf", 5, 6>, nn::gru<"gb", 5, 6>>;
 using bilstm = nn::bidirectional<nn::lstm<"lf", 5, 6>, nn::lstm<"lb", 5, 6>>;
+// PyTorch's num_layers: layer l's tensors *_l<l>, its input the layer before's outputs.
+using gru2 = nn::stacked_recurrent<nn::gru<"g0", 5, 6>, nn::gru<"g1", 6, 6>>;
+using lstm3 = nn::stacked_recurrent<nn::lstm<"l0", 5, 6>, nn::lstm<"l1", 6, 6>, nn::lstm<"l2", 6, 6>>;
+using bigru2 = nn::stacked_recurrent<nn::bidirectional<nn::gru<"f0", 5, 6>, nn::gru<"b0", 5, 6>>,
+                                     nn::bidirectional<nn::gru<"f1", 12, 6>, nn::gru<"b1", 12, 6>>>;
+using rnn = nn::elman<"r", 5, 6>;
+template <fixed_string P, int X>
+using relu_cell = nn::elman<P, X, 6, nn::activation::relu>;
+using birnn2 = nn::stacked_recurrent<nn::bidirectional<relu_cell<"f0", 5>, relu_cell<"b0", 5>>,
+                                     nn::bidirectional<relu_cell<"f1", 12>, relu_cell<"b1", 12>>>;
 
 using ctg::testing::temp_dir;
 
@@ -138,12 +149,28 @@ std::shared_ptr<parameter_store<double>> check_case(const std::string& c, E e) {
     const auto saved = st::read(out, &meta);
     CHECK(meta == st::metadata{{"format", "pt"}});
     REQUIRE(saved.size() == original.size());
+    // What each saved tensor must hold: the original, but a tensor added on loading to an earlier
+    // one's parameter (nn.RNN's bias_hh) saves as zeros and the earlier one as the sum.
+    std::map<std::string, std::vector<double>> want_saved;
+    for (const auto& [name, t] : original) want_saved[name] = st::to_vector<double>(t);
+    std::map<std::vector<std::string>, std::string> first;
+    for (const nn::layout_entry& x : nn::torch_layout<Module>::entries()) {
+        if (!x.summed) {
+            first.emplace(x.params, x.name);
+            continue;
+        }
+        REQUIRE(first.count(x.params));
+        auto& sum = want_saved.at(first.at(x.params));
+        auto& added = want_saved.at(x.name);
+        for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += added[i];
+        std::fill(added.begin(), added.end(), 0.0);
+    }
     for (const auto& [name, t] : original) {
         INFO(name);
         REQUIRE(saved.count(name));
         CHECK(saved.at(name).dtype == "F64");
         CHECK(saved.at(name).shape == t.shape);
-        CHECK(st::to_vector<double>(saved.at(name)) == st::to_vector<double>(t));
+        CHECK(st::to_vector<double>(saved.at(name)) == want_saved.at(name));
     }
     CHECK(std::system(("OMP_NUM_THREADS=1 /usr/bin/python3 " CTG_TORCH_LAYOUTS_REF " check " + ref.root.string() + " " + c +
                        " " + out)
@@ -231,6 +258,33 @@ TEST_CASE("bidirectional nn.GRU and nn.LSTM: the backward cell's tensors _revers
     check_case<bilstm>("bilstm", bilstm::run(Xs{}));
 }
 
+TEST_CASE("nn.GRU and nn.LSTM with num_layers > 1: layer l's *_l<l> into nn::stacked_recurrent's layer l",
+          "[torch_layout][python]") {
+    using Xs = input<"x", T, B, 5>;
+    auto store = check_case<gru2>("gru2", gru2::run(Xs{}));
+    CHECK(store->size() == 8);
+    // Layer 1 reads layer 0's outputs: its input weights are (H, 3H).
+    CHECK(store->at(store->slot("g1_W_i")).shape.to_vector() == std::vector<std::size_t>{6, 18});
+    check_case<lstm3>("lstm3", lstm3::run(Xs{}));
+    // Bidirectional: layer 1 reads both directions (2H) and has its own _l1_reverse tensors.
+    store = check_case<bigru2>("bigru2", bigru2::run(Xs{}));
+    CHECK(store->at(store->slot("b1_W_i")).shape.to_vector() == std::vector<std::size_t>{12, 18});
+}
+
+TEST_CASE("nn.RNN: bias_ih + bias_hh load as nn::elman's one bias, save as (bias, 0)", "[torch_layout][python]") {
+    using Xs = input<"x", T, B, 5>;
+    auto store = check_case<rnn>("rnn", rnn::run(Xs{}));
+    CHECK(store->size() == 3);
+    const auto file = st::read(reference() / "rnn.safetensors");
+    const auto bi = st::to_vector<double>(file.at("bias_ih_l0")), bh = st::to_vector<double>(file.at("bias_hh_l0"));
+    const double* b = store->value(store->slot("r_b"));
+    for (std::size_t i = 0; i < 6; ++i) CHECK(b[i] == bi[i] + bh[i]);
+    // Loading again replaces the bias (the sum is not added to what the store held).
+    nn::load_torch<rnn>(*store, reference() / "rnn.safetensors");
+    for (std::size_t i = 0; i < 6; ++i) CHECK(b[i] == bi[i] + bh[i]);
+    check_case<birnn2>("birnn2", birnn2::run(Xs{}));
+}
+
 // ---- Mismatches ----------------------------------------------------------------------------------
 
 TEST_CASE("every mismatch of a state_dict is an io_error naming tensor, shapes and file; nothing is written",
@@ -304,4 +358,37 @@ TEST_CASE("every mismatch of a state_dict is an io_error naming tensor, shapes a
     CHECK(shallow.size() == 0);
     // Saving a module whose parameters the store lacks names the parameter.
     CHECK_THROWS_WITH(nn::save_torch<dec>(store, path), Contains("dec."));
+}
+
+TEST_CASE("a recurrent state_dict of other layers or sizes is an io_error naming tensors and shapes", "[torch_layout][python]") {
+    const temp_dir& ref = reference();
+    parameter_store<double> store;
+    // Two layers in the file, one in the model: layer 1's tensors are named.
+    CHECK_THAT(io_message([&] { nn::load_torch<nn::stacked_recurrent<nn::gru<"g0", 5, 6>>>(store, ref / "gru2.safetensors"); }),
+               Contains("tensors the module does not have: 'bias_hh_l1', 'bias_ih_l1', 'weight_hh_l1', 'weight_ih_l1'"));
+    // Three layers in the model, two in the file: layer 2's are missing, with their shapes.
+    using gru3 = nn::stacked_recurrent<nn::gru<"g0", 5, 6>, nn::gru<"g1", 6, 6>, nn::gru<"g2", 6, 6>>;
+    const std::string three = io_message([&] { nn::load_torch<gru3>(store, ref / "gru2.safetensors"); });
+    CHECK_THAT(three, Contains("does not match the PyTorch layout of nn::stacked_recurrent<nn::gru<\"g0\", 5, 6>, "));
+    CHECK_THAT(three, Contains("tensor 'weight_ih_l2' is missing (expected shape (18,6))"));
+    // A second layer of another width: its shapes differ from the file's.
+    using wide = nn::stacked_recurrent<nn::gru<"g0", 5, 6>, nn::gru<"g1", 6, 7>>;
+    const std::string w = io_message([&] { nn::load_torch<wide>(store, ref / "gru2.safetensors"); });
+    CHECK_THAT(w, Contains("tensor 'weight_ih_l1' has shape (18,6) in the file; expected (21,6)"));
+    CHECK_THAT(w, Contains("tensor 'bias_hh_l1' has shape (18) in the file; expected (21)"));
+    // A one-way stack given a bidirectional file: layer 1's input there is 2H wide.
+    CHECK_THAT(io_message([&] { nn::load_torch<gru2>(store, ref / "bigru2.safetensors"); }),
+               Contains("tensor 'weight_ih_l1' has shape (18,12) in the file; expected (18,6)"));
+    // nn.RNN: an LSTM's file (4H rows) and a missing second bias.
+    CHECK_THAT(io_message([&] { nn::load_torch<nn::elman<"r", 5, 6>>(store, ref / "lstm.safetensors"); }),
+               Contains("tensor 'weight_ih_l0' has shape (24,5) in the file; expected (6,5)"));
+    temp_dir dir;
+    auto tensors = st::read(ref / "rnn.safetensors");
+    tensors.erase("bias_hh_l0");
+    std::vector<st::tensor> list;
+    for (auto& [name, t] : tensors) list.push_back(t);
+    st::write(dir / "rnn.safetensors", list);
+    CHECK_THAT(io_message([&] { nn::load_torch<rnn>(store, dir / "rnn.safetensors"); }),
+               Contains("nn::elman<\"r\", 5, 6>:\n  tensor 'bias_hh_l0' is missing (expected shape (6))"));
+    CHECK(store.size() == 0);
 }

@@ -11,6 +11,9 @@
 //   Cell::cell(s, x)    one step on a raw input x (project inside the step)
 //   Cell::run(xs, ...)  scan over the sequence: (T, B, X) -> (T, B, H); forwards h0 and lengths to scan
 //
+// nn::bidirectional<Fwd, Bwd> runs two cells in opposite directions; nn::stacked_recurrent<L0, L1, ...>
+// runs layers one over the other (PyTorch's num_layers).
+//
 // GRU and LSTM follow PyTorch's equations and gate order (GRU: r, z, n; LSTM: i, f, g, o), so their
 // weights exchange with torch.nn.GRU / nn.LSTM by transposing.
 #pragma once
@@ -150,6 +153,18 @@ struct bidirectional {
     static constexpr auto run(auto xs, auto lengths) {
         return concat(Fwd::run(xs, zero_state{}, lengths),
                       reverse_time(Bwd::run(reverse_time(xs, lengths), zero_state{}, lengths), lengths));
+    }
+};
+
+/// Recurrent layers run one over the other's outputs (T, B, X) -> (T, B, H of the last): PyTorch's
+/// `num_layers` (nn.GRU(X, H, num_layers=2) is stacked_recurrent<gru<"g0", X, H>, gru<"g1", H, H>>;
+/// bidirectional layers after the first read 2H). Each layer is a cell or an nn::bidirectional.
+template <class First, class... Rest>
+struct stacked_recurrent {
+    /// Every layer in turn over xs (T, B, X): the last layer's outputs.
+    static constexpr auto run(auto xs) {
+        if constexpr (sizeof...(Rest) == 0) return First::run(xs);
+        else return stacked_recurrent<Rest...>::run(First::run(xs));
     }
 };
 

@@ -6,7 +6,8 @@
 // evenly into row blocks, as nn.MultiheadAttention's in_proj_weight, or column blocks, as GPT-2's
 // c_attn), each part the whole parameter or its row `layer` when the parameter is stacked over
 // layers (ctg::repeat), each part as it is or transposed (PyTorch's Linear weights are (out, in),
-// ctgraph's (in, out)). The mapping is by name and each tensor has its one orientation, so a square
+// ctgraph's (in, out)), or added to what an earlier entry loaded (two PyTorch biases summed into
+// one). The mapping is by name and each tensor has its one orientation, so a square
 // weight cannot be read the wrong way round.
 //
 // Checking is all-or-nothing and lists every problem: a tensor missing (with the expected shape), of
@@ -37,6 +38,9 @@ struct layout_entry {
     bool transposed = false;           ///< each part is the transpose of the parameter (2-D tensors only)
     std::size_t layers = 0;            ///< 0: whole parameters; else they are stacked (layers, ...) ...
     std::size_t layer = 0;             ///< ... and this tensor holds row `layer` of each
+    /// The tensor is added to its parameters, which an earlier entry loads (nn.RNN's bias_hh into
+    /// the one bias of nn::elman, after bias_ih); saved as zeros, so the earlier one holds the sum.
+    bool summed = false;
 };
 
 /// A store parameter of a layout: its name, its shape (with the layer axis when stacked) and the
@@ -92,8 +96,8 @@ void layout_copy(const layout_entry& e, Store& store, std::conditional_t<ToStore
         for (std::size_t i = 0; i < r; ++i)
             for (std::size_t k = 0; k < c; ++k) {
                 const std::size_t f = (r0 + i) * C + c0 + k, q = e.transposed ? k * r + i : i * c + k;
-                if constexpr (ToStore) p[q] = file[f];
-                else file[f] = p[q];
+                if constexpr (ToStore) p[q] = e.summed ? p[q] + file[f] : file[f];
+                else file[f] = e.summed ? 0 : p[q];
             }
     }
 }

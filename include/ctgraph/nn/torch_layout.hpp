@@ -21,7 +21,9 @@
 //   nn::decoder_block<P, D, Heads, F, ...>      nn.TransformerDecoderLayer(D, Heads, F)
 //   nn::gpt<V, MaxLen, D, Heads, Layers, F>     bench/torch_ref.py's GPT (tok_embed, blocks.{l}.ln1/q/k/v/proj/ln2/fc1/fc2, ln_f, head)
 //   nn::gru<P, X, H>, nn::lstm<P, X, H>         nn.GRU(X, H), nn.LSTM(X, H) (one layer)
+//   nn::elman<P, X, H, Phi>                     nn.RNN(X, H, nonlinearity="tanh" / "relu") (one layer)
 //   nn::bidirectional<Fwd, Bwd> of those        the same with bidirectional=True
+//   nn::stacked_recurrent<L0, L1, ...> of those the same with num_layers=N (*_l0, *_l1, ...)
 //   nn::torch_model<nn::torch_at<"a.", A>, ...> a module whose submodules are a, ...
 //   nn::torch_repeat<"layers.", L, Block>       an nn.ModuleList of L blocks (nn.TransformerEncoder's
 //                                               layers), the block run by ctg::repeat<L, "layers.">
@@ -234,17 +236,22 @@ struct torch_layout<gpt<V, MaxLen, D, Heads, Layers, F, PosRound, Drop>> {
 };
 
 namespace detail {
-/// nn.GRU / nn.LSTM (one layer): weight_ih_l0 (G H, X), weight_hh_l0 (G H, H) transposed; the biases.
+/// Layer `layer` of nn.GRU / nn.LSTM: weight_ih_l<layer> (G H, X), weight_hh_l<layer> (G H, H)
+/// transposed; the biases.
 template <fixed_string P, int X, int H, int G>
-std::vector<layout_entry> torch_recurrent_entries() {
+std::vector<layout_entry> torch_recurrent_entries(std::size_t layer) {
     using W = gate_weights<P, X, H, G>;
     const std::size_t g = std::size_t(G) * H;
-    return {{"weight_ih_l0", {g, std::size_t(X)}, {std::string(W::W_i::name.view())}, false, true},
-            {"weight_hh_l0", {g, std::size_t(H)}, {std::string(W::W_h::name.view())}, false, true},
-            {"bias_ih_l0", {g}, {std::string(W::b_i::name.view())}},
-            {"bias_hh_l0", {g}, {std::string(W::b_h::name.view())}}};
+    const std::string l = "_l" + std::to_string(layer);
+    return {{"weight_ih" + l, {g, std::size_t(X)}, {std::string(W::W_i::name.view())}, false, true},
+            {"weight_hh" + l, {g, std::size_t(H)}, {std::string(W::W_h::name.view())}, false, true},
+            {"bias_ih" + l, {g}, {std::string(W::b_i::name.view())}},
+            {"bias_hh" + l, {g}, {std::string(W::b_h::name.view())}}};
 }
 }  // namespace detail
+
+// A recurrent layer's layout has layer_entries(l): its tensors as layer l of a PyTorch nn.GRU /
+// nn.LSTM / nn.RNN (suffix _l<l>), which nn::stacked_recurrent numbers; entries() is layer 0.
 
 /// nn.GRU(X, H): `weight_ih_l0` (3H, X) is `<P>_W_i` transposed, `weight_hh_l0` (3H, H) `<P>_W_h`
 /// transposed, `bias_ih_l0` / `bias_hh_l0` (3H) `<P>_b_i` / `<P>_b_h` (gates r, z, n in both).
@@ -252,8 +259,10 @@ template <fixed_string P, int X, int H>
 struct torch_layout<gru<P, X, H>> {
     /// "nn::gru<"P", X, H>".
     static std::string name() { return "nn::gru<" + detail::quoted_prefix<P>() + detail::sizes(X, H) + ">"; }
+    /// weight_ih_l<l>, weight_hh_l<l>, bias_ih_l<l>, bias_hh_l<l>.
+    static std::vector<layout_entry> layer_entries(std::size_t l) { return detail::torch_recurrent_entries<P, X, H, 3>(l); }
     /// weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0.
-    static std::vector<layout_entry> entries() { return detail::torch_recurrent_entries<P, X, H, 3>(); }
+    static std::vector<layout_entry> entries() { return layer_entries(0); }
 };
 
 /// nn.LSTM(X, H): as nn.GRU with 4H rows (gates i, f, g, o in both).
@@ -261,23 +270,77 @@ template <fixed_string P, int X, int H>
 struct torch_layout<lstm<P, X, H>> {
     /// "nn::lstm<"P", X, H>".
     static std::string name() { return "nn::lstm<" + detail::quoted_prefix<P>() + detail::sizes(X, H) + ">"; }
+    /// weight_ih_l<l>, weight_hh_l<l>, bias_ih_l<l>, bias_hh_l<l>.
+    static std::vector<layout_entry> layer_entries(std::size_t l) { return detail::torch_recurrent_entries<P, X, H, 4>(l); }
     /// weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0.
-    static std::vector<layout_entry> entries() { return detail::torch_recurrent_entries<P, X, H, 4>(); }
+    static std::vector<layout_entry> entries() { return layer_entries(0); }
 };
 
-/// nn.GRU(X, H, bidirectional=True) / nn.LSTM(X, H, bidirectional=True): the forward cell's
-/// tensors as nn.GRU's, the backward cell's with the suffix `_reverse` (weight_ih_l0_reverse, ...).
+/// nn.RNN(X, H, nonlinearity="tanh" or "relu"): `weight_ih_l0` (H, X) is `<P>_W_x` transposed,
+/// `weight_hh_l0` (H, H) `<P>_W_h` transposed; PyTorch's two biases load as their sum into the one
+/// bias `<P>_b`, and save as `bias_ih_l0` = `<P>_b`, `bias_hh_l0` = 0 (the same outputs).
+template <fixed_string P, int X, int H, activation Phi>
+struct torch_layout<elman<P, X, H, Phi>> {
+    static_assert(Phi == activation::tanh || Phi == activation::relu,
+                  "ctg::nn::torch_layout: nn.RNN's nonlinearity is tanh or relu");
+    using cell = elman<P, X, H, Phi>;  ///< the module
+    /// "nn::elman<"P", X, H>".
+    static std::string name() { return "nn::elman<" + detail::quoted_prefix<P>() + detail::sizes(X, H) + ">"; }
+    /// weight_ih_l<l>, weight_hh_l<l>, bias_ih_l<l>, bias_hh_l<l> (added to bias_ih_l<l>).
+    static std::vector<layout_entry> layer_entries(std::size_t l) {
+        const std::string s = "_l" + std::to_string(l), b(cell::b::name.view());
+        const std::size_t h = H;
+        return {{"weight_ih" + s, {h, std::size_t(X)}, {std::string(cell::W_x::name.view())}, false, true},
+                {"weight_hh" + s, {h, h}, {std::string(cell::W_h::name.view())}, false, true},
+                {"bias_ih" + s, {h}, {b}},
+                {.name = "bias_hh" + s, .shape = {h}, .params = {b}, .summed = true}};
+    }
+    /// weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0.
+    static std::vector<layout_entry> entries() { return layer_entries(0); }
+};
+
+/// nn.GRU / nn.LSTM / nn.RNN with bidirectional=True: the forward cell's tensors as the one-way
+/// module's, the backward cell's with the suffix `_reverse` (weight_ih_l0_reverse, ...).
 template <class Fwd, class Bwd>
 struct torch_layout<bidirectional<Fwd, Bwd>> {
     /// "nn::bidirectional<forward, backward>".
     static std::string name() { return "nn::bidirectional<" + torch_layout<Fwd>::name() + ", " + torch_layout<Bwd>::name() + ">"; }
-    /// The forward cell's entries, then the backward cell's with `_reverse`.
-    static std::vector<layout_entry> entries() {
-        std::vector<layout_entry> e = torch_layout<Fwd>::entries();
-        for (layout_entry x : torch_layout<Bwd>::entries()) {
+    /// Layer l's: the forward cell's entries, then the backward cell's with `_reverse`.
+    static std::vector<layout_entry> layer_entries(std::size_t l) {
+        std::vector<layout_entry> e = torch_layout<Fwd>::layer_entries(l);
+        for (layout_entry x : torch_layout<Bwd>::layer_entries(l)) {
             x.name += "_reverse";
             e.push_back(std::move(x));
         }
+        return e;
+    }
+    /// Layer 0's.
+    static std::vector<layout_entry> entries() { return layer_entries(0); }
+};
+
+/// nn.GRU / nn.LSTM / nn.RNN(X, H, num_layers=N): layer l of the stack is the tensors *_l<l> (and
+/// *_l<l>_reverse when bidirectional), each layer's as its one-layer module's.
+template <class... Layers>
+struct torch_layout<stacked_recurrent<Layers...>> {
+    static_assert((requires { torch_layout<Layers>::layer_entries(std::size_t{}); } && ...),
+                  "ctg::nn::torch_layout: each layer of nn::stacked_recurrent is nn::gru, nn::lstm, nn::elman or "
+                  "nn::bidirectional of them");
+    /// "nn::stacked_recurrent<layer, ...>".
+    static std::string name() {
+        std::string s;
+        ((s += (s.empty() ? "" : ", ") + torch_layout<Layers>::name()), ...);
+        return "nn::stacked_recurrent<" + s + ">";
+    }
+    /// Layer 0's entries, then layer 1's, ...
+    static std::vector<layout_entry> entries() {
+        std::vector<layout_entry> e;
+        std::size_t l = 0;
+        (
+            [&] {
+                for (auto& x : torch_layout<Layers>::layer_entries(l)) e.push_back(std::move(x));
+                ++l;
+            }(),
+            ...);
         return e;
     }
 };
