@@ -322,25 +322,28 @@ struct torch_layout<bidirectional<Fwd, Bwd>> {
 /// *_l<l>_reverse when bidirectional), each layer's as its one-layer module's.
 template <class... Layers>
 struct torch_layout<stacked_recurrent<Layers...>> {
-    static_assert((requires { torch_layout<Layers>::layer_entries(std::size_t{}); } && ...),
-                  "ctg::nn::torch_layout: each layer of nn::stacked_recurrent is nn::gru, nn::lstm, nn::elman or "
-                  "nn::bidirectional of them");
+    /// Whether every layer has a recurrent layout (numbered tensors *_l<l>).
+    static constexpr bool recurrent_layers = (requires { torch_layout<Layers>::layer_entries(std::size_t{}); } && ...);
+    static_assert(recurrent_layers, "ctg::nn::torch_layout: each layer of nn::stacked_recurrent is nn::gru, nn::lstm, "
+                                    "nn::elman or nn::bidirectional of them");
     /// "nn::stacked_recurrent<layer, ...>".
     static std::string name() {
         std::string s;
-        ((s += (s.empty() ? "" : ", ") + torch_layout<Layers>::name()), ...);
+        if constexpr (recurrent_layers) ((s += (s.empty() ? "" : ", ") + torch_layout<Layers>::name()), ...);
         return "nn::stacked_recurrent<" + s + ">";
     }
     /// Layer 0's entries, then layer 1's, ...
     static std::vector<layout_entry> entries() {
         std::vector<layout_entry> e;
-        std::size_t l = 0;
-        (
-            [&] {
-                for (auto& x : torch_layout<Layers>::layer_entries(l)) e.push_back(std::move(x));
-                ++l;
-            }(),
-            ...);
+        if constexpr (recurrent_layers) {  // else only the static_assert speaks
+            std::size_t l = 0;
+            (
+                [&] {
+                    for (auto& x : torch_layout<Layers>::layer_entries(l)) e.push_back(std::move(x));
+                    ++l;
+                }(),
+                ...);
+        }
         return e;
     }
 };
