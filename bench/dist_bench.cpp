@@ -2,16 +2,20 @@
 // all-reduce after backward. Run under mpirun, one OpenBLAS thread per rank:
 //
 //   OPENBLAS_NUM_THREADS=1 mpirun -np 2 bench/dist-bench [--model NAME|all] [--rounds R] [--steps N]
-//                                                        [--bucket-kb K,K,...] [--allreduce]
+//                                                        [--bucket-kb K,K,...] [--batch B] [--allreduce]
 //
-// For each model (mlp-wide, gpt-s, gpt-m; each rank its own batch), in R rounds of N steps per mode
+// For each model (mlp-wide, gpt-s, gpt-m, and gpt2: GPT-2 small's 124 M parameters at batch 4 x 128,
+// only when named; each rank its own batch, --batch B instead of each model's), in R rounds of N steps per mode
 // (the modes interleaved, so that a slow moment of the machine hits them alike), rank 0 prints the
 // median of:
 //   forward, backward    this rank alone (no communication)
 //   all-reduce           the whole gradient, blocking, alone
 //   local                train_step without any communication (what the step would cost for free)
 //   blocking             data_parallel{.overlap = false}: backward, then one all-reduce, then the update
-//   overlap K KB         data_parallel with buckets of K KB started from backward
+//   overlap K KB         data_parallel with buckets of K KB started from backward (a repeat's
+//                        stacked parameters in layers' rows, final layer by layer)
+//   whole K KB           the same with buckets of whole parameters (data_parallel made from the
+//                        store: a stacked parameter is final after the whole repeat's backward)
 // with the exposed communication (time in MPI_Wait*/the blocking all-reduce after backward).
 // --allreduce times MPI_Allreduce of 4 KB .. 64 MB (float32) for the cost model (docs/scaling.md).
 #include <algorithm>
@@ -50,8 +54,10 @@ auto mlp_wide_loss() {
 // ctg-bench's gpt-s and gpt-m (nn::gpt: the blocks are one repeat over stacked parameters).
 using gpt_s = nn::gpt<65, 64, 128, 4, 2>;
 using gpt_m = nn::gpt<65, 256, 384, 6, 4>;
+using gpt2_small = nn::gpt2<50257, 1024, 768, 12, 12>;  // the tied head: 124 M parameters
 auto gpt_s_loss() { return gpt_s::loss(index_input<"x", B, T>{}, index_input<"y", B, T>{}); }
 auto gpt_m_loss() { return gpt_m::loss(index_input<"x", B, T>{}, index_input<"y", B, T>{}); }
+auto gpt2_loss() { return gpt2_small::loss(index_input<"x", B, T>{}, index_input<"y", B, T>{}); }
 
 template <class P>
 void feed_mlp(P& p, std::size_t batch, unsigned seed) {
@@ -65,11 +71,11 @@ void feed_mlp(P& p, std::size_t batch, unsigned seed) {
     p.feed("y", y.data(), rshape{1, {batch}});
 }
 template <class P>
-void feed_tokens(P& p, std::size_t batch, std::size_t len, unsigned seed) {
+void feed_tokens(P& p, std::size_t batch, std::size_t len, unsigned seed, unsigned vocab = 65) {
     std::mt19937_64 rng(seed);
     std::vector<index_t> x(batch * len), y(batch * len);
-    for (auto& v : x) v = index_t(rng() % 65);
-    for (auto& v : y) v = index_t(rng() % 65);
+    for (auto& v : x) v = index_t(rng() % vocab);
+    for (auto& v : y) v = index_t(rng() % vocab);
     p.feed("x", x.data(), rshape{2, {batch, len}});
     p.feed("y", y.data(), rshape{2, {batch, len}});
 }
@@ -79,10 +85,12 @@ struct bench_options {
     int rounds = 5, steps = 4;
     std::vector<std::size_t> bucket_kb{1024};
     bool allreduce = false;
+    std::size_t batch = 0;  // per rank; 0: each model's own
 };
 
 template <class Loss, class Feed>
 void bench_model(const dist::communicator& comm, const bench_options& o, const char* name, Loss loss, std::size_t batch, Feed feed) {
+    if (o.batch) batch = o.batch;
     auto prog = compile<float>(loss);
     prog.params().init(1);
     feed(prog, batch, unsigned(17 + comm.rank()));
@@ -94,6 +102,8 @@ void bench_model(const dist::communicator& comm, const bench_options& o, const c
     std::vector<dist::data_parallel<float>> dps;
     dps.emplace_back(comm, prog, dist::parallel_config{.overlap = false});
     for (std::size_t kb : o.bucket_kb) dps.emplace_back(comm, prog, dist::parallel_config{.bucket_bytes = kb * 1024});
+    for (std::size_t kb : o.bucket_kb)
+        dps.emplace_back(comm, prog.shared_params(), dist::parallel_config{.bucket_bytes = kb * 1024});
     std::vector<std::vector<double>> step_ms(dps.size()), wait_ms(dps.size());
     std::vector<double> local_ms, fwd_ms, bwd_ms, reduce_ms;
     for (auto& dp : dps) dp(prog, opt, 0.0, global);  // warm-up (and the optimizer's state)
@@ -136,7 +146,8 @@ void bench_model(const dist::communicator& comm, const bench_options& o, const c
     for (std::size_t m = 0; m < dps.size(); ++m) {
         std::ostringstream label;
         if (m == 0) label << "blocking (one all-reduce)";
-        else label << "overlapped, " << dps[m].buckets() << " buckets of " << o.bucket_kb[m - 1] << " KB";
+        else if (m <= o.bucket_kb.size()) label << "overlap, " << dps[m].buckets() << " x " << o.bucket_kb[m - 1] << " KB";
+        else label << "whole, " << dps[m].buckets() << " x " << o.bucket_kb[m - 1 - o.bucket_kb.size()] << " KB";
         std::printf("  %-30s %8.2f ms   exposed communication %6.2f ms\n", label.str().c_str(), median(step_ms[m]),
                     median(wait_ms[m]));
     }
@@ -176,6 +187,7 @@ int main(int argc, char** argv) {
             else if (a == "--rounds") o.rounds = std::stoi(value());
             else if (a == "--steps") o.steps = std::stoi(value());
             else if (a == "--allreduce") o.allreduce = true;
+            else if (a == "--batch") o.batch = std::stoul(value());
             else if (a == "--bucket-kb") {
                 o.bucket_kb.clear();
                 std::istringstream in(value());
@@ -187,6 +199,8 @@ int main(int argc, char** argv) {
         if (want("mlp-wide")) bench_model(comm, o, "mlp-wide", mlp_wide_loss(), 32, [](auto& p, std::size_t b, unsigned s) { feed_mlp(p, b, s); });
         if (want("gpt-s")) bench_model(comm, o, "gpt-s", gpt_s_loss(), 8, [](auto& p, std::size_t b, unsigned s) { feed_tokens(p, b, 64, s); });
         if (want("gpt-m")) bench_model(comm, o, "gpt-m", gpt_m_loss(), 4, [](auto& p, std::size_t b, unsigned s) { feed_tokens(p, b, 256, s); });
+        if (o.model == "gpt2")  // (a step of seconds: only when named)
+            bench_model(comm, o, "gpt2", gpt2_loss(), 4, [](auto& p, std::size_t b, unsigned s) { feed_tokens(p, b, 128, s, 50257); });
         return 0;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
