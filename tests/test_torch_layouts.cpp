@@ -93,19 +93,20 @@ std::string io_message(F&& f) {
     return "no io_error";
 }
 
-/// The output of `e` in a float64 inference program over `store`, fed the case's inputs.
+/// The output of `e` in a float64 inference program over `store`, fed the case's inputs of these names.
 template <class E>
-std::vector<double> output_of(std::shared_ptr<parameter_store<double>> store, E, const std::string& c) {
+std::vector<double> output_of(std::shared_ptr<parameter_store<double>> store, E, const std::string& c,
+                              const std::vector<std::string>& names = {"x", "m", "tokens", "lengths"}) {
     using P = decltype(compile<double, options{.inference = true}>(E{}));
     P p(std::move(store));
     std::vector<std::vector<double>> keep;
     std::vector<std::vector<index_t>> keep_ids;
-    for (const char* n : {"x", "m", "tokens"}) {
+    for (const std::string& n : names) {
         const auto it = expected().find(c + "." + n);
         if (it == expected().end()) continue;
         rshape s{it->second.shape.size(), {}};
         std::copy(it->second.shape.begin(), it->second.shape.end(), s.d.begin());
-        if (std::string(n) == "tokens") {
+        if (n == "tokens" || n == "lengths") {
             const auto v = st::to_vector<std::int64_t>(it->second);
             keep_ids.emplace_back(v.begin(), v.end());
             p.feed(n, keep_ids.back().data(), s);
@@ -269,6 +270,36 @@ TEST_CASE("nn.GRU and nn.LSTM with num_layers > 1: layer l's *_l<l> into nn::sta
     // Bidirectional: layer 1 reads both directions (2H) and has its own _l1_reverse tensors.
     store = check_case<bigru2>("bigru2", bigru2::run(Xs{}));
     CHECK(store->at(store->slot("b1_W_i")).shape.to_vector() == std::vector<std::size_t>{12, 18});
+}
+
+TEST_CASE("nn::stacked_recurrent over padded sequences: PyTorch's outputs over a PackedSequence", "[torch_layout][python]") {
+    using Xs = input<"x", T, B, 5>;
+    using Lengths = index_input<"lengths", B>;
+    // The relative error of e's real steps (t < length) against PyTorch's outputs of <c>_len, over
+    // case c's state_dict; the padding (zeros in PyTorch) is not compared.
+    auto real_steps_error = [](auto e, const std::string& c, auto module, std::vector<std::string> names = {"x", "lengths"}) {
+        INFO("case " << c << "_len");
+        auto store = std::make_shared<parameter_store<double>>();
+        nn::load_torch<decltype(module)>(*store, reference() / (c + ".safetensors"));
+        const auto got = output_of(store, e, c + "_len", names);
+        const auto want = st::to_vector<double>(expected().at(c + "_len.y"));
+        const auto& shape = expected().at(c + "_len.y").shape;  // (T, B, W)
+        const auto len = st::to_vector<std::int64_t>(expected().at(c + "_len.lengths"));
+        REQUIRE(got.size() == want.size());
+        REQUIRE(len.size() == shape[1]);
+        double worst = 0, scale = 0;
+        for (std::size_t t = 0; t < shape[0]; ++t)
+            for (std::size_t b = 0; b < shape[1]; ++b)
+                for (std::size_t j = 0; t < std::size_t(len[b]) && j < shape[2]; ++j) {
+                    const std::size_t i = (t * shape[1] + b) * shape[2] + j;
+                    worst = std::max(worst, std::abs(got[i] - want[i])), scale = std::max(scale, std::abs(want[i]));
+                }
+        return worst / scale;
+    };
+    CHECK(real_steps_error(lstm3::run(Xs{}, Lengths{}), "lstm3", lstm3{}) <= 1e-12);
+    CHECK(real_steps_error(bigru2::run(Xs{}, Lengths{}), "bigru2", bigru2{}) <= 1e-12);
+    // Without the lengths the backward cells start in the padding: the short sequence's outputs differ.
+    CHECK(real_steps_error(bigru2::run(Xs{}), "bigru2", bigru2{}, {"x"}) > 1e-3);
 }
 
 TEST_CASE("nn.RNN: bias_ih + bias_hh load as nn::elman's one bias, save as (bias, 0)", "[torch_layout][python]") {

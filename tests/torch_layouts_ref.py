@@ -28,6 +28,8 @@ Cases (sizes must match test_torch_layouts.cpp):
   bigru2   nn.GRU(5, 6, num_layers=2, bidirectional=True): (4, 2, 12)
   rnn      nn.RNN(5, 6) (tanh): two biases, bias_ih_l0 and bias_hh_l0
   birnn2   nn.RNN(5, 6, num_layers=2, nonlinearity='relu', bidirectional=True): (4, 2, 12)
+  lstm3 and bigru2 also over a PackedSequence of lengths (4, 2): <case>_len.x, .lengths, .y (zeros
+  after each length) in expected.safetensors, with no state_dict of their own
 Files are written by tests/formats_ref.py's writer (the format's specification, independent of ctgraph's).
 """
 import os
@@ -129,6 +131,17 @@ def run(case, model, a):
         return model(a['x'])[0]
 
 
+# Cases also run over padded sequences: <case>_len.x, <case>_len.lengths, <case>_len.y in expected.
+PACKED = ['lstm3', 'bigru2']
+
+
+def run_packed(model, x, lengths):
+    """model over x (T, B, X) packed with these lengths; the outputs padded with zeros again."""
+    with torch.no_grad():
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
+        return nn.utils.rnn.pad_packed_sequence(model(packed)[0], total_length=x.shape[0])[0]
+
+
 def randomize(model, gen):
     """Every parameter random (layer norms around 1), rounded to float32 as a state_dict holds it."""
     with torch.no_grad():
@@ -162,6 +175,12 @@ def gen(out):
         for n, t in a.items():
             expected[case + '.' + n] = ('I64', t.numpy().astype('<i8')) if n == 'tokens' else ('F64', t.numpy().astype('<f8'))
         expected[case + '.y'] = ('F64', run(case, model, a).numpy().astype('<f8'))
+        if case in PACKED:
+            # The same module over a PackedSequence of these lengths (padding after each).
+            lengths = torch.tensor([4, 2], dtype=torch.int64)
+            expected[case + '_len.x'] = expected[case + '.x']
+            expected[case + '_len.lengths'] = ('I64', lengths.numpy().astype('<i8'))
+            expected[case + '_len.y'] = ('F64', run_packed(model, a['x'], lengths).numpy().astype('<f8'))
     write_safetensors(os.path.join(out, 'expected.safetensors'), expected)
 
 

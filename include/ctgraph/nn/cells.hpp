@@ -156,6 +156,13 @@ struct bidirectional {
     }
 };
 
+namespace detail {
+template <class L>
+inline constexpr bool is_bidirectional = false;
+template <class Fwd, class Bwd>
+inline constexpr bool is_bidirectional<bidirectional<Fwd, Bwd>> = true;
+}  // namespace detail
+
 /// Recurrent layers run one over the other's outputs (T, B, X) -> (T, B, H of the last): PyTorch's
 /// `num_layers` (nn.GRU(X, H, num_layers=2) is stacked_recurrent<gru<"g0", X, H>, gru<"g1", H, H>>;
 /// bidirectional layers after the first read 2H). Each layer is a cell or an nn::bidirectional.
@@ -165,6 +172,17 @@ struct stacked_recurrent {
     static constexpr auto run(auto xs) {
         if constexpr (sizeof...(Rest) == 0) return First::run(xs);
         else return stacked_recurrent<Rest...>::run(First::run(xs));
+    }
+    /// The same over padded sequences of the given lengths (an index_input (B)), as PyTorch's over a
+    /// PackedSequence: every layer stops each sequence at its length (a bidirectional one starts its
+    /// backward pass there), so padding never reaches a real step; padded outputs are not PyTorch's zeros.
+    static constexpr auto run(auto xs, auto lengths) {
+        auto h = [&] {
+            if constexpr (detail::is_bidirectional<First>) return First::run(xs, lengths);
+            else return First::run(xs, zero_state{}, lengths);
+        }();
+        if constexpr (sizeof...(Rest) == 0) return h;
+        else return stacked_recurrent<Rest...>::run(h, lengths);
     }
 };
 
