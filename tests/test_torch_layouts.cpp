@@ -318,7 +318,7 @@ TEST_CASE("nn.RNN: bias_ih + bias_hh load as nn::elman's one bias, save as (bias
 
 // ---- Mismatches ----------------------------------------------------------------------------------
 
-TEST_CASE("every mismatch of a state_dict is an io_error naming tensor, shapes and file; nothing is written",
+TEST_CASE("every mismatch of a state_dict is an io_error naming tensor, shapes and file, and nothing is written",
           "[torch_layout][python]") {
     const temp_dir& ref = reference();
     temp_dir dir;
