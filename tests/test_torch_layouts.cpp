@@ -422,4 +422,7 @@ TEST_CASE("a recurrent state_dict of other layers or sizes is an io_error naming
     CHECK_THAT(io_message([&] { nn::load_torch<rnn>(store, dir / "rnn.safetensors"); }),
                Contains("nn::elman<\"r\", 5, 6>:\n  tensor 'bias_hh_l0' is missing (expected shape (6))"));
     CHECK(store.size() == 0);
+    // A relu cell says so: its file's tensors are a tanh one's.
+    CHECK_THAT(io_message([&] { nn::load_torch<relu_cell<"r", 5>>(store, dir / "rnn.safetensors"); }),
+               Contains("PyTorch layout of nn::elman<\"r\", 5, 6, relu>:"));
 }

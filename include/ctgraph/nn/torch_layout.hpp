@@ -284,8 +284,10 @@ struct torch_layout<elman<P, X, H, Phi>> {
     static_assert(Phi == activation::tanh || Phi == activation::relu,
                   "ctg::nn::torch_layout: nn.RNN's nonlinearity is tanh or relu");
     using cell = elman<P, X, H, Phi>;  ///< the module
-    /// "nn::elman<"P", X, H>".
-    static std::string name() { return "nn::elman<" + detail::quoted_prefix<P>() + detail::sizes(X, H) + ">"; }
+    /// "nn::elman<"P", X, H>" (", relu>" for nonlinearity="relu").
+    static std::string name() {
+        return "nn::elman<" + detail::quoted_prefix<P>() + detail::sizes(X, H) + (Phi == activation::relu ? ", relu>" : ">");
+    }
     /// weight_ih_l<l>, weight_hh_l<l>, bias_ih_l<l>, bias_hh_l<l> (added to bias_ih_l<l>).
     static std::vector<layout_entry> layer_entries(std::size_t l) {
         const std::string s = "_l" + std::to_string(l), b(cell::b::name.view());
