@@ -16,7 +16,8 @@
 //                        stacked parameters in layers' rows, final layer by layer)
 //   whole K KB           the same with buckets of whole parameters (data_parallel made from the
 //                        store: a stacked parameter is final after the whole repeat's backward)
-// with the exposed communication (time in MPI_Wait*/the blocking all-reduce after backward).
+// with the exposed communication (time in MPI_Wait*/the blocking all-reduce after backward) and the
+// time inside the MPI calls that start and progress the reductions during backward.
 // --allreduce times MPI_Allreduce of 4 KB .. 64 MB (float32) for the cost model (docs/scaling.md).
 #include <algorithm>
 #include <chrono>
@@ -104,7 +105,7 @@ void bench_model(const dist::communicator& comm, const bench_options& o, const c
     for (std::size_t kb : o.bucket_kb) dps.emplace_back(comm, prog, dist::parallel_config{.bucket_bytes = kb * 1024});
     for (std::size_t kb : o.bucket_kb)
         dps.emplace_back(comm, prog.shared_params(), dist::parallel_config{.bucket_bytes = kb * 1024});
-    std::vector<std::vector<double>> step_ms(dps.size()), wait_ms(dps.size());
+    std::vector<std::vector<double>> step_ms(dps.size()), wait_ms(dps.size()), start_ms(dps.size());
     std::vector<double> local_ms, fwd_ms, bwd_ms, reduce_ms;
     for (auto& dp : dps) dp(prog, opt, 0.0, global);  // warm-up (and the optimizer's state)
     train_step(prog, opt);
@@ -112,11 +113,12 @@ void bench_model(const dist::communicator& comm, const bench_options& o, const c
         for (std::size_t m = 0; m < dps.size(); ++m)
             for (int s = 0; s < o.steps; ++s) {
                 comm.barrier();
-                const double w0 = dps[m].statistics().wait_seconds;
+                const double w0 = dps[m].statistics().wait_seconds, s0 = dps[m].statistics().start_seconds;
                 const auto t0 = clock_type::now();
                 dps[m](prog, opt, 0.0, global);
                 step_ms[m].push_back(ms_since(t0));
                 wait_ms[m].push_back(1e3 * (dps[m].statistics().wait_seconds - w0));
+                start_ms[m].push_back(1e3 * (dps[m].statistics().start_seconds - s0));
             }
         for (int s = 0; s < o.steps; ++s) {
             comm.barrier();
@@ -148,8 +150,8 @@ void bench_model(const dist::communicator& comm, const bench_options& o, const c
         if (m == 0) label << "blocking (one all-reduce)";
         else if (m <= o.bucket_kb.size()) label << "overlap, " << dps[m].buckets() << " x " << o.bucket_kb[m - 1] << " KB";
         else label << "whole, " << dps[m].buckets() << " x " << o.bucket_kb[m - 1 - o.bucket_kb.size()] << " KB";
-        std::printf("  %-30s %8.2f ms   exposed communication %6.2f ms\n", label.str().c_str(), median(step_ms[m]),
-                    median(wait_ms[m]));
+        std::printf("  %-30s %8.2f ms   exposed communication %6.2f ms, in MPI during backward %6.2f ms\n",
+                    label.str().c_str(), median(step_ms[m]), median(wait_ms[m]), median(start_ms[m]));
     }
     std::fflush(stdout);
 }

@@ -365,6 +365,9 @@ public:
     struct stats {
         long steps = 0;  ///< steps run
         double wait_seconds = 0;  ///< spent waiting for reductions after backward: the communication not hidden
+        /// spent inside the MPI calls that start and progress reductions during backward: where a
+        /// rank's own core does the reduction's work (shared memory), this is not hidden either
+        double start_seconds = 0;
     };
 
     /// For the parameters of `store`: checks that every rank has the same model (throws
@@ -547,6 +550,7 @@ private:
             piece_pending_[k] -= hi - lo;
             if (piece_pending_[k] == 0) --bucket_pending_[piece_bucket_[k]];
         }
+        const auto t0 = std::chrono::steady_clock::now();
         while (next_ < buckets() && bucket_pending_[next_] == 0) {
             for (std::size_t r = bucket_first_run_[next_]; r < bucket_first_run_[next_ + 1]; ++r)
                 detail::check(MPI_Iallreduce(MPI_IN_PLACE, store_->grads().data() + run_begin_[r], int(run_end_[r] - run_begin_[r]),
@@ -554,14 +558,17 @@ private:
                               "MPI_Iallreduce");
             ++next_;
         }
+        stats_.start_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     // Lets MPI move the started reductions on (it progresses only inside MPI calls); applies the
     // optimizer to the buckets that are complete.
     template <class Optimizer>
     void progress(Optimizer& opt, bool fused) {
         int count = 0;
+        const auto t0 = std::chrono::steady_clock::now();
         detail::check(MPI_Testsome(int(requests_.size()), requests_.data(), &count, done_.data(), MPI_STATUSES_IGNORE),
                       "MPI_Testsome");
+        stats_.start_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (count == MPI_UNDEFINED) return;
         for (int i = 0; i < count; ++i) reduced(opt, fused, std::size_t(done_[std::size_t(i)]));
     }
