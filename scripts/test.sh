@@ -14,11 +14,13 @@
 #   scripts/test.sh --skip-tests REGEX    leave out the tests whose names match (ctest -E): CI's later
 #                                         configurations skip the checks the first one already ran with
 #                                         the same compilers (compile-fail messages, install, layers)
+#   scripts/test.sh --only NAME,NAME,...  build only these programs and checks and run only their tests
+#                                         (CMake's CTG_ONLY: test_engine, char_lm, ctg-bench, fuzz, ...)
 #
 # CI (.ci/run) runs three configurations: g++ Release, clang Release under ASan + UBSan, g++ Debug.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cxx=g++ build_type=Release dir="" sanitize=0 docs=1
+cxx=g++ build_type=Release dir="" sanitize=0 docs=1 only=""
 flags=() ctest_flags=()
 while (($#)); do
   case "$1" in
@@ -30,6 +32,7 @@ while (($#)); do
     --short-examples) flags+=(-DCTG_LONG_EXAMPLES=OFF); shift ;;
     --build-dir) dir=$2; shift 2 ;;
     --skip-tests) ctest_flags+=(-E "$2"); shift 2 ;;
+    --only) only=${2//,/;}; shift 2 ;;
     *) echo "scripts/test.sh: unknown option '$1' (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
@@ -47,7 +50,7 @@ fi
 # The compiler's Debian package: clang++ -> clang, clang++-16 -> clang-16, g++-12 -> g++-12.
 pkg=${cxx/clang++/clang}
 scripts/setup.sh "$pkg"
-CXX=$cxx cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE="$build_type" "${flags[@]}"
+CXX=$cxx cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE="$build_type" -DCTG_ONLY="$only" "${flags[@]}"
 # The API reference (a few seconds): fails on an undocumented public entity or a Doxygen warning in a header.
 if ((docs)) && command -v doxygen >/dev/null; then
   scripts/docs.sh "$dir"

@@ -74,7 +74,7 @@ std::vector<kernels::bf16_engine> runnable_engines() {
 
 }  // namespace
 
-TEST_CASE("bf16 rounding: nearest even, NaN quiet, subnormals to zero; packing rounds the same in every path", "[bf16]") {
+TEST_CASE("bf16 rounding: nearest even, NaN quiet, subnormals to zero, packing rounds the same in every path", "[bf16]") {
     const auto v = special_and_random_floats();
     std::vector<bf16_bits> bits(v.size());
     std::vector<float> rounded(v.size());
@@ -397,7 +397,7 @@ TEST_CASE("a bf16 run saved and resumed from a checkpoint goes on bit for bit", 
         }
 }
 
-TEST_CASE("a bf16 (mixed-precision) GPT step and decoding allocate nothing; no oneDNN primitive is made per step",
+TEST_CASE("a bf16 (mixed-precision) GPT step and decoding allocate nothing, no oneDNN primitive is made per step",
           "[allocation][bf16]") {
     using model = nn::gpt<11, 8, 16, 2, 2>;  // the resume test's program type: compiled once for both
     auto prog = compile<float, options{.precision = precision::bf16}>(

@@ -318,7 +318,7 @@ TEST_CASE("save_hf_gpt2 writes back the checkpoint's tensors", "[gpt2][python]")
 
 // ---- Mismatches ----------------------------------------------------------------------------------
 
-TEST_CASE("every mismatch of a checkpoint is an io_error naming tensor, shapes and file; nothing is written",
+TEST_CASE("every mismatch of a checkpoint is an io_error naming tensor, shapes and file, nothing is written",
           "[gpt2][python]") {
     const temp_dir& ref = reference();
     temp_dir dir;

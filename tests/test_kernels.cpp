@@ -195,7 +195,7 @@ TEST_CASE("the register kernel is chosen where it measured faster, and gemm() ag
         }
 }
 
-TEST_CASE("every float-product policy: gemm() matches the reference on every path; the choice can be named", "[kernels]") {
+TEST_CASE("every float-product policy: gemm() matches the reference on every path, the choice can be named", "[kernels]") {
     struct restore {
         kernels::register_gemm_policy before = kernels::get_register_gemm_policy();
         ~restore() { kernels::set_register_gemm_policy(before); }

@@ -75,7 +75,7 @@ TEST_CASE("an inference program reuses value memory by lifetime and computes the
                                                  Catch::Contains("keep_values = true"));
 }
 
-TEST_CASE("a store read only by inference programs holds no gradients; a training program allocates them", "[memory]") {
+TEST_CASE("a store read only by inference programs holds no gradients, a training program allocates them", "[memory]") {
     auto infer = compile<double, reuse>(chain());
     infer.params().init(5);
     const auto x = random_values(4 * 8, 1);

@@ -109,7 +109,7 @@ void check_same_gradients(int threads) {
 }
 }  // namespace
 
-TEST_CASE("recompute: a GPT's gradients equal those without it bit for bit (float64, float32; 1 and 2 threads)",
+TEST_CASE("recompute: a GPT's gradients equal those without it bit for bit (float64, float32, 1 and 2 threads)",
           "[recompute]") {
     for (int threads : {1, 2}) {
         INFO("threads " << threads);

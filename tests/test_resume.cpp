@@ -422,7 +422,7 @@ TEST_CASE("a checkpoint of another configuration or data is refused naming the f
     fs::remove_all(dir);
 }
 
-TEST_CASE("keep_last keeps the newest step-numbered checkpoints; latest() finds the newest", "[resume]") {
+TEST_CASE("keep_last keeps the newest step-numbered checkpoints, latest() finds the newest", "[resume]") {
     const fs::path dir = scratch("keep");
     CHECK_FALSE(checkpoint::latest(dir.string(), "lm"));
     lm_config c;
@@ -497,7 +497,7 @@ TEST_CASE("temporary files of killed writers are removed, those of live ones kep
     fs::remove_all(dir);
 }
 
-TEST_CASE("a finished run resumed is not evaluated again; a run stopped early stays stopped", "[resume]") {
+TEST_CASE("a finished run resumed is not evaluated again, a run stopped early stays stopped", "[resume]") {
     // min_delta 100: only the first evaluation improves; patience 2 stops at the third
     lm_config c;
     c.patience = 2, c.min_delta = 100, c.max_steps = 10;  // evaluations at 5 and 10: one without improvement

@@ -150,7 +150,7 @@ TEST_CASE("layer norm over ranges of rows: the same values and gradients at one 
     CHECK(differ == 0);
 }
 
-TEST_CASE("sinusoidal positions follow the reference formula; too long a sequence is an error", "[transformer]") {
+TEST_CASE("sinusoidal positions follow the reference formula, too long a sequence is an error", "[transformer]") {
     auto prog = compile<double>(sinusoidal_positions<6>(X{}));
     const std::vector<double> zeros(1 * 5 * D, 0.0);
     prog.feed("x", zeros.data(), rshape{3, {1, 5, D}});
