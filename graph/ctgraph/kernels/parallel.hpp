@@ -251,6 +251,8 @@ private:
     void worker() {
         in_task() = true;
         scratch_stack::here().reserve(scratch_stack::scratch_reserve_bytes);
+        ready_.fetch_add(1, std::memory_order_release);
+        ready_.notify_all();
         std::uint64_t seen = state_.load(std::memory_order_acquire) >> 32;
         // Spin this many pauses (~0.1-0.5 ms) for the next job before sleeping.
         constexpr int spin_limit = 1 << 13;
@@ -275,9 +277,14 @@ private:
         }
     }
 
+    // Returns once every new worker has reserved its scratch: one that did so later, on its own
+    // schedule, would allocate inside whatever steps ran next (and a test counting allocations
+    // per step would count it).
     void start_workers() {
         stop_.store(false);
+        ready_.store(0, std::memory_order_relaxed);
         for (int t = 1; t < size_; ++t) workers_.emplace_back([this] { worker(); });
+        for (int r; (r = ready_.load(std::memory_order_acquire)) < size_ - 1;) ready_.wait(r, std::memory_order_acquire);
     }
 
     void stop_workers() {
@@ -290,6 +297,7 @@ private:
 
     int size_;
     std::vector<std::thread> workers_;
+    std::atomic<int> ready_{0};  // workers that have started and reserved their scratch
     std::mutex job_mutex_;  // one job at a time
     void (*job_fn_)(void*, std::size_t) = nullptr;
     void* job_ctx_ = nullptr;
