@@ -320,11 +320,11 @@ struct torch_layout<bidirectional<Fwd, Bwd>> {
     static std::vector<layout_entry> entries() { return layer_entries(0); }
 };
 
-/// nn.GRU / nn.LSTM / nn.RNN(X, H, num_layers=N): layer l of the stack is the tensors *_l<l> (and
-/// *_l<l>_reverse when bidirectional), each layer's as its one-layer module's.
+/// nn.GRU / nn.LSTM / nn.RNN(X, H, num_layers=N): layer l of the stack is the tensors `*_l{l}` (and
+/// `*_l{l}_reverse` when bidirectional), each layer's as its one-layer module's.
 template <class... Layers>
 struct torch_layout<stacked_recurrent<Layers...>> {
-    /// Whether every layer has a recurrent layout (numbered tensors *_l<l>).
+    /// Whether every layer has a recurrent layout (numbered tensors `*_l{l}`).
     static constexpr bool recurrent_layers = (requires { torch_layout<Layers>::layer_entries(std::size_t{}); } && ...);
     static_assert(recurrent_layers, "ctg::nn::torch_layout: each layer of nn::stacked_recurrent is nn::gru, nn::lstm, "
                                     "nn::elman or nn::bidirectional of them");
