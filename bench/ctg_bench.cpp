@@ -386,11 +386,10 @@ template <class W>
 int run_training_check(const args& a) {
     constexpr tolerance tol = tolerance_of<W>();
     const std::string dir = dump_dir<W>(a);
-    const auto weights = npz::read(dir + "/weights.npz");
-    const auto batch = npz::read(dir + "/batch.npz");
+    // Each of the dump's files is read where it is used and let go after: at GPT-2's widths in
+    // float64 each of weights, grads and weights_after_step1 is 733 MB, and memory a process touches
+    // for the first time is slow on some virtual machines (about 10 s a GB on the CI's).
     const auto result = npz::read(dir + "/result.npz");
-    const auto grads = npz::read(dir + "/grads.npz");
-    const auto after = npz::read(dir + "/weights_after_step1.npz");
 
     // bf16: PyTorch's own mixed precision against the same float64 reference, where its dump is
     // there (DIR/autocast/<workload>: torch_ref.py --autocast bf16 --dtype float32): a tensor also
@@ -407,8 +406,8 @@ int run_training_check(const args& a) {
 
     W w;
     auto& ps = w.prog.params();
-    load_torch_weights<W>(ps, weights);
-    w.feed_dump(batch);
+    load_torch_weights<W>(ps, npz::read(dir + "/weights.npz"));
+    w.feed_dump(npz::read(dir + "/batch.npz"));
     const double loss = w.step(false);
     bool all_ok = true;
     // ours and the reference, and PyTorch autocast's array where calibrated
@@ -431,16 +430,19 @@ int run_training_check(const args& a) {
         const std::vector<double> ac = calibrated ? npz::to_vector<double>(ac_result.at("loss")) : std::vector<double>{};
         check("loss", {loss}, npz::to_vector<double>(result.at("loss")), calibrated ? &ac : nullptr);
     }
-    for (std::size_t s = 0; s < ps.size(); ++s) {
-        const auto ac = calibrated ? torch_arrays<W>(ps, s, ac_grads, "autocast grads.npz") : std::vector<double>{};
-        check("grad " + ps.at(s).name, in_torch_layout<W>(ps, s, ps.grad(s)), torch_arrays<W>(ps, s, grads, "grads.npz"),
-              calibrated ? &ac : nullptr);
-    }
-    if constexpr (requires { W::input_grads(); }) {  // the attention workloads: dL/dQ, dL/dK, dL/dV too
-        for (const std::string& k : W::input_grads()) {
-            if (!grads.count(k)) throw io_error("grads.npz has no array '" + k + "'");
-            const auto ac = calibrated ? npz::to_vector<double>(ac_grads.at(k)) : std::vector<double>{};
-            check("grad " + k, w.input_grad(k), npz::to_vector<double>(grads.at(k)), calibrated ? &ac : nullptr);
+    {
+        const auto grads = npz::read(dir + "/grads.npz");
+        for (std::size_t s = 0; s < ps.size(); ++s) {
+            const auto ac = calibrated ? torch_arrays<W>(ps, s, ac_grads, "autocast grads.npz") : std::vector<double>{};
+            check("grad " + ps.at(s).name, in_torch_layout<W>(ps, s, ps.grad(s)), torch_arrays<W>(ps, s, grads, "grads.npz"),
+                  calibrated ? &ac : nullptr);
+        }
+        if constexpr (requires { W::input_grads(); }) {  // the attention workloads: dL/dQ, dL/dK, dL/dV too
+            for (const std::string& k : W::input_grads()) {
+                if (!grads.count(k)) throw io_error("grads.npz has no array '" + k + "'");
+                const auto ac = calibrated ? npz::to_vector<double>(ac_grads.at(k)) : std::vector<double>{};
+                check("grad " + k, w.input_grad(k), npz::to_vector<double>(grads.at(k)), calibrated ? &ac : nullptr);
+            }
         }
     }
     // The weights after the update. The first Adam step moves a weight by lr g / (|g| + eps): where
@@ -454,22 +456,26 @@ int run_training_check(const args& a) {
     w.opt.step(ps);
     std::vector<std::size_t> missed;
     std::vector<std::vector<double>> missed_after;
-    for (std::size_t s = 0; s < ps.size(); ++s) {
-        const auto ac = calibrated ? torch_arrays<W>(ps, s, ac_after, "autocast weights_after_step1.npz") : std::vector<double>{};
-        const auto ours = in_torch_layout<W>(ps, s, ps.value(s));
-        auto ref = torch_arrays<W>(ps, s, after, "weights_after_step1.npz");
-        if (!calibrated && !compare(ours, ref, tol).ok) {
-            std::printf("  %-34s %.3e  (from our gradients; see below)\n", ("after step " + ps.at(s).name).c_str(),
-                        compare(ours, ref, tol).err);
-            missed.push_back(s);
-            missed_after.push_back(std::move(ref));
-            continue;
+    {
+        const auto after = npz::read(dir + "/weights_after_step1.npz");
+        for (std::size_t s = 0; s < ps.size(); ++s) {
+            const auto ac = calibrated ? torch_arrays<W>(ps, s, ac_after, "autocast weights_after_step1.npz") : std::vector<double>{};
+            const auto ours = in_torch_layout<W>(ps, s, ps.value(s));
+            auto ref = torch_arrays<W>(ps, s, after, "weights_after_step1.npz");
+            if (!calibrated && !compare(ours, ref, tol).ok) {
+                std::printf("  %-34s %.3e  (from our gradients; see below)\n", ("after step " + ps.at(s).name).c_str(),
+                            compare(ours, ref, tol).err);
+                missed.push_back(s);
+                missed_after.push_back(std::move(ref));
+                continue;
+            }
+            check("after step " + ps.at(s).name, ours, ref, calibrated ? &ac : nullptr);
         }
-        check("after step " + ps.at(s).name, ours, ref, calibrated ? &ac : nullptr);
     }
     if (!missed.empty()) {
         auto opt = fresh_opt;
-        load_torch_weights<W>(ps, weights);
+        load_torch_weights<W>(ps, npz::read(dir + "/weights.npz"));
+        const auto grads = npz::read(dir + "/grads.npz");
         for (std::size_t s = 0; s < ps.size(); ++s) from_torch_layout<W>(ps, s, grads, "grads.npz", ps.grad(s));
         opt.step(ps);
         std::printf("  the update from PyTorch's gradients:\n");
