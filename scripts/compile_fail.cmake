@@ -1,7 +1,7 @@
 # Runs the compiler on SRC, which must fail with exactly one error (one mistake, one error), that
 # error's line matching the regex of the first "// EXPECT:" line and the whole message every one.
 # An optional "// MAX_ERROR_BYTES: N" line also bounds the length of the compiler's message.
-# -D CXX=compiler -D SRC=file.cpp -D INCLUDES=dir|dir|dir
+# -D CXX=compiler -D SRC=file.cpp -D INCLUDES=dir|dir|dir [-D PCH=flag|flag]
 file(STRINGS ${SRC} expect_lines REGEX "^// EXPECT: ")
 if(NOT expect_lines)
   message(FATAL_ERROR "${SRC} has no // EXPECT: line")
@@ -11,7 +11,10 @@ set(inc_flags)
 foreach(d IN LISTS inc_list)
   list(APPEND inc_flags -I${d})
 endforeach()
-execute_process(COMMAND ${CXX} -std=c++20 -fsyntax-only -DXTENSOR_USE_XSIMD ${inc_flags} ${SRC}
+# PCH: flags that make the compiler read the library's headers precompiled ('|'-separated; the
+# tests' CMakeLists builds it), the same headers the file includes first.
+string(REPLACE "|" ";" pch_flags "${PCH}")
+execute_process(COMMAND ${CXX} -std=c++20 -fsyntax-only -DXTENSOR_USE_XSIMD ${inc_flags} ${pch_flags} ${SRC}
   RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_VARIABLE out)
 if(rc EQUAL 0)
   message(FATAL_ERROR "${SRC} compiled, but it must not")
