@@ -721,7 +721,7 @@ private:
     static constexpr std::array<bool, G::num_params + 1> param_by_layer = []<std::size_t... I>(std::index_sequence<I...>) {
         constexpr std::array<bool (*)(std::size_t), N> layered{&detail::op_layered_operand<detail::op_of_t<node_t<I>>>...};
         std::array<bool, G::num_params + 1> r{};
-        for (std::size_t p = 0; p < G::num_params; ++p) {
+        for (std::size_t p = 0; p != G::num_params; ++p) {  // (!=: no -Wtype-limits warning when there are none)
             const std::size_t f = G::param_final_at[p], i = G::param_nodes[p];
             if (f == N || node_layers[f] == 0 || G::rank[i] == 0 || G::layer_axes[i] == 0 || G::dims[i][0].sym ||
                 std::size_t(G::dims[i][0].n) != node_layers[f])

@@ -510,7 +510,7 @@ bool outputs_overlap(const std::array<gemm_args<T>, n>& g) {
 /// dX and its 1536 x 384 x 2048 dW ran 10 and 20 ms as one task each). Each element of a C is
 /// computed as by gemm() alone. Products with no C to write (C == nullptr) are skipped.
 template <class T, std::size_t n>
-inline void gemm_together(std::array<gemm_args<T>, n> g) {
+void gemm_together(std::array<gemm_args<T>, n> g) {  // (not inline: see CTG_COMPILED_KERNELS below)
     // Products that write one C (the two VJPs of a product of a tensor by itself, matmul(w, w) or
     // affine(w, w, b): dA and dB are one adjoint) run one after the other, as on one thread: run
     // together, two threads added into the same elements at once and lost one of the sums.
@@ -734,9 +734,9 @@ inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted, c
 /// products accumulated in float (mixed precision: options{.precision = precision::bf16}), on
 /// oneDNN's bf16 kernels or emulated (kernels/onednn.hpp).
 template <class T>
-inline void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
-                 std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc,
-                 const std::type_identity_t<T>* bias = nullptr, bool bf16 = false) {
+void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
+          std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc,
+          const std::type_identity_t<T>* bias = nullptr, bool bf16 = false) {  // (not inline: see below)
     if (M == 0 || N == 0) return;
     if constexpr (std::is_same_v<T, float>)
         if (bf16) {
@@ -771,6 +771,30 @@ inline void gemm_pair(std::uint64_t flops_each, First&& first, Second&& second) 
     first();
     second();
 }
+
+// The products' code compiled once: every translation unit that runs a product otherwise compiles
+// gemm() for float and double with all it calls (the register kernels, OpenBLAS's and oneDNN's
+// paths, the bf16 conversions): about 2.5 s of g++'s time and 80 KB of code per unit. Defining
+// CTG_COMPILED_KERNELS in every translation unit of a program declares these instances here and
+// leaves their definition to one unit, graph/ctgraph/kernels/kernels.cpp (CMake: the
+// ctgraph::kernels library, which the project's tests, examples and benchmarks link). The functions
+// are templates without `inline` so that a compiler does not instantiate them anyway to inline them.
+#define CTG_KERNEL_INSTANCES(how)                                                                                  \
+    how void gemm<float>(bool, bool, std::size_t, std::size_t, std::size_t, float, const float*, std::size_t,      \
+                         const float*, std::size_t, float, float*, std::size_t, const float*, bool);               \
+    how void gemm<double>(bool, bool, std::size_t, std::size_t, std::size_t, double, const double*, std::size_t,   \
+                          const double*, std::size_t, double, double*, std::size_t, const double*, bool);          \
+    how void gemm_together<float, 1>(std::array<gemm_args<float>, 1>);                                             \
+    how void gemm_together<float, 2>(std::array<gemm_args<float>, 2>);                                             \
+    how void gemm_together<double, 1>(std::array<gemm_args<double>, 1>);                                           \
+    how void gemm_together<double, 2>(std::array<gemm_args<double>, 2>);                                           \
+    how void combine_rows<float>(std::size_t, std::size_t, const float*, const float*, std::size_t, float*,       \
+                                 const float*);                                                                    \
+    how void combine_rows<double>(std::size_t, std::size_t, const double*, const double*, std::size_t, double*,   \
+                                  const double*);
+#if defined(CTG_COMPILED_KERNELS) && !defined(CTG_GEMM_PROFILE)
+CTG_KERNEL_INSTANCES(extern template)
+#endif
 
 }  // namespace ctg::kernels
 
