@@ -351,8 +351,10 @@ inline std::vector<unsigned char> inflate_entry(bytes_view in, std::uint64_t usi
     return out;
 }
 
-/// Parses an .npz held in memory; `path` only names it in messages.
-inline std::map<std::string, array> parse_archive(bytes_view f, const std::string& path) {
+/// Parses an .npz held in memory; `path` only names it in messages. (A template of nothing so that
+/// a program can compile it once: CTG_SEPARATE_COMPILATION, at the end of this file.)
+template <class = void>
+std::map<std::string, array> parse_archive(bytes_view f, const std::string& path) {
     auto bad = [&](const std::string& what) { fail_read(path, {}, what); };
     if (f.n == 0) bad("file is empty");
     if (f.n < 22) bad("too short for a zip archive (" + std::to_string(f.n) + " bytes): truncated or not an .npz");
@@ -530,9 +532,10 @@ inline std::map<std::string, array> parse(const void* data, std::size_t size, co
     return detail::parse_archive({static_cast<const unsigned char*>(data), size}, name);
 }
 
-/// Writes arrays as an .npz numpy.load reads (STORED entries, NPY 1.0 headers), atomically: a
-/// temporary file in the same directory renamed over `path`, which is untouched on any failure.
-inline void write(const std::string& path, const std::vector<array>& arrays) {
+namespace detail {
+/// npz::write's work (a template of nothing, as parse_archive).
+template <class = void>
+void write_archive(const std::string& path, const std::vector<array>& arrays) {
     std::vector<std::string> names, headers;
     std::set<std::string_view> seen;
     std::vector<std::pair<std::size_t, std::uint64_t>> sizes;
@@ -600,6 +603,11 @@ inline void write(const std::string& path, const std::vector<array>& arrays) {
     out.write(cd.data(), cd.size());
     out.commit();
 }
+}  // namespace detail
+
+/// Writes arrays as an .npz numpy.load reads (STORED entries, NPY 1.0 headers), atomically: a
+/// temporary file in the same directory renamed over `path`, which is untouched on any failure.
+inline void write(const std::string& path, const std::vector<array>& arrays) { detail::write_archive(path, arrays); }
 
 /// An array of `shape` holding a copy of data[0 .. product(shape)); T: float, double, int32_t, int64_t.
 template <class T>
@@ -693,5 +701,14 @@ template <class T>
 void load(parameter_store<T>& store, const std::string& path) {
     load(store, path, false);
 }
+
+// Compiled once where a program defines CTG_SEPARATE_COMPILATION (see kernels/gemm.hpp): the
+// reader's and writer's code, about 2.3 s of g++ per translation unit that reads and writes .npz.
+#define CTG_NPZ_INSTANCES(how)                                                                           \
+    how std::map<std::string, array> detail::parse_archive<void>(binary_file::bytes_view, const std::string&); \
+    how void detail::write_archive<void>(const std::string&, const std::vector<array>&);
+#if defined(CTG_SEPARATE_COMPILATION)
+CTG_NPZ_INSTANCES(extern template)
+#endif
 
 }  // namespace ctg::npz

@@ -306,8 +306,11 @@ inline void write_atomically(const std::string& path, const std::vector<unsigned
 
 }  // namespace detail
 
-/// The PNG file of the chart, in memory (write_png writes these bytes).
-inline std::vector<unsigned char> png_bytes(const chart& c) {
+namespace detail {
+// png_bytes(chart)'s work (a template of nothing so that a program can compile it once:
+// CTG_SEPARATE_COMPILATION, at the end of this file).
+template <class = void>
+std::vector<unsigned char> chart_png(const chart& c) {
     using detail::rgb;
     const auto bad = [](const std::string& why) { throw std::invalid_argument("ctg::plot::write_png: " + why); };
     if (c.width < 200 || c.width > 8192 || c.height < 150 || c.height > 8192)
@@ -446,11 +449,18 @@ inline std::vector<unsigned char> png_bytes(const chart& c) {
     return detail::encode_png(cv);
 }
 
+}  // namespace detail
+
+/// The PNG file of the chart, in memory (write_png writes these bytes).
+inline std::vector<unsigned char> png_bytes(const chart& c) { return detail::chart_png(c); }
+
 /// Writes the chart as a PNG file, atomically; throws ctg::io_error when the file cannot be written.
 inline void write_png(const chart& c, const std::string& path) { detail::write_atomically(path, png_bytes(c)); }
 
-/// The PNG file of the heat map, in memory (write_png writes these bytes).
-inline std::vector<unsigned char> png_bytes(const heatmap& h) {
+namespace detail {
+// png_bytes(heatmap)'s work (as chart_png).
+template <class = void>
+std::vector<unsigned char> heatmap_png(const heatmap& h) {
     using detail::rgb;
     const auto bad = [](const std::string& why) { throw std::invalid_argument("ctg::plot::write_png (heatmap): " + why); };
     const std::size_t rows = h.row_labels.size(), cols = h.col_labels.size();
@@ -507,7 +517,21 @@ inline std::vector<unsigned char> png_bytes(const heatmap& h) {
     return detail::encode_png(cv);
 }
 
+}  // namespace detail
+
+/// The PNG file of the heat map, in memory (write_png writes these bytes).
+inline std::vector<unsigned char> png_bytes(const heatmap& h) { return detail::heatmap_png(h); }
+
 /// Writes the heatmap as a PNG file, atomically; throws ctg::io_error when the file cannot be written.
 inline void write_png(const heatmap& h, const std::string& path) { detail::write_atomically(path, png_bytes(h)); }
+
+// Compiled once where a program defines CTG_SEPARATE_COMPILATION (see kernels/gemm.hpp): the
+// charts' rendering, about 1.4 s of g++ per translation unit that writes one.
+#define CTG_PLOT_INSTANCES(how)                                           \
+    how std::vector<unsigned char> detail::chart_png<void>(const chart&); \
+    how std::vector<unsigned char> detail::heatmap_png<void>(const heatmap&);
+#if defined(CTG_SEPARATE_COMPILATION)
+CTG_PLOT_INSTANCES(extern template)
+#endif
 
 }  // namespace ctg::plot

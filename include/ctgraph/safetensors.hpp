@@ -219,7 +219,9 @@ inline std::string file_header(const std::vector<tensor>& tensors, const metadat
 }
 
 /// Parses a whole safetensors file held in memory; `path` only names it in messages.
-inline std::map<std::string, tensor> parse_file(binary_file::bytes_view f, const std::string& path, metadata* meta) {
+// (A template of nothing so that a program can compile it once: CTG_SEPARATE_COMPILATION, at the end.)
+template <class = void>
+std::map<std::string, tensor> parse_file(binary_file::bytes_view f, const std::string& path, metadata* meta) {
     using nlohmann::json;
     auto bad = [&](const std::string& what) { fail("read", path, {}, what); };
     if (f.n == 0) bad("file is empty");
@@ -286,7 +288,7 @@ inline std::map<std::string, tensor> parse_file(binary_file::bytes_view f, const
             for (const auto& [k, s] : v.items()) {
                 if (!s.is_string())
                     bad("\"__metadata__\" entry " + in_quotes(k) + " is a " + s.type_name() + ", not a string");
-                meta_found.emplace(k, s.get<std::string>());
+                meta_found.emplace(k, s.template get<std::string>());  // (template: a structured binding is dependent here)
             }
             continue;
         }
@@ -373,14 +375,22 @@ inline std::map<std::string, tensor> parse(const void* data, std::size_t size, c
     return detail::parse_file({static_cast<const unsigned char*>(data), size}, name, meta);
 }
 
-/// Writes tensors (in this order) and metadata as a safetensors file, atomically.
-inline void write(const std::string& path, const std::vector<tensor>& tensors, const metadata& meta = {}) {
-    detail::check_for_write(tensors, meta, path);
-    const std::string header = detail::file_header(tensors, meta, path);
+namespace detail {
+/// safetensors::write's work (a template of nothing, as parse_file).
+template <class = void>
+void write_file(const std::string& path, const std::vector<tensor>& tensors, const metadata& meta) {
+    check_for_write(tensors, meta, path);
+    const std::string header = file_header(tensors, meta, path);
     binary_file::atomic_file out(path, "ctg::safetensors::write");
     out.write(header.data(), header.size());
     for (const tensor& t : tensors) out.write(t.bytes.data(), t.bytes.size());
     out.commit();
+}
+}  // namespace detail
+
+/// Writes tensors (in this order) and metadata as a safetensors file, atomically.
+inline void write(const std::string& path, const std::vector<tensor>& tensors, const metadata& meta = {}) {
+    detail::write_file(path, tensors, meta);
 }
 
 /// A tensor of `shape` holding a copy of data[0 .. product(shape)); T: float, double, int32_t, int64_t.
@@ -464,5 +474,14 @@ template <class T>
 void load(parameter_store<T>& store, const std::string& path) {
     load(store, path, false);
 }
+
+// Compiled once where a program defines CTG_SEPARATE_COMPILATION (see kernels/gemm.hpp).
+#define CTG_SAFETENSORS_INSTANCES(how)                                                                  \
+    how std::map<std::string, tensor> detail::parse_file<void>(binary_file::bytes_view, const std::string&,  \
+                                                               metadata*);                               \
+    how void detail::write_file<void>(const std::string&, const std::vector<tensor>&, const metadata&);
+#if defined(CTG_SEPARATE_COMPILATION)
+CTG_SAFETENSORS_INSTANCES(extern template)
+#endif
 
 }  // namespace ctg::safetensors

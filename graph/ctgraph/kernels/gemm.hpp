@@ -510,7 +510,7 @@ bool outputs_overlap(const std::array<gemm_args<T>, n>& g) {
 /// dX and its 1536 x 384 x 2048 dW ran 10 and 20 ms as one task each). Each element of a C is
 /// computed as by gemm() alone. Products with no C to write (C == nullptr) are skipped.
 template <class T, std::size_t n>
-void gemm_together(std::array<gemm_args<T>, n> g) {  // (not inline: see CTG_COMPILED_KERNELS below)
+void gemm_together(std::array<gemm_args<T>, n> g) {  // (not inline: see CTG_SEPARATE_COMPILATION below)
     // Products that write one C (the two VJPs of a product of a tensor by itself, matmul(w, w) or
     // affine(w, w, b): dA and dB are one adjoint) run one after the other, as on one thread: run
     // together, two threads added into the same elements at once and lost one of the sums.
@@ -775,10 +775,11 @@ inline void gemm_pair(std::uint64_t flops_each, First&& first, Second&& second) 
 // The products' code compiled once: every translation unit that runs a product otherwise compiles
 // gemm() for float and double with all it calls (the register kernels, OpenBLAS's and oneDNN's
 // paths, the bf16 conversions): about 2.5 s of g++'s time and 80 KB of code per unit. Defining
-// CTG_COMPILED_KERNELS in every translation unit of a program declares these instances here and
-// leaves their definition to one unit, graph/ctgraph/kernels/kernels.cpp (CMake: the
-// ctgraph::kernels library, which the project's tests, examples and benchmarks link). The functions
-// are templates without `inline` so that a compiler does not instantiate them anyway to inline them.
+// CTG_SEPARATE_COMPILATION in every translation unit of a program declares these instances here and
+// leaves their definition to one unit, compiled.cpp (include/ctgraph/; CMake: the ctgraph::compiled
+// library, which the project's tests, examples and benchmarks link; npz.hpp, safetensors.hpp and
+// plot.hpp do the same for their code). The functions are templates without `inline` so that a
+// compiler does not instantiate them anyway to inline them.
 #define CTG_KERNEL_INSTANCES(how)                                                                                  \
     how void gemm<float>(bool, bool, std::size_t, std::size_t, std::size_t, float, const float*, std::size_t,      \
                          const float*, std::size_t, float, float*, std::size_t, const float*, bool);               \
@@ -792,7 +793,7 @@ inline void gemm_pair(std::uint64_t flops_each, First&& first, Second&& second) 
                                  const float*);                                                                    \
     how void combine_rows<double>(std::size_t, std::size_t, const double*, const double*, std::size_t, double*,   \
                                   const double*);
-#if defined(CTG_COMPILED_KERNELS) && !defined(CTG_GEMM_PROFILE)
+#if defined(CTG_SEPARATE_COMPILATION) && !defined(CTG_GEMM_PROFILE)
 CTG_KERNEL_INSTANCES(extern template)
 #endif
 

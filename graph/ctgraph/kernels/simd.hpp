@@ -166,7 +166,7 @@ inline void combine_block(std::size_t count, const T* w, const T* rows, std::siz
 /// batch as the last full batch of columns once more.
 template <class T>
 void combine_rows(std::size_t count, std::size_t width, const T* w, const T* rows, std::size_t stride, T* out,
-                  const T* bias = nullptr) {  // (not inline: CTG_COMPILED_KERNELS in gemm.hpp)
+                  const T* bias = nullptr) {  // (not inline: CTG_SEPARATE_COMPILATION in gemm.hpp)
     std::size_t c = 0;
     if (!scalar_only()) {
         using V = batch<T>;
