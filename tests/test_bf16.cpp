@@ -428,3 +428,90 @@ TEST_CASE("a bf16 (mixed-precision) GPT step and decoding allocate nothing, no o
     CHECK(allocations() - before == 0);
     CHECK(primitives() == made_decoding);
 }
+
+TEST_CASE("bf16 shadows: values that products read are kept rounded once, and a step is bit for bit the converting one's",
+          "[bf16]") {
+    engine_scope restore;
+    using model = nn::gpt<11, 8, 16, 2, 2>;  // the resume test's model: a repeat of 2 blocks, then the head
+    const auto loss = model::loss(index_input<"x", B, T>{}, index_input<"y", B, T>{});
+    xt::xtensor<int, 2> x = xt::zeros<int>({3, 8}), y = xt::zeros<int>({3, 8});
+    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = int(i * 7 % 11), y.data()[i] = int(i * 5 % 11);
+    for (const kernels::bf16_engine engine : runnable_engines()) {
+        kernels::set_bf16_engine(engine);
+        INFO(kernels::bf16_engine_name(engine));
+        auto shadowed = compile<float, options{.precision = precision::bf16}>(loss);
+        auto converting = compile<float, options{.precision = precision::bf16, .bf16_shadows = false}>(loss);
+        using S = decltype(shadowed);
+        static_assert(S::num_bf16_shadows >= 1);  // the head's input (the repeat's values are in its frames)
+        static_assert(decltype(converting)::num_bf16_shadows == 0);
+        shadowed.params().init(5);
+        converting.params().init(5);
+        auto opt_s = optim::adamw<float>(1e-2, 0.1), opt_c = optim::adamw<float>(1e-2, 0.1);
+        for (int step = 0; step < 4; ++step) {
+            shadowed.feed<"x">(x);
+            shadowed.feed<"y">(y);
+            converting.feed<"x">(x);
+            converting.feed<"y">(y);
+            const auto ls = train_step(shadowed, opt_s), lc = train_step(converting, opt_c);
+            INFO("step " << step);
+            REQUIRE(ls == lc);
+        }
+        for (std::size_t s = 0; s < shadowed.params().size(); ++s)
+            for (std::size_t k = 0; k < shadowed.params().at(s).shape.size(); ++k) {
+                INFO(shadowed.params().at(s).name << "[" << k << "]");
+                REQUIRE(std::bit_cast<std::uint32_t>(shadowed.params().value(s)[k]) ==
+                        std::bit_cast<std::uint32_t>(converting.params().value(s)[k]));
+            }
+        // The shadows live in the arena (the repeat's frames: its scratch), and each holds its value rounded.
+        CHECK(shadowed.arena_elements() > converting.arena_elements());
+        shadowed.forward();
+        for (std::size_t i = 0; i < S::N; ++i) {
+            if (!S::bf16_shadowed_nodes[i]) {
+                CHECK(shadowed.bf16_shadow(i) == nullptr);
+                continue;
+            }
+            const view& v = shadowed.value_view(i);
+            const bf16_bits* sh = shadowed.bf16_shadow(i);
+            REQUIRE(sh != nullptr);
+            for (std::size_t k = 0; k < v.size(); ++k) REQUIRE(sh[k] == kernels::to_bf16(v.as<float>()[k]));
+        }
+    }
+}
+
+TEST_CASE("bf16 shadows: the products read the shadow, not the float value", "[bf16]") {
+    engine_scope restore;
+    using X = input<"x", B, 12>;
+    using Y = input<"y", 12, 8>;
+    using G = input<"g", B, 8>;
+    const auto b = tanh(Y{});  // an activation read as a product's right operand, forward and backward (dA = dC B^T)
+    const auto loss = sum(mul(matmul(tanh(X{}), b), G{}));
+    for (const kernels::bf16_engine engine : runnable_engines()) {
+        kernels::set_bf16_engine(engine);
+        INFO(kernels::bf16_engine_name(engine));
+        auto prog = compile<float, options{.precision = precision::bf16, .input_grads = true}>(loss);
+        using P = decltype(prog);
+        constexpr std::size_t ib = std::size_t(P::graph_type::template index_of<std::remove_cv_t<decltype(b)>>);
+        static_assert(P::bf16_shadowed_nodes[ib] && P::num_bf16_shadows == 2);  // tanh(x) and tanh(y)
+        xt::xtensor<float, 2> xv = xt::zeros<float>({6, 12}), yv = xt::zeros<float>({12, 8}), gv = xt::zeros<float>({6, 8});
+        const auto r1 = randoms(xv.size(), 31), r2 = randoms(yv.size(), 32), r3 = randoms(gv.size(), 33);
+        std::copy(r1.begin(), r1.end(), xv.data());
+        std::copy(r2.begin(), r2.end(), yv.data());
+        std::copy(r3.begin(), r3.end(), gv.data());
+        prog.feed<"x">(xv);
+        prog.feed<"y">(yv);
+        prog.feed<"g">(gv);
+        prog.forward();
+        prog.backward();
+        const auto dx = xt::xtensor<float, 2>(prog.input_grad<"x">());
+        prog.forward();
+        // A shadow negated behind the engine's back: the backward product dC B^T reads it.
+        auto* sh = const_cast<bf16_bits*>(prog.bf16_shadow(ib));
+        for (std::size_t k = 0; k < 12 * 8; ++k) sh[k] = bf16_bits(sh[k] ^ 0x8000u);
+        prog.backward();
+        const auto dx_neg = xt::xtensor<float, 2>(prog.input_grad<"x">());
+        for (std::size_t k = 0; k < dx.size(); ++k) {
+            INFO(k);
+            CHECK(dx_neg.data()[k] == -dx.data()[k]);
+        }
+    }
+}

@@ -55,6 +55,12 @@
 //     // c.y and c.scratch (absent: all of them). A repeat under options::recompute does not rerun a
 //     // layer's nodes whose values no VJP reads (a GPT block's second FFN product and the sum after it).
 //     static constexpr std::uint32_t backward_reads = 0b011;  // affine: x and W, not the bias nor y
+//     // optional: the operands this op reads as operands of matrix products (kernels::gemm), as a
+//     // mask (bit k: operand k). In a mixed-precision training program (options::precision = bf16)
+//     // such an operand's value may have a bf16 shadow, c.xb[k]: the same elements rounded to
+//     // bf16, laid out as c.x[k], which the op passes to gemm as A16 / B16 (the float value is
+//     // there as always, for anything else the op reads).
+//     static constexpr std::uint32_t bf16_operands = 0b011;  // affine: x and W
 //     // optional: extra text for printing (an axis, a constant).
 //     static std::string describe();
 //   };
@@ -109,6 +115,11 @@ struct run_info {
     // writes row l of operand k's adjoint only while running layer l, from the last layer down, and
     // calls after_layer(l) once that layer is done). Null otherwise, and inside a cell.
     const layer_hook* after_layer = nullptr;
+    // A mixed-precision training program: values that products read keep a bf16 shadow (see
+    // graph/exec.hpp, bf16_shadowed), in the program's arena and in a repeat's layer frames (its
+    // scratch is sized the same way: the fifth argument of scratch_size). Cleared inside a cell:
+    // ops nested in a scan or repeat plan without it.
+    bool bf16_shadows = false;
 };
 
 /// What the engine hands an op: views of its output, operands, their adjoints and its scratch.
@@ -121,6 +132,9 @@ struct op_io {
     std::string_view node_name{};            // this node, e.g. "%7 embedding"
     run_info run{};                          // training or not; random stream of this node
     std::array<bool, K> assign{};            // see fresh()
+    // The operands' bf16 shadows (op::bf16_operands): operand k's value rounded to bf16, laid out
+    // as c.x[k], kept by the engine for a mixed-precision program's products; null where none.
+    std::array<const std::uint16_t*, K> xb{};
 
     /// Whether gx[k] is fresh: an op declaring assigns_adjoints must then write all of it with =.
     bool fresh(std::size_t k) const { return assign[k]; }

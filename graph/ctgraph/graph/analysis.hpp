@@ -62,6 +62,13 @@ struct options {
     /// FLOPs added). Inference programs keep one layer's values anyway; programs without repeat are
     /// unaffected.
     bool recompute = false;
+    /// With precision::bf16, a training program keeps a bf16 copy (a shadow) of every value that a
+    /// matrix product reads as an operand, rounded once, right after the op that makes the value,
+    /// and the products read it instead of converting the float value each time (forward and
+    /// backward). Products see the same operands, so results are the same bit for bit; the cost is
+    /// the shadows' memory (half the bytes of the values they copy: gpt-m 21 MiB a layer). false:
+    /// products convert their operands as they run, as before. (docs/mixed-precision.md)
+    bool bf16_shadows = true;
 };
 
 namespace detail {

@@ -90,6 +90,18 @@ struct cell_info {
         return g;
     }();
 
+    /// Computed nodes that keep a bf16 shadow in a mixed-precision training program's frames
+    /// (exec.hpp, bf16_shadowed): those a computed node reads as a product operand. The cell's
+    /// result (the next step's input, read outside) and index values keep none.
+    static constexpr std::array<bool, N> shadowed = [] {
+        constexpr auto prod = []<std::size_t... I>(std::index_sequence<I...>) {
+            return std::array<std::uint32_t, N>{bf16_operands_of<op_of_t<typename G::template node_t<I>>>...};
+        }(std::make_index_sequence<N>{});
+        return bf16_shadowed(G::arity, G::operands, prod,
+                             [](std::size_t i) { return computed[i] && i != out && !G::is_index[i]; },
+                             [](std::size_t j) { return computed[j]; });
+    }();
+
     /// How each step's VJPs write the computed nodes' adjoints (adj_write_modes): the first writer
     /// assigns or zeroes, so the per-step adjoint block is never cleared as a whole. The cell's
     /// result and its leaves (state, step input, invariants, parameters) belong to the enclosing op.
@@ -142,6 +154,10 @@ struct cell_frame {
     std::array<std::size_t, N> val_off{}, adj_off{}, scr_off{}, scr_size{};
     std::size_t per_step = 0, adj_block = 0;
     bool forward_only = false;  // one frame for every step (run_info::forward_only), no adjoints
+    // Whether the frame holds bf16 shadows (run_info::bf16_shadows; never in a forward-only frame):
+    // node i's (Info::shadowed) at sh_off[i], (size + 1) / 2 floats holding its bf16 values.
+    bool shadows = false;
+    std::array<std::size_t, N> sh_off{};
 
     /// Where step (or layer) t's frame starts: all steps' values are kept for backward, a
     /// forward-only pass reuses one frame.
@@ -156,8 +172,9 @@ struct cell_frame {
         rshape shape;
         std::size_t skip;
     };
-    void plan(const binding* known, std::size_t count, bool forward_pass_only) {
+    void plan(const binding* known, std::size_t count, bool forward_pass_only, bool bf16_shadows = false) {
         forward_only = forward_pass_only;
+        shadows = bf16_shadows && !forward_only;
         std::array<std::pair<char, std::size_t>, 16> env{};
         std::size_t nenv = 0;
         for (const binding& b : std::span(known, count))
@@ -193,6 +210,10 @@ struct cell_frame {
             }
             scr_off[i] = off;
             off += round_up_lines(scr_size[i]);
+            if (shadows && Info::shadowed[i]) {  // (bf16 programs are float programs: 2 values per element)
+                sh_off[i] = off;
+                off += round_up_lines((shapes[i].size() + 1) / 2);
+            }
         }
         per_step = off;
         place_adjoints();

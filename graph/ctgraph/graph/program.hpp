@@ -74,6 +74,22 @@ private:
     static constexpr bool values_by_lifetime = Opt.inference && !Opt.keep_values;
     // repeat reruns its layers' forward in backward (options::recompute; training programs only).
     static constexpr bool recompute = Opt.recompute && !Opt.inference;
+    // bf16 shadows (options::bf16_shadows) of the values products read: a mixed-precision training
+    // program's, in its arena and (run_info::bf16_shadows) in its repeats' layer frames.
+    static constexpr bool bf16_shadows = Opt.precision == precision::bf16 && Opt.bf16_shadows && !Opt.inference;
+    static constexpr std::array<bool, N> shadowed = [] {
+        if constexpr (!bf16_shadows) {
+            return std::array<bool, N>{};
+        } else {
+            constexpr auto prod = []<std::size_t... I>(std::index_sequence<I...>) {
+                return std::array<std::uint32_t, N>{detail::bf16_operands_of<detail::op_of_t<typename G::template node_t<I>>>...};
+            }(std::make_index_sequence<N>{});
+            return detail::bf16_shadowed(G::arity, G::operands, prod,
+                                         [](std::size_t i) { return G::kind[i] == leaf_kind::none && !G::is_index[i]; },
+                                         [](std::size_t) { return true; });
+        }
+    }();
+    static constexpr bool any_shadowed = std::find(shadowed.begin(), shadowed.end(), true) != shadowed.end();
     // The last forward step that reads node i's memory: its last reader's, extended through the
     // nodes that alias it (reshape) and past the end (N) for outputs; an aliasing node gets the
     // lifetime of the memory it reads.
@@ -373,6 +389,13 @@ public:
     const rshape& node_shape(std::size_t i) const { return shapes_[i]; }  ///< the runtime shape of node i
     /// Elements of T in the arena (activations, adjoints and scratch).
     std::size_t arena_elements() const { return arena_.size(); }
+    /// Node i's bf16 shadow after forward() (options::bf16_shadows: its value rounded to bf16,
+    /// which the products reading it take), or null when it keeps none.
+    const std::uint16_t* bf16_shadow(std::size_t i) const { return i < N ? shadow_[i] : nullptr; }
+    /// The nodes of this program (not inside a repeat's block) that keep a bf16 shadow.
+    static constexpr std::size_t num_bf16_shadows = std::size_t(std::count(shadowed.begin(), shadowed.end(), true));
+    /// Which of them (by node index).
+    static constexpr std::array<bool, N> bf16_shadowed_nodes = shadowed;
 
     /// The value of dimension letter c bound by the last forward() (0 when unbound).
     std::size_t dim_value(char c) const {
@@ -617,7 +640,7 @@ private:
     template <std::size_t... I>
     void scratch_sizes(std::array<std::size_t, N>& out, std::index_sequence<I...>) const {
         ((out[I] = detail::scratch_size_of<detail::op_of_t<node_t<I>>, G::arity[I]>(
-              shapes_.data(), &G::operands[0][0], G::max_arity, I, Opt.inference, recompute)),
+              shapes_.data(), &G::operands[0][0], G::max_arity, I, Opt.inference, recompute, bf16_shadows)),
          ...);
     }
 
@@ -645,6 +668,13 @@ private:
                 off += round_up_elems<T>(scratch[i]);
             }
         }
+        std::array<std::size_t, N> sh_off{};  // bf16 shadows: (size + 1) / 2 floats hold a value's bf16 elements
+        if constexpr (any_shadowed)
+            for (std::size_t i = 0; i < N; ++i)
+                if (shadowed[i]) {
+                    sh_off[i] = off;
+                    off += round_up_elems<T>((shapes_[i].size() + 1) / 2);
+                }
         if (arena_.size() < off) arena_.resize(off);
         if (poison_) std::fill(arena_.begin(), arena_.end(), std::numeric_limits<T>::quiet_NaN());
         T* base = arena_.data();
@@ -654,6 +684,7 @@ private:
             scratch_[i] = {scratch[i] ? base + scr_off[i] : nullptr, rshape{1, {scratch[i]}}};
             if (G::kind[i] == leaf_kind::none || G::kind[i] == leaf_kind::constant) val_[i].ptr = base + val_off[i];
             if (G::needs_grad[i] && G::kind[i] != leaf_kind::param) adj_[i].ptr = base + adj_off[i];
+            if constexpr (any_shadowed) shadow_[i] = shadowed[i] ? reinterpret_cast<std::uint16_t*>(base + sh_off[i]) : nullptr;
         }
         for (std::size_t i = 0; i < N; ++i)
             if (G::kind[i] == leaf_kind::constant) *val_[i].template as<T>() = T(G::constant_value[i]);
@@ -699,10 +730,13 @@ private:
 
     // ---------------------------------------------------------------- execution
     detail::exec_state state(bool params_fresh = false) const {
-        return {val_.data(), adj_.data(), scratch_.data(), shapes_.data(), G::needs_grad.data(), G::is_index.data(), G::label.data(),
-                &G::operands[0][0], G::max_arity,
-                {training_, dropout_seed_, passes_, Opt.inference, Opt.precision == precision::bf16, recompute},
-                params_fresh ? &adj_writes_after_zero.mode[0][0] : &adj_writes.mode[0][0]};
+        detail::exec_state s{val_.data(), adj_.data(), scratch_.data(), shapes_.data(), G::needs_grad.data(), G::is_index.data(),
+                             G::label.data(), &G::operands[0][0], G::max_arity,
+                             {training_, dropout_seed_, passes_, Opt.inference, Opt.precision == precision::bf16, recompute},
+                             params_fresh ? &adj_writes_after_zero.mode[0][0] : &adj_writes.mode[0][0],
+                             any_shadowed ? shadow_.data() : nullptr};
+        s.run.bf16_shadows = bf16_shadows;
+        return s;
     }
     template <std::size_t... I>
     void run_forward(std::index_sequence<I...>) {
@@ -854,6 +888,7 @@ private:
     std::array<input_slot, G::num_inputs + 1> inputs_{};
     aligned_vector<T> arena_;
     std::array<view, N> val_{}, adj_{}, scratch_{};
+    std::array<std::uint16_t*, N> shadow_{};  // bf16 shadows (shadowed; null elsewhere)
     std::array<rshape, N> shapes_{};
     std::array<aligned_vector<T>, num_outputs> seeds_{};
     std::array<std::size_t, G::num_symbols + 1> env_{};
@@ -936,6 +971,8 @@ public:
     const view& adjoint_view(std::size_t) const { return none_; }
     const rshape& node_shape(std::size_t) const { return none_.shape; }
     std::size_t arena_elements() const { return 0; }
+    const std::uint16_t* bf16_shadow(std::size_t) const { return nullptr; }
+    static constexpr std::size_t num_bf16_shadows = 0;
     std::size_t dim_value(char) const { return 0; }
     std::string to_text() const { return {}; }
     std::string to_dot() const { return {}; }

@@ -183,7 +183,7 @@ struct repeat_op {
     /// The layout at these operand shapes. recompute (options::recompute) needs a backward pass and
     /// more than one layer; otherwise it changes nothing.
     template <std::size_t K>
-    static layout plan(const std::array<rshape, K>& x, bool forward_only, bool recompute = false) {
+    static layout plan(const std::array<rshape, K>& x, bool forward_only, bool recompute = false, bool bf16_shadows = false) {
         layout Ly;
         Ly.recompute = recompute && !forward_only && L > 1;
         using binding = typename detail::cell_frame<info>::binding;
@@ -193,22 +193,22 @@ struct repeat_op {
         for (std::size_t e = 0; e < Extra; ++e)
             if (extra_nodes[e] >= 0) known[nk++] = {std::size_t(extra_nodes[e]), x[1 + e], sliced(e) ? 1u : 0u};
         for (std::size_t j = 0; j < info::num_hoisted; ++j) known[nk++] = {info::hoisted[j], x[first_hoisted + j], 0};
-        Ly.plan(known.data(), nk, forward_only);
+        Ly.plan(known.data(), nk, forward_only, bf16_shadows);
         Ly.state = round_up_lines(x[0].size());
         for (std::size_t p = 0; p < P; ++p) Ly.param_size[p] = Ly.shapes[info::step_params[p]].size();
         Ly.total = forward_only ? Ly.adjoints_off() : Ly.held_off() + (Ly.recompute ? round_up_lines(1) : 0);
         return Ly;
     }
-    static std::size_t scratch_size(const rshape&, const auto& x, bool forward_only, bool recompute) {
-        return plan(x, forward_only, recompute).total;
+    static std::size_t scratch_size(const rshape&, const auto& x, bool forward_only, bool recompute, bool bf16_shadows = false) {
+        return plan(x, forward_only, recompute, bf16_shadows).total;
     }
     template <class T, std::size_t K>
     static const layout& plan_of(const op_io<T, K>& c) {
         std::array<rshape, K> xs{};
         for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
-        // (remembered_plan's third key, scan's batch parts, is 2 here when recomputing)
-        return detail::remembered_plan<layout>(xs, c.run.forward_only, c.run.recompute ? 2 : 1,
-                                               [](const auto& x, bool f, std::size_t r) { return plan(x, f, r == 2); });
+        // (remembered_plan's third key, scan's batch parts, is 1 + 1 when recomputing + 2 with bf16 shadows)
+        return detail::remembered_plan<layout>(xs, c.run.forward_only, 1 + (c.run.recompute ? 1 : 0) + (c.run.bf16_shadows ? 2 : 0),
+                                               [](const auto& x, bool f, std::size_t r) { return plan(x, f, ((r - 1) & 1) != 0, ((r - 1) & 2) != 0); });
     }
     /// Which layer's values the frame of a recomputing op holds (written by forward and backward).
     template <class T>
@@ -232,6 +232,7 @@ struct repeat_op {
     // ---------------------------------------------------------------- one layer's views
     struct layer_views {
         std::array<view, N> val{}, adj{}, scr{};
+        std::array<std::uint16_t*, N> sh{};  // bf16 shadows (layout::shadows)
         std::array<std::string_view, N> label = G::label;  // placeholders renamed after the outer operands
     };
     template <class T, std::size_t K>
@@ -241,6 +242,8 @@ struct repeat_op {
             v.val[i].shape = v.adj[i].shape = Ly.shapes[i];
             v.scr[i] = {base + Ly.layer_frame_off(l) + Ly.scr_off[i], rshape{1, {Ly.scr_size[i]}}};
             if (info::computed[i]) v.val[i].ptr = base + Ly.layer_frame_off(l) + Ly.val_off[i];
+            if (Ly.shadows && info::shadowed[i])
+                v.sh[i] = reinterpret_cast<std::uint16_t*>(base + Ly.layer_frame_off(l) + Ly.sh_off[i]);
         }
         v.val[info::out].ptr = l + 1 == L ? c.y_data() : base + Ly.output_off(l);
         if constexpr (state_node >= 0) v.label[std::size_t(state_node)] = c.x_name[0];
@@ -260,7 +263,7 @@ struct repeat_op {
     static detail::exec_state exec_of(const layer_views& v, const layout& Ly, const run_info& run, std::size_t l) {
         return {v.val.data(), v.adj.data(), v.scr.data(), Ly.shapes.data(), info::has_adjoint.data(), G::is_index.data(), v.label.data(),
                 &G::operands[0][0], G::max_arity, detail::cell_run(run, l),
-                &info::adj_writes.mode[0][0]};
+                &info::adj_writes.mode[0][0], Ly.shadows ? v.sh.data() : nullptr};
     }
 
     // ---------------------------------------------------------------- forward

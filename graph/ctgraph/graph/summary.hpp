@@ -400,17 +400,19 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
 
     // Per node: FLOPs, scratch (the functions program::plan() calls), and the arena as plan() lays it out.
     static constexpr auto scratch_fns = []<std::size_t... I>(std::index_sequence<I...>) {
-        return std::array<std::size_t (*)(const rshape*, const int*, std::size_t, std::size_t, bool, bool), N>{
+        return std::array<std::size_t (*)(const rshape*, const int*, std::size_t, std::size_t, bool, bool, bool), N>{
             &scratch_size_of<op_of_t<typename G::template node_t<I>>, G::arity[I]>...};
     }(std::make_index_sequence<N>{});
     constexpr bool recompute = Opt.recompute && !Opt.inference;
+    // bf16 shadows (options::bf16_shadows): a repeat's are in its scratch, the program's own values' in the values.
+    constexpr bool shadows = Opt.precision == precision::bf16 && Opt.bf16_shadows && !Opt.inference;
     s.recompute = recompute;
     std::array<std::size_t, N> scratch{}, val{}, adj{};
     for (std::size_t i = 0; i < N; ++i) {
-        scratch[i] = scratch_fns[i](shapes.data(), &G::operands[0][0], G::max_arity, i, Opt.inference, recompute);
+        scratch[i] = scratch_fns[i](shapes.data(), &G::operands[0][0], G::max_arity, i, Opt.inference, recompute, shadows);
         if constexpr (recompute)  // what the same op would keep without recomputation
             s.recompute_saved_bytes +=
-                (round_up_elems<T>(scratch_fns[i](shapes.data(), &G::operands[0][0], G::max_arity, i, false, false)) -
+                (round_up_elems<T>(scratch_fns[i](shapes.data(), &G::operands[0][0], G::max_arity, i, false, false, shadows)) -
                  round_up_elems<T>(scratch[i])) *
                 sizeof(T);
     }
@@ -424,6 +426,7 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
         if ((G::kind[i] == leaf_kind::none && !G::aliases[i]) || G::kind[i] == leaf_kind::constant)
             val[i] = round_up_elems<T>(shapes[i].size());
         if (G::needs_grad[i] && G::kind[i] != leaf_kind::param) adj[i] = round_up_elems<T>(shapes[i].size());
+        if (P::bf16_shadowed_nodes[i]) val[i] += round_up_elems<T>((shapes[i].size() + 1) / 2);
         scratch[i] = round_up_elems<T>(scratch[i]);
         value_elems += val[i], adjoint_elems += adj[i], scratch_elems += scratch[i];
     }

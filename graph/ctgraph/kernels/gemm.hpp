@@ -330,6 +330,12 @@ struct gemm_args {
     std::size_t ldc;
     const T* bias = nullptr;
     bool bf16 = false;  // operands rounded to bfloat16, products accumulated in float (float only: see gemm())
+    // bf16 products only: A's and B's values already rounded to bf16, laid out as A and B are
+    // (same leading dimension), or null. A program keeps such a copy of a value that products read
+    // (a bf16 shadow, filled when the value is made: graph/exec.hpp); the product then reads it
+    // instead of converting the floats.
+    const bf16_bits* A16 = nullptr;
+    const bf16_bits* B16 = nullptr;
     std::uint64_t flops() const { return 2ULL * M * N * K; }
 };
 
@@ -648,13 +654,18 @@ inline void combine_rows_bf16(std::size_t K, std::size_t N, const float* x, cons
 inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted, const bf16_bits* b_converted) {
     const std::size_t M = g.M, N = g.N, K = g.K;
     if (M == 0 || N == 0) return;
+    // A weight's copy (bf16_copies), else the caller's shadow of an activation (gemm_args::A16,
+    // B16). A small transposed A is still converted transposed from its floats, as without a
+    // shadow (the rule below: oneDNN then reads a plain A), so that a shadow changes no bits.
+    const bf16_bits* b_weight = bf16_copies::instance().find(g.B);
     const bf16_bits* a_copy = bf16_copies::instance().find(g.A);
-    const bf16_bits* b_copy = bf16_copies::instance().find(g.B);
+    if (!a_copy && g.A16 && !(g.trans_a && M * K <= (std::size_t(1) << 18))) a_copy = g.A16;
+    const bf16_bits* b_copy = b_weight ? b_weight : g.B16;
     const bool a_given = !a_copy && a_converted && get_bf16_engine() == bf16_engine::onednn;
     const bool b_given = !b_copy && b_converted && get_bf16_engine() == bf16_engine::onednn;
     const std::uint64_t flops = g.flops();
     const std::size_t P = std::size_t(kernel_pool().threads_here());
-    if (M == 1 && K > 0 && b_copy && !g.trans_b && g.alpha == 1.0f && g.beta == 0.0f) {
+    if (M == 1 && K > 0 && b_weight && !g.trans_b && g.alpha == 1.0f && g.beta == 0.0f) {
         gemm_flop_counter().fetch_add(flops, std::memory_order_relaxed);
         scratch<float> x(K);
         pack_bf16(g.trans_a, 1, K, g.A, g.lda, x.data());
@@ -662,7 +673,7 @@ inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted, c
         const std::size_t step = range_step(N, pieces, 16);
         auto piece = [&](std::size_t p) {
             const std::size_t c0 = p * step, c1 = std::min(N, c0 + step);
-            if (c0 < c1) combine_rows_bf16(K, c1 - c0, x.data(), b_copy + c0, g.ldb, g.C + c0, g.bias ? g.bias + c0 : nullptr);
+            if (c0 < c1) combine_rows_bf16(K, c1 - c0, x.data(), b_weight + c0, g.ldb, g.C + c0, g.bias ? g.bias + c0 : nullptr);
         };
         if (pieces > 1) kernel_pool().run((N + step - 1) / step, piece);
         else piece(0);
@@ -732,15 +743,17 @@ inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted, c
 ///
 /// bf16 = true (float only; ignored for double): op(A) and op(B) are rounded to bfloat16 and the
 /// products accumulated in float (mixed precision: options{.precision = precision::bf16}), on
-/// oneDNN's bf16 kernels or emulated (kernels/onednn.hpp).
+/// oneDNN's bf16 kernels or emulated (kernels/onednn.hpp). A16 / B16 (bf16 products only, may be
+/// null): A's / B's values already rounded, laid out as A / B (see gemm_args).
 template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
           std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc,
-          const std::type_identity_t<T>* bias = nullptr, bool bf16 = false) {  // (not inline: see below)
+          const std::type_identity_t<T>* bias = nullptr, bool bf16 = false, const bf16_bits* A16 = nullptr,
+          const bf16_bits* B16 = nullptr) {  // (not inline: see CTG_KERNEL_INSTANCES below)
     if (M == 0 || N == 0) return;
     if constexpr (std::is_same_v<T, float>)
         if (bf16) {
-            detail::gemm_bf16(gemm_args<float>{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, true});
+            detail::gemm_bf16(gemm_args<float>{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, true, A16, B16});
             return;
         }
     const std::uint64_t flops = 2ULL * M * N * K;
@@ -782,9 +795,11 @@ inline void gemm_pair(std::uint64_t flops_each, First&& first, Second&& second) 
 // compiler does not instantiate them anyway to inline them.
 #define CTG_KERNEL_INSTANCES(how)                                                                                  \
     how void gemm<float>(bool, bool, std::size_t, std::size_t, std::size_t, float, const float*, std::size_t,      \
-                         const float*, std::size_t, float, float*, std::size_t, const float*, bool);               \
+                         const float*, std::size_t, float, float*, std::size_t, const float*, bool,                \
+                         const bf16_bits*, const bf16_bits*);                                                      \
     how void gemm<double>(bool, bool, std::size_t, std::size_t, std::size_t, double, const double*, std::size_t,   \
-                          const double*, std::size_t, double, double*, std::size_t, const double*, bool);          \
+                          const double*, std::size_t, double, double*, std::size_t, const double*, bool,           \
+                          const bf16_bits*, const bf16_bits*);                                                     \
     how void gemm_together<float, 1>(std::array<gemm_args<float>, 1>);                                             \
     how void gemm_together<float, 2>(std::array<gemm_args<float>, 2>);                                             \
     how void gemm_together<double, 1>(std::array<gemm_args<double>, 1>);                                           \

@@ -26,6 +26,7 @@ struct affine_op {
     static constexpr bool weight_adjoint_is_xt_dy = true;  // see op.hpp
     static constexpr bool assigns_adjoints = true;
     static constexpr std::uint32_t backward_reads = 0b011;  // x and W (see op.hpp)
+    static constexpr std::uint32_t bf16_operands = 0b011;   // x and W: their bf16 shadows, c.xb (see op.hpp)
 
     template <class X, class W, class B>
     static consteval bool check() {
@@ -43,7 +44,7 @@ struct affine_op {
     static void forward(op_io<T, 3>& c) {
         const std::size_t M = c.x[0].shape.rows(), K = c.x[0].shape.cols(), N = c.x[1].shape.d[1];
         const T *x = c.x_data(0), *w = c.x_data(1), *b = c.x_data(2);
-        kernels::gemm(false, false, M, N, K, T(1), x, K, w, N, T(0), c.y_data(), N, b, c.run.bf16);
+        kernels::gemm(false, false, M, N, K, T(1), x, K, w, N, T(0), c.y_data(), N, b, c.run.bf16, c.xb[0], c.xb[1]);
     }
     template <class T>
     static void backward(op_io<T, 3>& c) {  // reads x and W (not y, not the bias): backward_reads
@@ -52,8 +53,8 @@ struct affine_op {
         T *gx = c.gx_data(0), *gw = c.gx_data(1);
         // The two products as one job of the pool (kernels::gemm_together): dx (M x K) (+)= dY W^T,
         // dW (K x N) (+)= x^T dY; a missing adjoint (nullptr) is skipped.
-        kernels::gemm_together<T, 2>({kernels::gemm_args<T>{false, true, M, K, N, T(1), gy, N, w, N, c.fresh(0) ? T(0) : T(1), gx, K, nullptr, c.run.bf16},
-                                      kernels::gemm_args<T>{true, false, K, N, M, T(1), x, K, gy, N, c.fresh(1) ? T(0) : T(1), gw, N, nullptr, c.run.bf16}});
+        kernels::gemm_together<T, 2>({kernels::gemm_args<T>{false, true, M, K, N, T(1), gy, N, w, N, c.fresh(0) ? T(0) : T(1), gx, K, nullptr, c.run.bf16, nullptr, c.xb[1]},
+                                      kernels::gemm_args<T>{true, false, K, N, M, T(1), x, K, gy, N, c.fresh(1) ? T(0) : T(1), gw, N, nullptr, c.run.bf16, c.xb[0]}});
         if (T* gb = c.gx_data(2)) {
             std::size_t r = 0;
             if (c.fresh(2)) {  // the first row assigns (or, with no rows at all, zeros)

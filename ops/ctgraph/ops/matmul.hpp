@@ -20,6 +20,10 @@ struct matmul_op {
     static consteval bool rows_independent() { return true; }  // row r of A (or batch r) gives row r (see op.hpp)
     static constexpr bool weight_adjoint_is_xt_dy = true;  // for a (K, N) operand 1 (see op.hpp)
     static constexpr bool assigns_adjoints = true;
+    static constexpr std::uint32_t bf16_operands = 0b11;  // both: their bf16 shadows, c.xb (see op.hpp)
+
+    // Where batch i of a bf16 shadow starts (null: none).
+    static const std::uint16_t* at(const std::uint16_t* p, std::size_t off) { return p ? p + off : nullptr; }
 
     template <class A, class B>
     static consteval bool check() {
@@ -70,7 +74,7 @@ struct matmul_op {
         kernels::for_items(s.batches, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t i0, std::size_t i1) {
             for (std::size_t i = i0; i < i1; ++i)
                 kernels::gemm(false, false, s.M, s.N, s.K, T(1), a + i * s.sa, s.K, b + i * s.sb, s.N, T(0), y + i * s.sy, s.N,
-                              nullptr, c.run.bf16);
+                              nullptr, c.run.bf16, at(c.xb[0], i * s.sa), at(c.xb[1], i * s.sb));
         });
     }
     template <class T>
@@ -82,12 +86,12 @@ struct matmul_op {
         auto grad_a = [&](std::size_t i) {  // (M x K) += (M x N)(N x K)
             const T beta_a = c.fresh(0) && (i == 0 || s.sa) ? T(0) : T(1);
             kernels::gemm(false, true, s.M, s.K, s.N, T(1), gy + i * s.sy, s.N, b + i * s.sb, s.N, beta_a, ga + i * s.sa, s.K,
-                          nullptr, c.run.bf16);
+                          nullptr, c.run.bf16, nullptr, at(c.xb[1], i * s.sb));
         };
         auto grad_b = [&](std::size_t i) {  // (K x N) += (K x M)(M x N)
             const T beta_b = c.fresh(1) && (i == 0 || s.sb) ? T(0) : T(1);
             kernels::gemm(true, false, s.K, s.N, s.M, T(1), a + i * s.sa, s.K, gy + i * s.sy, s.N, beta_b, gb + i * s.sb, s.N,
-                          nullptr, c.run.bf16);
+                          nullptr, c.run.bf16, at(c.xb[0], i * s.sa));
         };
         auto batches = [&](std::size_t i0, std::size_t i1) {
             for (std::size_t i = i0; i < i1; ++i) {
@@ -102,8 +106,8 @@ struct matmul_op {
         }
         if (ga && gb && s.batches == 1) {  // the two VJP products as one job (an rnn step's 16 x 128 x 128 ones)
             kernels::gemm_together<T, 2>(
-                {kernels::gemm_args<T>{false, true, s.M, s.K, s.N, T(1), gy, s.N, b, s.N, c.fresh(0) ? T(0) : T(1), ga, s.K, nullptr, c.run.bf16},
-                 kernels::gemm_args<T>{true, false, s.K, s.N, s.M, T(1), a, s.K, gy, s.N, c.fresh(1) ? T(0) : T(1), gb, s.N, nullptr, c.run.bf16}});
+                {kernels::gemm_args<T>{false, true, s.M, s.K, s.N, T(1), gy, s.N, b, s.N, c.fresh(0) ? T(0) : T(1), ga, s.K, nullptr, c.run.bf16, nullptr, c.xb[1]},
+                 kernels::gemm_args<T>{true, false, s.K, s.N, s.M, T(1), a, s.K, gy, s.N, c.fresh(1) ? T(0) : T(1), gb, s.N, nullptr, c.run.bf16, c.xb[0]}});
             return;
         }
         if (ga && gb) {  // over batches that share an operand: the two VJPs as a pair

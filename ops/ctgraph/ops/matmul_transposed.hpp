@@ -38,7 +38,7 @@ struct matmul_transposed_op {
     static void forward(op_io<T, 2>& c) {
         const std::size_t M = c.x[0].shape.rows(), K = c.x[0].shape.cols(), N = c.x[1].shape[0];
         kernels::gemm(false, true, M, N, K, T(1), c.x_data(0), K, c.x_data(1), K, T(0), c.y_data(), N, nullptr,
-                      c.run.bf16);
+                      c.run.bf16, c.xb[0], c.xb[1]);
     }
     template <class T>
     static void backward(op_io<T, 2>& c) {
@@ -46,15 +46,15 @@ struct matmul_transposed_op {
         const T *a = c.x_data(0), *b = c.x_data(1), *gy = c.gy_data();
         T *ga = c.gx_data(0), *gb = c.gx_data(1);
         // da (M x K) = dy (M x N) b (N x K);  db (N x K) = dy^T (N x M) a (M x K).
-        const kernels::gemm_args<T> da{false, false, M, K, N, T(1), gy, N, b, K, c.fresh(0) ? T(0) : T(1), ga, K, nullptr, c.run.bf16};
-        const kernels::gemm_args<T> db{true, false, N, K, M, T(1), gy, N, a, K, c.fresh(1) ? T(0) : T(1), gb, K, nullptr, c.run.bf16};
+        const kernels::gemm_args<T> da{false, false, M, K, N, T(1), gy, N, b, K, c.fresh(0) ? T(0) : T(1), ga, K, nullptr, c.run.bf16, nullptr, c.xb[1]};
+        const kernels::gemm_args<T> db{true, false, N, K, M, T(1), gy, N, a, K, c.fresh(1) ? T(0) : T(1), gb, K, nullptr, c.run.bf16, nullptr, c.xb[0]};
         if (ga && gb) {
             kernels::gemm_together<T, 2>({da, db});
             return;
         }
         for (const auto& g : {da, db})
             if (g.C) kernels::gemm(g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc,
-                                   nullptr, g.bf16);
+                                   nullptr, g.bf16, g.A16, g.B16);
     }
 };
 }  // namespace ops
