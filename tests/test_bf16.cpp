@@ -441,25 +441,33 @@ TEST_CASE("bf16 shadows: values that products read are kept rounded once, and a 
         INFO(kernels::bf16_engine_name(engine));
         auto shadowed = compile<float, options{.precision = precision::bf16}>(loss);
         auto converting = compile<float, options{.precision = precision::bf16, .bf16_shadows = false}>(loss);
+        // options::recompute reruns each layer's forward in backward: the shadows are made again with it.
+        auto recomputing = compile<float, options{.precision = precision::bf16, .recompute = true}>(loss);
         using S = decltype(shadowed);
         static_assert(S::num_bf16_shadows >= 1);  // the head's input (the repeat's values are in its frames)
         static_assert(decltype(converting)::num_bf16_shadows == 0);
         shadowed.params().init(5);
         converting.params().init(5);
-        auto opt_s = optim::adamw<float>(1e-2, 0.1), opt_c = optim::adamw<float>(1e-2, 0.1);
+        recomputing.params().init(5);
+        auto opt_s = optim::adamw<float>(1e-2, 0.1), opt_c = optim::adamw<float>(1e-2, 0.1), opt_r = optim::adamw<float>(1e-2, 0.1);
         for (int step = 0; step < 4; ++step) {
             shadowed.feed<"x">(x);
             shadowed.feed<"y">(y);
             converting.feed<"x">(x);
             converting.feed<"y">(y);
-            const auto ls = train_step(shadowed, opt_s), lc = train_step(converting, opt_c);
+            recomputing.feed<"x">(x);
+            recomputing.feed<"y">(y);
+            const auto ls = train_step(shadowed, opt_s), lc = train_step(converting, opt_c), lr = train_step(recomputing, opt_r);
             INFO("step " << step);
             REQUIRE(ls == lc);
+            REQUIRE(lr == lc);
         }
         for (std::size_t s = 0; s < shadowed.params().size(); ++s)
             for (std::size_t k = 0; k < shadowed.params().at(s).shape.size(); ++k) {
                 INFO(shadowed.params().at(s).name << "[" << k << "]");
                 REQUIRE(std::bit_cast<std::uint32_t>(shadowed.params().value(s)[k]) ==
+                        std::bit_cast<std::uint32_t>(converting.params().value(s)[k]));
+                REQUIRE(std::bit_cast<std::uint32_t>(recomputing.params().value(s)[k]) ==
                         std::bit_cast<std::uint32_t>(converting.params().value(s)[k]));
             }
         // The shadows live in the arena (the repeat's frames: its scratch), and each holds its value rounded.
