@@ -486,40 +486,52 @@ TEST_CASE("bf16 shadows: values that products read are kept rounded once, and a 
     }
 }
 
-TEST_CASE("bf16 shadows: the products read the shadow, not the float value", "[bf16]") {
-    engine_scope restore;
-    using X = input<"x", B, 12>;
-    using Y = input<"y", 12, 8>;
-    using G = input<"g", B, 8>;
-    const auto b = tanh(Y{});  // an activation read as a product's right operand, forward and backward (dA = dC B^T)
-    const auto loss = sum(mul(matmul(tanh(X{}), b), G{}));
+namespace {
+// dx of sum(op(tanh(x), b) * g) with b's bf16 shadow negated after forward: the backward product
+// dC B^T (matmul) or dy b (matmul_transposed) reads b from its shadow, so dx is negated exactly.
+template <class Loss, class B, std::size_t BR, std::size_t BC>
+void check_products_read_shadow(Loss loss, B) {
     for (const kernels::bf16_engine engine : runnable_engines()) {
         kernels::set_bf16_engine(engine);
         INFO(kernels::bf16_engine_name(engine));
         auto prog = compile<float, options{.precision = precision::bf16, .input_grads = true}>(loss);
         using P = decltype(prog);
-        constexpr std::size_t ib = std::size_t(P::graph_type::template index_of<std::remove_cv_t<decltype(b)>>);
-        static_assert(P::bf16_shadowed_nodes[ib] && P::num_bf16_shadows == 2);  // tanh(x) and tanh(y)
-        xt::xtensor<float, 2> xv = xt::zeros<float>({6, 12}), yv = xt::zeros<float>({12, 8}), gv = xt::zeros<float>({6, 8});
+        constexpr std::size_t ib = std::size_t(P::graph_type::template index_of<std::remove_cv_t<B>>);
+        static_assert(P::bf16_shadowed_nodes[ib] && P::num_bf16_shadows == 2);  // tanh(x) and b
+        xt::xtensor<float, 2> xv = xt::zeros<float>({6, 12}), yv = xt::zeros<float>({BR, BC}), gv = xt::zeros<float>({6, 8});
         const auto r1 = randoms(xv.size(), 31), r2 = randoms(yv.size(), 32), r3 = randoms(gv.size(), 33);
         std::copy(r1.begin(), r1.end(), xv.data());
         std::copy(r2.begin(), r2.end(), yv.data());
         std::copy(r3.begin(), r3.end(), gv.data());
-        prog.feed<"x">(xv);
-        prog.feed<"y">(yv);
-        prog.feed<"g">(gv);
+        prog.template feed<"x">(xv);
+        prog.template feed<"y">(yv);
+        prog.template feed<"g">(gv);
         prog.forward();
         prog.backward();
-        const auto dx = xt::xtensor<float, 2>(prog.input_grad<"x">());
+        const auto dx = xt::xtensor<float, 2>(prog.template input_grad<"x">());
         prog.forward();
-        // A shadow negated behind the engine's back: the backward product dC B^T reads it.
+        // A shadow negated behind the engine's back: the backward product reads it.
         auto* sh = const_cast<bf16_bits*>(prog.bf16_shadow(ib));
-        for (std::size_t k = 0; k < 12 * 8; ++k) sh[k] = bf16_bits(sh[k] ^ 0x8000u);
+        for (std::size_t k = 0; k < BR * BC; ++k) sh[k] = bf16_bits(sh[k] ^ 0x8000u);
         prog.backward();
-        const auto dx_neg = xt::xtensor<float, 2>(prog.input_grad<"x">());
+        const auto dx_neg = xt::xtensor<float, 2>(prog.template input_grad<"x">());
         for (std::size_t k = 0; k < dx.size(); ++k) {
             INFO(k);
             CHECK(dx_neg.data()[k] == -dx.data()[k]);
         }
     }
+}
+}  // namespace
+
+TEST_CASE("bf16 shadows: the products read the shadow, not the float value", "[bf16]") {
+    engine_scope restore;
+    using X = input<"x", B, 12>;
+    using G = input<"g", B, 8>;
+    // an activation read as a product's right operand, forward and backward
+    const auto b = tanh(input<"y", 12, 8>{});
+    check_products_read_shadow<decltype(sum(mul(matmul(tanh(X{}), b), G{}))), decltype(b), 12, 8>(
+        sum(mul(matmul(tanh(X{}), b), G{})), b);
+    const auto bt = tanh(input<"y", 8, 12>{});  // matmul_transposed: x bt^T
+    check_products_read_shadow<decltype(sum(mul(matmul_transposed(tanh(X{}), bt), G{}))), decltype(bt), 8, 12>(
+        sum(mul(matmul_transposed(tanh(X{}), bt), G{})), bt);
 }
