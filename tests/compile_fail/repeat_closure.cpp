@@ -1,5 +1,6 @@
 // A block that closes over an encoder's output (built from parameters of its own) instead of taking
 // it as an argument of repeat: its parameters would become per-layer.
+// NO_PCH: clang (clang 14 crashes instantiating repeat from a precompiled header)
 // EXPECT: ctg::repeat: the block combines data with parameters without its arguments
 #include <ctgraph/ctgraph.hpp>
 using namespace ctg;

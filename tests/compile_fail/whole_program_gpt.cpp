@@ -1,6 +1,7 @@
 // A GPT whose width is not a multiple of its number of heads, trained by ctg::trainer and then
 // generating text with a KV cache: one error, the width's, however many of the attention's entry
 // points (training, prefill, decoding step) the program instantiates.
+// NO_PCH: clang (clang 14 crashes instantiating repeat from a precompiled header)
 // EXPECT: ctg::nn::multi_head_attention: the width must be a multiple of the number of heads
 #include <cstdio>
 #include <random>

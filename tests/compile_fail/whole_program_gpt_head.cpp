@@ -2,6 +2,7 @@
 // cache: the layer is applied in three graphs (the training loss, the generator's prefill and its
 // one-token step, on inputs (B,T,32), (B,T,32) and (B,1,32)), and the mistake is one error, said
 // by nn::linear for its weight and the one size it compares.
+// NO_PCH: clang (clang 14 crashes instantiating repeat from a precompiled header)
 // EXPECT: ctg::nn::linear: the input \(..., in\) must end in the weight's row count \(in, out\)
 // EXPECT: (fixed_string<12>{"head.weight"}|{{104, 101, 97, 100, 46, 119, 101, 105, 103, 104, ...}}).*shape_is<32>, ctg::shape_is<48, 65>
 #include <cstdio>
