@@ -429,61 +429,126 @@ TEST_CASE("a bf16 (mixed-precision) GPT step and decoding allocate nothing, no o
     CHECK(primitives() == made_decoding);
 }
 
-TEST_CASE("bf16 shadows: values that products read are kept rounded once, and a step is bit for bit the converting one's",
-          "[bf16]") {
+namespace {
+// Programs of one loss side by side, each trained for 4 AdamW steps on the same data: bf16 with
+// shadows and values kept in bf16 only (the default), with shadows only, converting every operand
+// at each product, and the first two recomputing each layer (options::recompute); every loss and
+// every weight must be the converting program's bit for bit. Then each shadow holds its value
+// rounded (that of the program that keeps the floats, for a value kept in bf16 only).
+template <class Loss, class Feed>
+void check_shadows_and_bf16_only(Loss loss, Feed feed) {
+    for (const kernels::bf16_engine engine : runnable_engines()) {
+        kernels::set_bf16_engine(engine);
+        INFO(kernels::bf16_engine_name(engine));
+        auto only = compile<float, options{.precision = precision::bf16}>(loss);
+        auto kept = compile<float, options{.precision = precision::bf16, .bf16_only = false}>(loss);
+        auto converting = compile<float, options{.precision = precision::bf16, .bf16_shadows = false}>(loss);
+        // options::recompute reruns each layer's forward in backward: the shadows are made again with it.
+        auto recomputing = compile<float, options{.precision = precision::bf16, .recompute = true}>(loss);
+        auto recomputing_kept = compile<float, options{.precision = precision::bf16, .recompute = true, .bf16_only = false}>(loss);
+        using S = decltype(only);
+        static_assert(decltype(converting)::num_bf16_shadows == 0);
+        only.params().init(5);
+        kept.params().init(5);
+        converting.params().init(5);
+        recomputing.params().init(5);
+        recomputing_kept.params().init(5);
+        auto opt_o = optim::adamw<float>(1e-2, 0.1), opt_k = optim::adamw<float>(1e-2, 0.1), opt_c = optim::adamw<float>(1e-2, 0.1),
+             opt_r = optim::adamw<float>(1e-2, 0.1), opt_rk = optim::adamw<float>(1e-2, 0.1);
+        for (int step = 0; step < 4; ++step) {
+            feed(only), feed(kept), feed(converting), feed(recomputing), feed(recomputing_kept);
+            const auto lo = train_step(only, opt_o), lk = train_step(kept, opt_k), lc = train_step(converting, opt_c),
+                       lr = train_step(recomputing, opt_r), lrk = train_step(recomputing_kept, opt_rk);
+            INFO("step " << step);
+            REQUIRE(lk == lc);
+            REQUIRE(lo == lc);
+            REQUIRE(lr == lc);
+            REQUIRE(lrk == lc);
+        }
+        for (std::size_t s = 0; s < only.params().size(); ++s)
+            for (std::size_t k = 0; k < only.params().at(s).shape.size(); ++k) {
+                INFO(only.params().at(s).name << "[" << k << "]");
+                const auto bits = [&](auto& p) { return std::bit_cast<std::uint32_t>(p.params().value(s)[k]); };
+                REQUIRE(bits(kept) == bits(converting));
+                REQUIRE(bits(only) == bits(converting));
+                REQUIRE(bits(recomputing) == bits(converting));
+                REQUIRE(bits(recomputing_kept) == bits(converting));
+            }
+        // The shadows live in the arena (a repeat's frames: its scratch), and a value kept in bf16
+        // only has no float of its own there: less memory than keeping both, and than converting.
+        CHECK(kept.arena_elements() > converting.arena_elements());
+        CHECK(only.arena_elements() < kept.arena_elements());
+        CHECK(only.arena_elements() < converting.arena_elements());
+        only.forward();
+        kept.forward();
+        for (std::size_t i = 0; i < S::N; ++i) {
+            INFO("node " << i);
+            if (!S::bf16_shadowed_nodes[i]) {
+                CHECK(only.bf16_shadow(i) == nullptr);
+                continue;
+            }
+            const view& v = kept.value_view(i);
+            const bf16_bits* sh = only.bf16_shadow(i);
+            REQUIRE(sh != nullptr);
+            for (std::size_t k = 0; k < v.size(); ++k) REQUIRE(sh[k] == kernels::to_bf16(v.as<float>()[k]));
+        }
+    }
+}
+
+// The labels of a graph's nodes that `which` marks, in topological order.
+template <class G, std::size_t N>
+std::vector<std::string> labels_of(const std::array<bool, N>& which) {
+    std::vector<std::string> r;
+    for (std::size_t i = 0; i < N; ++i)
+        if (which[i]) r.emplace_back(G::label[i]);
+    return r;
+}
+std::string joined(const std::vector<std::string>& v) {
+    std::string r;
+    for (const auto& s : v) r += (r.empty() ? "" : ", ") + s;
+    return r;
+}
+}  // namespace
+
+TEST_CASE("bf16 shadows and values in bf16 only: a GPT's step is bit for bit the converting one's (in a repeat)", "[bf16]") {
     engine_scope restore;
     using model = nn::gpt<11, 8, 16, 2, 2>;  // the resume test's model: a repeat of 2 blocks, then the head
     const auto loss = model::loss(index_input<"x", B, T>{}, index_input<"y", B, T>{});
     xt::xtensor<int, 2> x = xt::zeros<int>({3, 8}), y = xt::zeros<int>({3, 8});
     for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = int(i * 7 % 11), y.data()[i] = int(i * 5 % 11);
-    for (const kernels::bf16_engine engine : runnable_engines()) {
-        kernels::set_bf16_engine(engine);
-        INFO(kernels::bf16_engine_name(engine));
-        auto shadowed = compile<float, options{.precision = precision::bf16}>(loss);
-        auto converting = compile<float, options{.precision = precision::bf16, .bf16_shadows = false}>(loss);
-        // options::recompute reruns each layer's forward in backward: the shadows are made again with it.
-        auto recomputing = compile<float, options{.precision = precision::bf16, .recompute = true}>(loss);
-        using S = decltype(shadowed);
-        static_assert(S::num_bf16_shadows >= 1);  // the head's input (the repeat's values are in its frames)
-        static_assert(decltype(converting)::num_bf16_shadows == 0);
-        shadowed.params().init(5);
-        converting.params().init(5);
-        recomputing.params().init(5);
-        auto opt_s = optim::adamw<float>(1e-2, 0.1), opt_c = optim::adamw<float>(1e-2, 0.1), opt_r = optim::adamw<float>(1e-2, 0.1);
-        for (int step = 0; step < 4; ++step) {
-            shadowed.feed<"x">(x);
-            shadowed.feed<"y">(y);
-            converting.feed<"x">(x);
-            converting.feed<"y">(y);
-            recomputing.feed<"x">(x);
-            recomputing.feed<"y">(y);
-            const auto ls = train_step(shadowed, opt_s), lc = train_step(converting, opt_c), lr = train_step(recomputing, opt_r);
-            INFO("step " << step);
-            REQUIRE(ls == lc);
-            REQUIRE(lr == lc);
-        }
-        for (std::size_t s = 0; s < shadowed.params().size(); ++s)
-            for (std::size_t k = 0; k < shadowed.params().at(s).shape.size(); ++k) {
-                INFO(shadowed.params().at(s).name << "[" << k << "]");
-                REQUIRE(std::bit_cast<std::uint32_t>(shadowed.params().value(s)[k]) ==
-                        std::bit_cast<std::uint32_t>(converting.params().value(s)[k]));
-                REQUIRE(std::bit_cast<std::uint32_t>(recomputing.params().value(s)[k]) ==
-                        std::bit_cast<std::uint32_t>(converting.params().value(s)[k]));
-            }
-        // The shadows live in the arena (the repeat's frames: its scratch), and each holds its value rounded.
-        CHECK(shadowed.arena_elements() > converting.arena_elements());
-        shadowed.forward();
-        for (std::size_t i = 0; i < S::N; ++i) {
-            if (!S::bf16_shadowed_nodes[i]) {
-                CHECK(shadowed.bf16_shadow(i) == nullptr);
-                continue;
-            }
-            const view& v = shadowed.value_view(i);
-            const bf16_bits* sh = shadowed.bf16_shadow(i);
-            REQUIRE(sh != nullptr);
-            for (std::size_t k = 0; k < v.size(); ++k) REQUIRE(sh[k] == kernels::to_bf16(v.as<float>()[k]));
-        }
-    }
+    using S = decltype(compile<float, options{.precision = precision::bf16}>(loss));
+    static_assert(S::num_bf16_shadows >= 1);  // the head's input (the repeat's values are in its frames)
+    // In the repeat's block (a pre-norm GPT block): the layer norms' outputs, q, k and v, the
+    // merged heads (the permutation and the reshape that the projection reads) and GELU's output;
+    // not the attention weights (softmax's VJP reads them), nor what other ops read.
+    using block = detail::cell_info<decltype(nn::gpt<11, 8, 16, 2, 2>::block{}(input<"h", B, T, 16>{}, causal{})), true>;
+    const auto in_block = labels_of<typename block::G>(block::bf16_only.only);
+    const auto in_program = labels_of<typename S::graph_type>(S::bf16_only_nodes);
+    INFO("in the block: " << joined(in_block) << "; in the program: " << joined(in_program));
+    CHECK(in_block.size() == 8);
+    CHECK(in_program.size() == 1);  // the final layer norm's output, read by the head
+    check_shadows_and_bf16_only(loss, [&](auto& p) {
+        p.template feed<"x">(x);
+        p.template feed<"y">(y);
+    });
+}
+
+TEST_CASE("values in bf16 only outside a repeat: one GPT block's step is bit for bit the converting one's", "[bf16]") {
+    engine_scope restore;
+    using block = nn::gpt<11, 8, 16, 2, 2>::block;
+    const auto loss = mse_loss(block{}(input<"h", B, T, 16>{}, causal{}), input<"t", B, T, 16>{});
+    using S = decltype(compile<float, options{.precision = precision::bf16}>(loss));
+    const auto nodes = labels_of<typename S::graph_type>(S::bf16_only_nodes);
+    INFO(joined(nodes));
+    CHECK(nodes.size() == 8);
+    xt::xtensor<float, 3> h = xt::zeros<float>({3, 8, 16}), t = xt::zeros<float>({3, 8, 16});
+    const auto r1 = randoms(h.size(), 41), r2 = randoms(t.size(), 42);
+    std::copy(r1.begin(), r1.end(), h.data());
+    std::copy(r2.begin(), r2.end(), t.data());
+    check_shadows_and_bf16_only(loss, [&](auto& p) {
+        p.template feed<"h">(h);
+        p.template feed<"t">(t);
+    });
 }
 
 namespace {

@@ -61,6 +61,17 @@
 //     // bf16, laid out as c.x[k], which the op passes to gemm as A16 / B16 (the float value is
 //     // there as always, for anything else the op reads).
 //     static constexpr std::uint32_t bf16_operands = 0b011;  // affine: x and W
+//     // optional: of those, the operands this op reads nowhere else, forward and VJP, and only
+//     // through kernels::gemm with their shadow passed as A16 / B16. The engine may then keep such a
+//     // value in bf16 only (graph/exec.hpp, bf16_only_values) and hand the op c.x[k] with a null
+//     // pointer (its shape as always) and the shadow in c.xb[k]: the op must do no arithmetic on
+//     // the null pointer and pass it to gemm as it is (gemm reads A16 / B16 where A / B is null).
+//     static constexpr std::uint32_t bf16_operands_only = 0b011;  // affine
+//     // optional: whether backward reads the op's own result c.y (absent: as backward_reads says,
+//     // else yes). A value whose producer's VJP does not read it, and which nothing but products
+//     // read, may be kept in bf16 only (layer norm's and GELU's VJPs read their input; softmax's
+//     // reads its output).
+//     static constexpr bool vjp_reads_result = false;  // layer norm: x and its saved statistics
 //     // optional: extra text for printing (an axis, a constant).
 //     static std::string describe();
 //   };
@@ -120,6 +131,10 @@ struct run_info {
     // scratch is sized the same way: the fifth argument of scratch_size). Cleared inside a cell:
     // ops nested in a scan or repeat plan without it.
     bool bf16_shadows = false;
+    // With bf16_shadows: values that nothing but products read are kept in bf16 only
+    // (options::bf16_only; graph/exec.hpp, bf16_only_values), in the program's arena and in a
+    // repeat's layer frames (its scratch_size's fifth argument is then 2). Cleared inside a cell.
+    bool bf16_only = false;
 };
 
 /// What the engine hands an op: views of its output, operands, their adjoints and its scratch.

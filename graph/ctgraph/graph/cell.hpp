@@ -102,6 +102,21 @@ struct cell_info {
                              [](std::size_t j) { return computed[j]; });
     }();
 
+    /// Of those, the values kept in bf16 only when the frame says so (cell_frame::only; exec.hpp,
+    /// bf16_only_values): nothing but products read them, in forward or backward.
+    static constexpr bf16_only_plan<N> bf16_only = [] {
+        constexpr auto only = []<std::size_t... I>(std::index_sequence<I...>) {
+            return std::array<std::uint32_t, N>{bf16_operands_only_of<op_of_t<typename G::template node_t<I>>>...};
+        }(std::make_index_sequence<N>{});
+        constexpr auto vjp_y = []<std::size_t... I>(std::index_sequence<I...>) {
+            return std::array<bool, N>{vjp_reads_result_of<op_of_t<typename G::template node_t<I>>>...};
+        }(std::make_index_sequence<N>{});
+        return bf16_only_values(G::arity, G::operands, G::aliases, shadowed, only, vjp_y,
+                                [](std::size_t i) { return computed[i] && i != out && !G::is_index[i]; });
+    }();
+    /// Whether node i's float is scratch shared while it is made (kept in bf16 only, not an alias).
+    static constexpr bool float_transient(std::size_t i) { return bf16_only.only[i] && !G::aliases[i]; }
+
     /// How each step's VJPs write the computed nodes' adjoints (adj_write_modes): the first writer
     /// assigns or zeroes, so the per-step adjoint block is never cleared as a whole. The cell's
     /// result and its leaves (state, step input, invariants, parameters) belong to the enclosing op.
@@ -158,6 +173,12 @@ struct cell_frame {
     // node i's (Info::shadowed) at sh_off[i], (size + 1) / 2 floats holding its bf16 values.
     bool shadows = false;
     std::array<std::size_t, N> sh_off{};
+    // Whether values that nothing but products read are kept in bf16 only (run_info::bf16_only,
+    // with shadows): node i's (Info::float_transient) float then lives at tr_off[i] of one block of
+    // tr_size elements shared by every step, while it is made, instead of in the step's frame.
+    bool only = false;
+    std::array<std::size_t, N> tr_off{};
+    std::size_t tr_size = 0;
 
     /// Where step (or layer) t's frame starts: all steps' values are kept for backward, a
     /// forward-only pass reuses one frame.
@@ -172,9 +193,11 @@ struct cell_frame {
         rshape shape;
         std::size_t skip;
     };
-    void plan(const binding* known, std::size_t count, bool forward_pass_only, bool bf16_shadows = false) {
+    /// bf16: 1 keeps bf16 shadows, 2 also values in bf16 only (not in a forward-only frame).
+    void plan(const binding* known, std::size_t count, bool forward_pass_only, int bf16 = 0) {
         forward_only = forward_pass_only;
-        shadows = bf16_shadows && !forward_only;
+        shadows = bf16 >= 1 && !forward_only;
+        only = bf16 >= 2 && shadows;
         std::array<std::pair<char, std::size_t>, 16> env{};
         std::size_t nenv = 0;
         for (const binding& b : std::span(known, count))
@@ -204,7 +227,7 @@ struct cell_frame {
         std::size_t off = 0;
         for (std::size_t i = 0; i < N; ++i) {
             if (!Info::computed[i]) continue;
-            if (i != Info::out && !G::aliases[i]) {  // an aliasing node reads its operand's memory
+            if (i != Info::out && !G::aliases[i] && !(only && Info::float_transient(i))) {  // an aliasing node reads its operand's memory
                 val_off[i] = off;
                 off += round_up_lines(shapes[i].size());
             }
@@ -217,6 +240,24 @@ struct cell_frame {
         }
         per_step = off;
         place_adjoints();
+        tr_size = 0;
+        if (only) place_transients();
+    }
+
+    /// The floats of the values kept in bf16 only, first fit by lifetime: node i's from its forward
+    /// to that of its last alias (which makes its shadow from it), Info::bf16_only.last[i].
+    void place_transients() {
+        std::array<lifetime, N> blocks{};
+        std::array<std::size_t, N> node{}, offset{};
+        std::array<std::pair<std::size_t, std::size_t>, N> taken{};
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < N; ++i)
+            if (Info::computed[i] && Info::float_transient(i)) {
+                blocks[n] = {i, Info::bf16_only.last[i], round_up_lines(shapes[i].size())};
+                node[n++] = i;
+            }
+        tr_size = place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
+        for (std::size_t a = 0; a < n; ++a) tr_off[node[a]] = offset[a];
     }
 
     /// Adjoints share memory by lifetime. Node j's adjoint is live from its first writer's VJP

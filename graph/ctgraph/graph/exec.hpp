@@ -38,6 +38,11 @@ struct exec_state {
     // one): its value rounded to bf16, written right after its forward (exec_forward), read by the
     // products that take the value as an operand (op_io::xb). See bf16_shadowed().
     std::uint16_t* const* shadow = nullptr;
+    // Node i keeps its value in bf16 only (bf16_only[i]; the array null where none does): its float
+    // memory is scratch shared with others, valid only while it is made (bf16_only_values()). A
+    // product that reads it only as a bf16 operand (op.hpp, bf16_operands_only) gets c.x[k] null
+    // and its shadow in c.xb[k].
+    const bool* bf16_only = nullptr;
 };
 
 /// The operands an op reads as matrix-product operands (op.hpp, bf16_operands): none unless it says.
@@ -67,6 +72,79 @@ constexpr std::array<bool, N> bf16_shadowed(const std::array<std::size_t, N>& ar
                     if (eligible(i)) sh[i] = true;
                 }
     return sh;
+}
+
+/// The operands an op reads nowhere but as bf16 product operands, forward and VJP (op.hpp,
+/// bf16_operands_only): none unless it says.
+template <class Op>
+inline constexpr std::uint32_t bf16_operands_only_of = [] {
+    if constexpr (requires { Op::bf16_operands_only; }) return std::uint32_t(Op::bf16_operands_only); else return std::uint32_t(0);
+}();
+
+/// Whether an op's VJP reads its own result c.y (op.hpp, vjp_reads_result): as it says, else as its
+/// backward_reads says (reads_result), else yes.
+template <class Op>
+inline constexpr bool vjp_reads_result_of = [] {
+    if constexpr (requires { Op::vjp_reads_result; }) return bool(Op::vjp_reads_result);
+    else if constexpr (requires { Op::backward_reads; }) return (std::uint32_t(Op::backward_reads) & reads_result) != 0;
+    else return true;
+}();
+
+/// Which values a mixed-precision program keeps in bf16 only (their shadow; the float gets no place
+/// of its own, only scratch while the value is made): those whose every reader, forward and
+/// backward, reads them as a bf16 product operand and nothing else. Node i (allowed by `eligible`:
+/// an op node kept for backward, not an output, not an aliasing node) qualifies when its own VJP
+/// does not read its result (vjp_reads_result: GELU's and layer norm's read their input; softmax's
+/// reads its output, so attention weights stay float), when it has readers, and when each reader j
+/// either takes it only as a product operand (bf16_operands_only, only[j]) or is an aliasing node
+/// (reshape, merging attention's heads) that is not an output itself, whose VJP does not read its
+/// result and whose readers all take it only as a product operand: that alias then keeps the
+/// shadow (made when it runs, from i's float) and is marked too. A product rounds its operands to
+/// bf16 anyway, so it computes the same bits from the shadow alone. `last[i]` is the last forward
+/// step that reads i's float (i itself, or its aliases, which make their shadow from it).
+template <std::size_t N>
+struct bf16_only_plan {
+    std::array<bool, N> only{};
+    std::array<std::size_t, N> last{};
+};
+template <std::size_t N, std::size_t MaxArity, class Eligible>
+constexpr bf16_only_plan<N> bf16_only_values(const std::array<std::size_t, N>& arity,
+                                             const std::array<std::array<int, MaxArity>, N>& operands,
+                                             const std::array<bool, N>& aliases, const std::array<bool, N>& shadowed,
+                                             const std::array<std::uint32_t, N>& only, const std::array<bool, N>& vjp_y,
+                                             Eligible eligible) {
+    bf16_only_plan<N> r{};
+    // Whether every read of node i is that of a product taking it only as a bf16 operand (and
+    // whether anything reads it at all).
+    auto products_only = [&](std::size_t i, bool& read) {
+        for (std::size_t j = i + 1; j < N; ++j)
+            for (std::size_t k = 0; k < arity[j]; ++k)
+                if (std::size_t(operands[j][k]) == i) {
+                    read = true;
+                    if (k >= 32 || !((only[j] >> k) & 1)) return false;
+                }
+        return true;
+    };
+    for (std::size_t i = 0; i < N; ++i) {
+        if (!eligible(i) || aliases[i] || vjp_y[i]) continue;
+        bool ok = true, read = false;
+        std::size_t last = i;
+        for (std::size_t j = i + 1; j < N && ok; ++j)
+            for (std::size_t k = 0; k < arity[j] && ok; ++k) {
+                if (std::size_t(operands[j][k]) != i) continue;
+                read = true;
+                if (k < 32 && ((only[j] >> k) & 1)) continue;
+                bool alias_read = false;
+                ok = aliases[j] && k == 0 && eligible(j) && !vjp_y[j] && shadowed[j] && products_only(j, alias_read) && alias_read;
+                last = j;
+            }
+        if (!ok || !read || !(shadowed[i] || last > i)) continue;
+        r.only[i] = true;
+        r.last[i] = last;
+        for (std::size_t j = i + 1; j < N; ++j)
+            if (aliases[j] && std::size_t(operands[j][0]) == i) r.only[j] = true, r.last[j] = last;
+    }
+    return r;
 }
 
 /// Whether an op's backward can write a fresh adjoint with = (see op.hpp).
@@ -112,6 +190,7 @@ constexpr run_info cell_run(const run_info& run, std::uint64_t index) {
     run_info r = sub_run(run, index);
     r.recompute = false;
     r.bf16_shadows = false;  // (as recompute: the ops inside plan without it)
+    r.bf16_only = false;
     r.after_layer = nullptr;  // (the enclosing op reports its own layers)
     return r;
 }
@@ -127,8 +206,10 @@ constexpr bool op_layered_operand(std::size_t k) {
     if constexpr (op_layers<Op> > 0) return Op::layered_operand(k); else return false;
 }
 
+/// only: the operands the op reads only as bf16 product operands (bf16_operands_only); those kept in
+/// bf16 only (exec_state::bf16_only) are handed over as their shadow alone (c.x[k] null).
 template <class T, std::size_t K>
-inline op_io<T, K> build_io(const exec_state& s, std::size_t i) {
+inline op_io<T, K> build_io(const exec_state& s, std::size_t i, std::uint32_t only = 0) {
     op_io<T, K> c;
     c.y = s.val[i];
     c.gy = s.adj[i];
@@ -138,6 +219,7 @@ inline op_io<T, K> build_io(const exec_state& s, std::size_t i) {
         c.gx[k] = s.needs_grad[j] ? s.adj[j] : view{nullptr, s.shapes[j]};
         c.x_name[k] = s.label[j];
         if (s.shadow) c.xb[k] = s.shadow[j];
+        if (s.bf16_only && k < 32 && ((only >> k) & 1) && s.bf16_only[j] && c.xb[k]) c.x[k].ptr = nullptr;
     }
     c.scratch = s.scratch[i];
     c.node_name = s.label[i];
@@ -188,7 +270,7 @@ template <class T, std::size_t K>
 template <class Op, std::size_t K, class T, bool Anomaly = false>
 [[gnu::noinline]] inline void exec_forward(const exec_state& s, std::size_t i) {
     if constexpr (!std::is_same_v<Op, no_op>) {
-        auto c = build_io<T, K>(s, i);
+        auto c = build_io<T, K>(s, i, bf16_operands_only_of<Op>);
         Op::template forward<T>(c);
         if constexpr (std::is_same_v<T, float>)  // the value's bf16 shadow, made while it is in cache
             if (s.shadow && s.shadow[i]) kernels::pack_bf16(false, 1, c.y.size(), c.y_data(), c.y.size(), s.shadow[i]);
@@ -201,7 +283,7 @@ template <class Op, std::size_t K, class T, bool Anomaly = false>
 template <class Op, std::size_t K, bool NeedsGrad, class T, bool Anomaly = false>
 [[gnu::noinline]] inline void exec_backward(const exec_state& s, std::size_t i) {
     if constexpr (!std::is_same_v<Op, no_op> && NeedsGrad) {
-        auto c = build_io<T, K>(s, i);
+        auto c = build_io<T, K>(s, i, bf16_operands_only_of<Op>);
         if (s.adj_mode)
             for (std::size_t k = 0; k < K; ++k) {
                 const adj_write m = s.adj_mode[i * s.stride + k];
@@ -220,11 +302,11 @@ template <class Op, std::size_t K, bool NeedsGrad, class T, bool Anomaly = false
 
 template <class Op, std::size_t K>
 inline std::size_t scratch_size_of(const rshape* shapes, const int* operands, std::size_t stride, std::size_t i,
-                                   bool forward_only, bool recompute = false, bool bf16 = false) {
+                                   bool forward_only, bool recompute = false, int bf16 = 0) {
     std::array<rshape, K> xs{};
     for (std::size_t k = 0; k < K; ++k) xs[k] = shapes[std::size_t(operands[i * stride + k])];
     if constexpr (requires(const rshape& y, const std::array<rshape, K>& x) { Op::scratch_size(y, x, forward_only, recompute, bf16); })
-        return Op::scratch_size(shapes[i], xs, forward_only, recompute, bf16);  // repeat: bf16 shadows of its values
+        return Op::scratch_size(shapes[i], xs, forward_only, recompute, bf16);  // repeat: bf16 shadows (1), and values in bf16 only (2)
     else if constexpr (requires(const rshape& y, const std::array<rshape, K>& x) { Op::scratch_size(y, x, forward_only, recompute); })
         return Op::scratch_size(shapes[i], xs, forward_only, recompute);  // repeat: one frame with options::recompute
     else if constexpr (requires(const rshape& y, const std::array<rshape, K>& x) { Op::scratch_size(y, x, forward_only); })

@@ -90,6 +90,28 @@ private:
         }
     }();
     static constexpr bool any_shadowed = std::find(shadowed.begin(), shadowed.end(), true) != shadowed.end();
+    // Values kept in bf16 only (options::bf16_only; detail::bf16_only_values): outputs keep their float.
+    static constexpr bool bf16_only_on = bf16_shadows && Opt.bf16_only;
+    static constexpr detail::bf16_only_plan<N> only_plan = [] {
+        if constexpr (!bf16_only_on || !any_shadowed) {
+            return detail::bf16_only_plan<N>{};
+        } else {
+            constexpr auto only = []<std::size_t... I>(std::index_sequence<I...>) {
+                return std::array<std::uint32_t, N>{detail::bf16_operands_only_of<detail::op_of_t<typename G::template node_t<I>>>...};
+            }(std::make_index_sequence<N>{});
+            constexpr auto vjp_y = []<std::size_t... I>(std::index_sequence<I...>) {
+                return std::array<bool, N>{detail::vjp_reads_result_of<detail::op_of_t<typename G::template node_t<I>>>...};
+            }(std::make_index_sequence<N>{});
+            return detail::bf16_only_values(G::arity, G::operands, G::aliases, shadowed, only, vjp_y, [](std::size_t i) {
+                return G::kind[i] == leaf_kind::none && !G::is_index[i] &&
+                       std::find(output_nodes.begin(), output_nodes.end(), i) == output_nodes.end();
+            });
+        }
+    }();
+    static constexpr bool any_bf16_only = std::find(only_plan.only.begin(), only_plan.only.end(), true) != only_plan.only.end();
+    // Whether node i's float is scratch shared while it is made (a value kept in bf16 only that is
+    // not an alias of one).
+    static constexpr bool float_transient(std::size_t i) { return only_plan.only[i] && !G::aliases[i]; }
     // The last forward step that reads node i's memory: its last reader's, extended through the
     // nodes that alias it (reshape) and past the end (N) for outputs; an aliasing node gets the
     // lifetime of the memory it reads.
@@ -396,6 +418,9 @@ public:
     static constexpr std::size_t num_bf16_shadows = std::size_t(std::count(shadowed.begin(), shadowed.end(), true));
     /// Which of them (by node index).
     static constexpr std::array<bool, N> bf16_shadowed_nodes = shadowed;
+    /// The nodes of this program (not inside a repeat's block) whose values are kept in bf16 only
+    /// (options::bf16_only): their shadow is their value; value_view() of such a node is not.
+    static constexpr std::array<bool, N> bf16_only_nodes = only_plan.only;
 
     /// The value of dimension letter c bound by the last forward() (0 when unbound).
     std::size_t dim_value(char c) const {
@@ -640,7 +665,8 @@ private:
     template <std::size_t... I>
     void scratch_sizes(std::array<std::size_t, N>& out, std::index_sequence<I...>) const {
         ((out[I] = detail::scratch_size_of<detail::op_of_t<node_t<I>>, G::arity[I]>(
-              shapes_.data(), &G::operands[0][0], G::max_arity, I, Opt.inference, recompute, bf16_shadows)),
+              shapes_.data(), &G::operands[0][0], G::max_arity, I, Opt.inference, recompute,
+              bf16_shadows ? (Opt.bf16_only ? 2 : 1) : 0)),
          ...);
     }
 
@@ -651,7 +677,8 @@ private:
         std::array<std::size_t, N> val_off{}, adj_off{}, scr_off{};
         std::size_t off = 0;
         for (std::size_t i = 0; i < N; ++i)
-            if ((G::kind[i] == leaf_kind::none && !G::aliases[i] && !values_by_lifetime) || G::kind[i] == leaf_kind::constant) {
+            if ((G::kind[i] == leaf_kind::none && !G::aliases[i] && !values_by_lifetime && !float_transient(i)) ||
+                G::kind[i] == leaf_kind::constant) {
                 val_off[i] = off;
                 off += round_up_elems<T>(shapes_[i].size());
             }
@@ -675,6 +702,20 @@ private:
                     sh_off[i] = off;
                     off += round_up_elems<T>((shapes_[i].size() + 1) / 2);
                 }
+        if constexpr (any_bf16_only) {  // the floats of values kept in bf16 only: by lifetime, while made
+            std::array<detail::lifetime, N> blocks{};
+            std::array<std::size_t, N> node{}, offset{};
+            std::array<std::pair<std::size_t, std::size_t>, N> taken{};
+            std::size_t n = 0;
+            for (std::size_t i = 0; i < N; ++i)
+                if (float_transient(i)) {
+                    blocks[n] = {i, only_plan.last[i], round_up_elems<T>(shapes_[i].size())};
+                    node[n++] = i;
+                }
+            const std::size_t extent = detail::place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
+            for (std::size_t a = 0; a < n; ++a) val_off[node[a]] = off + offset[a];
+            off += extent;
+        }
         if (arena_.size() < off) arena_.resize(off);
         if (poison_) std::fill(arena_.begin(), arena_.end(), std::numeric_limits<T>::quiet_NaN());
         T* base = arena_.data();
@@ -734,8 +775,9 @@ private:
                              G::label.data(), &G::operands[0][0], G::max_arity,
                              {training_, dropout_seed_, passes_, Opt.inference, Opt.precision == precision::bf16, recompute},
                              params_fresh ? &adj_writes_after_zero.mode[0][0] : &adj_writes.mode[0][0],
-                             any_shadowed ? shadow_.data() : nullptr};
+                             any_shadowed ? shadow_.data() : nullptr, any_bf16_only ? only_plan.only.data() : nullptr};
         s.run.bf16_shadows = bf16_shadows;
+        s.run.bf16_only = bf16_only_on;
         return s;
     }
     template <std::size_t... I>

@@ -179,11 +179,13 @@ struct repeat_op {
         std::size_t state_adj_off(std::size_t k) const { return adjoints_off() + this->adj_block + k * state; }
         /// Where a recomputing op notes which layer's values the frame holds (one line).
         std::size_t held_off() const { return state_adj_off(2); }
+        /// Where the floats of values kept in bf16 only live while made (cell_frame::tr_off), shared by the layers.
+        std::size_t transients_off() const { return held_off() + (recompute ? round_up_lines(1) : 0); }
     };
     /// The layout at these operand shapes. recompute (options::recompute) needs a backward pass and
     /// more than one layer; otherwise it changes nothing.
     template <std::size_t K>
-    static layout plan(const std::array<rshape, K>& x, bool forward_only, bool recompute = false, bool bf16_shadows = false) {
+    static layout plan(const std::array<rshape, K>& x, bool forward_only, bool recompute = false, int bf16_shadows = 0) {
         layout Ly;
         Ly.recompute = recompute && !forward_only && L > 1;
         using binding = typename detail::cell_frame<info>::binding;
@@ -196,19 +198,22 @@ struct repeat_op {
         Ly.plan(known.data(), nk, forward_only, bf16_shadows);
         Ly.state = round_up_lines(x[0].size());
         for (std::size_t p = 0; p < P; ++p) Ly.param_size[p] = Ly.shapes[info::step_params[p]].size();
-        Ly.total = forward_only ? Ly.adjoints_off() : Ly.held_off() + (Ly.recompute ? round_up_lines(1) : 0);
+        Ly.total = forward_only ? Ly.adjoints_off() : Ly.transients_off() + Ly.tr_size;
         return Ly;
     }
-    static std::size_t scratch_size(const rshape&, const auto& x, bool forward_only, bool recompute, bool bf16_shadows = false) {
+    /// bf16_shadows: 1 with bf16 shadows, 2 with values kept in bf16 only too (run_info).
+    static std::size_t scratch_size(const rshape&, const auto& x, bool forward_only, bool recompute, int bf16_shadows = 0) {
         return plan(x, forward_only, recompute, bf16_shadows).total;
     }
     template <class T, std::size_t K>
     static const layout& plan_of(const op_io<T, K>& c) {
         std::array<rshape, K> xs{};
         for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
-        // (remembered_plan's third key, scan's batch parts, is 1 + 1 when recomputing + 2 with bf16 shadows)
-        return detail::remembered_plan<layout>(xs, c.run.forward_only, 1 + (c.run.recompute ? 1 : 0) + (c.run.bf16_shadows ? 2 : 0),
-                                               [](const auto& x, bool f, std::size_t r) { return plan(x, f, ((r - 1) & 1) != 0, ((r - 1) & 2) != 0); });
+        // (remembered_plan's third key, scan's batch parts, is 1 + 1 when recomputing + 2 with bf16
+        // shadows + 4 with values in bf16 only)
+        const int bf16 = c.run.bf16_shadows ? (c.run.bf16_only ? 2 : 1) : 0;
+        return detail::remembered_plan<layout>(xs, c.run.forward_only, 1 + (c.run.recompute ? 1 : 0) + 2 * std::size_t(bf16),
+                                               [](const auto& x, bool f, std::size_t r) { return plan(x, f, ((r - 1) & 1) != 0, int((r - 1) >> 1)); });
     }
     /// Which layer's values the frame of a recomputing op holds (written by forward and backward).
     template <class T>
@@ -241,7 +246,9 @@ struct repeat_op {
         for (std::size_t i = 0; i < N; ++i) {
             v.val[i].shape = v.adj[i].shape = Ly.shapes[i];
             v.scr[i] = {base + Ly.layer_frame_off(l) + Ly.scr_off[i], rshape{1, {Ly.scr_size[i]}}};
-            if (info::computed[i]) v.val[i].ptr = base + Ly.layer_frame_off(l) + Ly.val_off[i];
+            if (info::computed[i])
+                v.val[i].ptr = Ly.only && info::float_transient(i) ? base + Ly.transients_off() + Ly.tr_off[i]
+                                                                    : base + Ly.layer_frame_off(l) + Ly.val_off[i];
             if (Ly.shadows && info::shadowed[i])
                 v.sh[i] = reinterpret_cast<std::uint16_t*>(base + Ly.layer_frame_off(l) + Ly.sh_off[i]);
         }
@@ -263,7 +270,7 @@ struct repeat_op {
     static detail::exec_state exec_of(const layer_views& v, const layout& Ly, const run_info& run, std::size_t l) {
         return {v.val.data(), v.adj.data(), v.scr.data(), Ly.shapes.data(), info::has_adjoint.data(), G::is_index.data(), v.label.data(),
                 &G::operands[0][0], G::max_arity, detail::cell_run(run, l),
-                &info::adj_writes.mode[0][0], Ly.shadows ? v.sh.data() : nullptr};
+                &info::adj_writes.mode[0][0], Ly.shadows ? v.sh.data() : nullptr, Ly.only ? info::bf16_only.only.data() : nullptr};
     }
 
     // ---------------------------------------------------------------- forward

@@ -400,12 +400,13 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
 
     // Per node: FLOPs, scratch (the functions program::plan() calls), and the arena as plan() lays it out.
     static constexpr auto scratch_fns = []<std::size_t... I>(std::index_sequence<I...>) {
-        return std::array<std::size_t (*)(const rshape*, const int*, std::size_t, std::size_t, bool, bool, bool), N>{
+        return std::array<std::size_t (*)(const rshape*, const int*, std::size_t, std::size_t, bool, bool, int), N>{
             &scratch_size_of<op_of_t<typename G::template node_t<I>>, G::arity[I]>...};
     }(std::make_index_sequence<N>{});
     constexpr bool recompute = Opt.recompute && !Opt.inference;
     // bf16 shadows (options::bf16_shadows): a repeat's are in its scratch, the program's own values' in the values.
-    constexpr bool shadows = Opt.precision == precision::bf16 && Opt.bf16_shadows && !Opt.inference;
+    // 2: values that only products read kept in bf16 only (options::bf16_only), also in a repeat's scratch.
+    constexpr int shadows = Opt.precision == precision::bf16 && Opt.bf16_shadows && !Opt.inference ? (Opt.bf16_only ? 2 : 1) : 0;
     s.recompute = recompute;
     std::array<std::size_t, N> scratch{}, val{}, adj{};
     for (std::size_t i = 0; i < N; ++i) {
@@ -426,9 +427,24 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
         if ((G::kind[i] == leaf_kind::none && !G::aliases[i]) || G::kind[i] == leaf_kind::constant)
             val[i] = round_up_elems<T>(shapes[i].size());
         if (G::needs_grad[i] && G::kind[i] != leaf_kind::param) adj[i] = round_up_elems<T>(shapes[i].size());
+        if (P::bf16_only_nodes[i] && !G::aliases[i]) val[i] = 0;  // (its float: below)
         if (P::bf16_shadowed_nodes[i]) val[i] += round_up_elems<T>((shapes[i].size() + 1) / 2);
         scratch[i] = round_up_elems<T>(scratch[i]);
         value_elems += val[i], adjoint_elems += adj[i], scratch_elems += scratch[i];
+    }
+    {  // the floats of values kept in bf16 only, by lifetime while made (as program::plan)
+        std::array<lifetime, N> blocks{};
+        std::array<std::size_t, N> offset{};
+        std::array<std::pair<std::size_t, std::size_t>, N> taken{};
+        std::size_t n = 0;
+        for (std::size_t i = 0; i < N; ++i)
+            if (P::bf16_only_nodes[i] && !G::aliases[i]) {
+                std::size_t last = i;
+                for (std::size_t j = i + 1; j < N; ++j)
+                    if (G::aliases[j] && std::size_t(G::operands[j][0]) == i) last = j;
+                blocks[n++] = {i, last, round_up_elems<T>(shapes[i].size())};
+            }
+        value_elems += place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
     }
     std::size_t arena = value_elems + adjoint_elems + scratch_elems;
     if constexpr (by_lifetime) {

@@ -257,4 +257,21 @@ inline void pack_bf16(bool trans, std::size_t rows, std::size_t cols, const bf16
         for (std::size_t c = 0; c < cols; ++c) out[r * cols + c] = from_bf16(trans ? x[c * ld + r] : x[r * ld + c]);
 }
 
+/// op(X) of bf16 values X (leading dimension ld), row-major and contiguous, still bf16: a small
+/// transposed operand kept in bf16 only (no float to convert from; the same bits as converting the
+/// float transposed). Transposes tiles of 16 x 16.
+inline void pack_bf16(bool trans, std::size_t rows, std::size_t cols, const bf16_bits* x, std::size_t ld, bf16_bits* out) {
+    if (!trans) {
+        for (std::size_t r = 0; r < rows; ++r) std::copy(x + r * ld, x + r * ld + cols, out + r * cols);
+        return;
+    }
+    constexpr std::size_t tile = 16;  // out[r][c] = x[c][r]
+    for (std::size_t c0 = 0; c0 < cols; c0 += tile)
+        for (std::size_t r0 = 0; r0 < rows; r0 += tile) {
+            const std::size_t c1 = std::min(cols, c0 + tile), r1 = std::min(rows, r0 + tile);
+            for (std::size_t c = c0; c < c1; ++c)
+                for (std::size_t r = r0; r < r1; ++r) out[r * cols + c] = x[c * ld + r];
+        }
+}
+
 }  // namespace ctg::kernels

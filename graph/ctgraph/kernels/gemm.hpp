@@ -532,7 +532,7 @@ void gemm_together(std::array<gemm_args<T>, n> g) {  // (not inline: see CTG_SEP
             // A linear layer's two gradient products read dY, one as A (dY W^T), one as B (x^T dY):
             // converted once for both (it was a third of a bf16 step's conversions).
             if constexpr (n == 2)
-                if (g[0].C && g[1].C && g[0].A == g[1].B && !g[0].trans_a && !g[1].trans_b && g[0].lda == g[1].ldb &&
+                if (g[0].C && g[1].C && g[0].A && g[0].A == g[1].B && !g[0].trans_a && !g[1].trans_b && g[0].lda == g[1].ldb &&
                     g[0].M == g[1].K && g[0].K == g[1].N && g[0].M && g[0].K && g[0].N && g[1].M &&
                     get_bf16_engine() == bf16_engine::onednn && !bf16_copies::instance().find(g[0].A)) {
                     scratch<bf16_bits> dy(g[0].M * g[0].K);
@@ -656,9 +656,12 @@ inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted, c
     if (M == 0 || N == 0) return;
     // A weight's copy (bf16_copies), else the caller's shadow of an activation (gemm_args::A16,
     // B16). A small transposed A is still converted transposed from its floats, as without a
-    // shadow (the rule below: oneDNN then reads a plain A), so that a shadow changes no bits.
-    const bf16_bits* b_weight = bf16_copies::instance().find(g.B);
-    const bf16_bits* a_copy = bf16_copies::instance().find(g.A);
+    // shadow (the rule below: oneDNN then reads a plain A), so that a shadow changes no bits; a
+    // value kept in bf16 only comes with a null A (or B) and its shadow, which is then transposed
+    // instead (the same bits).
+    const bf16_bits* b_weight = g.B ? bf16_copies::instance().find(g.B) : nullptr;
+    const bf16_bits* a_copy = g.A ? bf16_copies::instance().find(g.A) : nullptr;
+    const bf16_bits* a_only = g.A ? nullptr : g.A16;  // A kept in bf16 only
     if (!a_copy && g.A16 && !(g.trans_a && M * K <= (std::size_t(1) << 18))) a_copy = g.A16;
     const bf16_bits* b_copy = b_weight ? b_weight : g.B16;
     const bool a_given = !a_copy && a_converted && get_bf16_engine() == bf16_engine::onednn;
@@ -668,7 +671,8 @@ inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted, c
     if (M == 1 && K > 0 && b_weight && !g.trans_b && g.alpha == 1.0f && g.beta == 0.0f) {
         gemm_flop_counter().fetch_add(flops, std::memory_order_relaxed);
         scratch<float> x(K);
-        pack_bf16(g.trans_a, 1, K, g.A, g.lda, x.data());
+        if (a_only) pack_bf16(g.trans_a, 1, K, a_only, g.lda, x.data());
+        else pack_bf16(g.trans_a, 1, K, g.A, g.lda, x.data());
         const std::size_t pieces = P > 1 && flops >= parallel_gemm_min_flops && N >= 256 ? P : 1;
         const std::size_t step = range_step(N, pieces, 16);
         auto piece = [&](std::size_t p) {
@@ -688,7 +692,7 @@ inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted, c
     if (engine == bf16_engine::emulated) {
         note_bf16_emulation();
         scratch<float> a(M * K), b(K * N);
-        pack(g.trans_a, M, K, g.A, g.lda, a_copy, a.data());
+        pack(g.trans_a, M, K, g.A, g.lda, a_copy ? a_copy : a_only, a.data());
         pack(g.trans_b, K, N, g.B, g.ldb, b_copy, b.data());
         gemm_together<float, 1>({gemm_args<float>{false, false, M, N, K, g.alpha, a.data(), K, b.data(), N, g.beta, g.C, g.ldc, g.bias}});
         return;
@@ -711,7 +715,8 @@ inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted, c
     const std::size_t a_rows = g.trans_a ? K : M, a_cols = g.trans_a ? M : K;
     const std::size_t b_rows = g.trans_b ? N : K, b_cols = g.trans_b ? K : N;
     scratch<bf16_bits> a(a_copy || a_given ? 0 : M * K), b(b_copy || b_given ? 0 : b_rows * b_cols);
-    if (a_transposed) pack_bf16(true, M, K, g.A, g.lda, a.data());
+    if (a_transposed && a_only) pack_bf16(true, M, K, a_only, g.lda, a.data());
+    else if (a_transposed) pack_bf16(true, M, K, g.A, g.lda, a.data());
     else if (!a_copy && !a_given) pack_bf16(false, a_rows, a_cols, g.A, g.lda, a.data());
     if (!b_copy && !b_given) pack_bf16(false, b_rows, b_cols, g.B, g.ldb, b.data());
     const bf16_bits* ap = a_copy ? a_copy : a_given ? a_converted : a.data();

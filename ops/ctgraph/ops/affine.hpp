@@ -27,6 +27,7 @@ struct affine_op {
     static constexpr bool assigns_adjoints = true;
     static constexpr std::uint32_t backward_reads = 0b011;  // x and W (see op.hpp)
     static constexpr std::uint32_t bf16_operands = 0b011;   // x and W: their bf16 shadows, c.xb (see op.hpp)
+    static constexpr std::uint32_t bf16_operands_only = 0b011;  // read nowhere but in the products (see op.hpp)
 
     template <class X, class W, class B>
     static consteval bool check() {

@@ -23,6 +23,7 @@ struct gelu_fn {
     static constexpr std::string_view name = "gelu";
     static constexpr double k = 0.7978845608028654;  // sqrt(2 / pi)
     static constexpr double c = 0.044715;
+    static constexpr bool df_reads_y = false;  // (detail/unary.hpp)
     template <class V>
     static V logistic(V x) {
         using std::exp;
@@ -42,6 +43,7 @@ struct gelu_erf_fn {
     static constexpr std::string_view name = "gelu_erf";
     static constexpr double inv_sqrt2 = 0.7071067811865476;   // 1 / sqrt(2)
     static constexpr double inv_sqrt2pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
+    static constexpr bool df_reads_y = false;  // (detail/unary.hpp)
     template <class V>
     static V cdf(V x) {  // Phi(x)
         using std::erf;  // xsimd::erf for batches, by argument-dependent lookup

@@ -29,6 +29,7 @@ struct layer_norm_op {
     static consteval bool rows_independent() { return X::rank >= 2; }  // along the last axis (see op.hpp)
     static constexpr double eps = Eps.value();
     static constexpr bool assigns_adjoints = true;
+    static constexpr bool vjp_reads_result = false;  // the VJP reads x and the saved (mu, r), not y (see op.hpp)
     template <class X, class Gamma, class Beta>
     static consteval bool check() {
         return X::rank >= 1 && Gamma::rank == 1 && Beta::rank == 1 && Gamma::dims[0] == X::dims[X::rank - 1] &&

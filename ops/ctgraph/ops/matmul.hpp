@@ -21,9 +21,12 @@ struct matmul_op {
     static constexpr bool weight_adjoint_is_xt_dy = true;  // for a (K, N) operand 1 (see op.hpp)
     static constexpr bool assigns_adjoints = true;
     static constexpr std::uint32_t bf16_operands = 0b11;  // both: their bf16 shadows, c.xb (see op.hpp)
+    static constexpr std::uint32_t bf16_operands_only = 0b11;  // read nowhere but in the products (see op.hpp)
 
-    // Where batch i of a bf16 shadow starts (null: none).
-    static const std::uint16_t* at(const std::uint16_t* p, std::size_t off) { return p ? p + off : nullptr; }
+    // Where batch i of an operand or of its bf16 shadow starts (null: none; an operand kept in bf16
+    // only comes as a null pointer, see op.hpp).
+    template <class P>
+    static P* at(P* p, std::size_t off) { return p ? p + off : nullptr; }
 
     template <class A, class B>
     static consteval bool check() {
@@ -73,7 +76,7 @@ struct matmul_op {
         // Batched products (attention heads) as tasks, a block of batches each.
         kernels::for_items(s.batches, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t i0, std::size_t i1) {
             for (std::size_t i = i0; i < i1; ++i)
-                kernels::gemm(false, false, s.M, s.N, s.K, T(1), a + i * s.sa, s.K, b + i * s.sb, s.N, T(0), y + i * s.sy, s.N,
+                kernels::gemm(false, false, s.M, s.N, s.K, T(1), at(a, i * s.sa), s.K, at(b, i * s.sb), s.N, T(0), y + i * s.sy, s.N,
                               nullptr, c.run.bf16, at(c.xb[0], i * s.sa), at(c.xb[1], i * s.sb));
         });
     }
@@ -85,12 +88,12 @@ struct matmul_op {
         // beta = 0 writes a fresh adjoint; a shared weight's (sb == 0) sums over the batches.
         auto grad_a = [&](std::size_t i) {  // (M x K) += (M x N)(N x K)
             const T beta_a = c.fresh(0) && (i == 0 || s.sa) ? T(0) : T(1);
-            kernels::gemm(false, true, s.M, s.K, s.N, T(1), gy + i * s.sy, s.N, b + i * s.sb, s.N, beta_a, ga + i * s.sa, s.K,
+            kernels::gemm(false, true, s.M, s.K, s.N, T(1), gy + i * s.sy, s.N, at(b, i * s.sb), s.N, beta_a, ga + i * s.sa, s.K,
                           nullptr, c.run.bf16, nullptr, at(c.xb[1], i * s.sb));
         };
         auto grad_b = [&](std::size_t i) {  // (K x N) += (K x M)(M x N)
             const T beta_b = c.fresh(1) && (i == 0 || s.sb) ? T(0) : T(1);
-            kernels::gemm(true, false, s.K, s.N, s.M, T(1), a + i * s.sa, s.K, gy + i * s.sy, s.N, beta_b, gb + i * s.sb, s.N,
+            kernels::gemm(true, false, s.K, s.N, s.M, T(1), at(a, i * s.sa), s.K, gy + i * s.sy, s.N, beta_b, gb + i * s.sb, s.N,
                           nullptr, c.run.bf16, at(c.xb[0], i * s.sa));
         };
         auto batches = [&](std::size_t i0, std::size_t i1) {

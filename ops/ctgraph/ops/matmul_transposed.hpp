@@ -22,6 +22,7 @@ struct matmul_transposed_op {
     static consteval bool rows_independent() { return true; }  // row r of a gives row r (see op.hpp)
     static constexpr bool assigns_adjoints = true;
     static constexpr std::uint32_t bf16_operands = 0b11;  // both: their bf16 shadows, c.xb (see op.hpp)
+    static constexpr std::uint32_t bf16_operands_only = 0b11;  // read nowhere but in the products (see op.hpp)
 
     template <class A, class B>
     static consteval bool check() {

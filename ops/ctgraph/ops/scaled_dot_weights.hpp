@@ -24,6 +24,7 @@ struct scaled_dot_weights_op {
     static constexpr double c = Scale.value();
     static constexpr bool assigns_adjoints = true;
     static constexpr std::uint32_t bf16_operands = 0b11;  // q and k: their bf16 shadows, io.xb (see op.hpp)
+    static constexpr std::uint32_t bf16_operands_only = 0b11;  // read nowhere but in the products (see op.hpp)
 
     template <class Q, class K, class... Ops>
     static consteval bool check() {
@@ -50,7 +51,9 @@ struct scaled_dot_weights_op {
         std::size_t work() const { return 2 * matrices * n * m * d; }  // flops of the products
     };
     static sizes sizes_of(const rshape& q, const rshape& k) { return {q.rows() / q[-2], q[-2], k[-2], q[-1]}; }
-    static const std::uint16_t* at(const std::uint16_t* p, std::size_t off) { return p ? p + off : nullptr; }  // a shadow's matrix
+    // A matrix of q, k or their shadows (null: none; q or k kept in bf16 only come null, see op.hpp).
+    template <class P>
+    static P* at(P* p, std::size_t off) { return p ? p + off : nullptr; }
 
     template <class T, std::size_t K>
     static void forward(op_io<T, K>& io) {
@@ -63,7 +66,7 @@ struct scaled_dot_weights_op {
         kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
             for (std::size_t f = f0; f < f1; ++f) {
                 T* pf = p + f * s.n * s.m;
-                kernels::gemm(false, true, s.n, s.m, s.d, T(c), q + f * s.n * s.d, s.d, k + f * s.m * s.d, s.d, T(0), pf, s.m, nullptr,
+                kernels::gemm(false, true, s.n, s.m, s.d, T(c), at(q, f * s.n * s.d), s.d, at(k, f * s.m * s.d), s.d, T(0), pf, s.m, nullptr,
                               io.run.bf16, at(io.xb[0], f * s.n * s.d), at(io.xb[1], f * s.m * s.d));
                 for (std::size_t i = 0; i < s.n; ++i) rows.forward_row(f * s.n + i, pf + i * s.m, pf + i * s.m);
             }
@@ -87,10 +90,10 @@ struct scaled_dot_weights_op {
                 for (std::size_t i = 0; i < s.n; ++i)  // gS written whole (fresh): no clearing pass
                     rows.backward_row(f * s.n + i, p + off + i * s.m, gp + off + i * s.m, gs + i * s.m, true);
                 if (gq)  // (n x d) += c (n x m)(m x d)
-                    kernels::gemm(false, false, s.n, s.d, s.m, T(c), gs, s.m, k + f * s.m * s.d, s.d, io.fresh(0) ? T(0) : T(1),
+                    kernels::gemm(false, false, s.n, s.d, s.m, T(c), gs, s.m, at(k, f * s.m * s.d), s.d, io.fresh(0) ? T(0) : T(1),
                                   gq + f * s.n * s.d, s.d, nullptr, io.run.bf16, nullptr, at(io.xb[1], f * s.m * s.d));
                 if (gk)  // (m x d) += c (m x n)(n x d)
-                    kernels::gemm(true, false, s.m, s.d, s.n, T(c), gs, s.m, q + f * s.n * s.d, s.d, io.fresh(1) ? T(0) : T(1),
+                    kernels::gemm(true, false, s.m, s.d, s.n, T(c), gs, s.m, at(q, f * s.n * s.d), s.d, io.fresh(1) ? T(0) : T(1),
                                   gk + f * s.m * s.d, s.d, nullptr, io.run.bf16, nullptr, at(io.xb[0], f * s.n * s.d));
             }
         });

@@ -6,6 +6,9 @@
 //   template <class V> static V df(V x, V y);        // dy/dx, given x and y = f(x)
 // and the generic unary_op<Fn> supplies the shape rule (same shape), forward and the VJP
 // gx += gy * df(x, y) (or = when the adjoint is fresh). Use the output y where it is cheaper (tanh: 1 - y^2, exp: y).
+// An Fn whose df ignores y says so (static constexpr bool df_reads_y = false: GELU): its VJP then
+// does not read y, which a mixed-precision program may then keep in bf16 only (op.hpp,
+// vjp_reads_result).
 #pragma once
 #include <string>
 #include <string_view>
@@ -27,6 +30,10 @@ struct unary_op {
     static constexpr bool assigns_adjoints = true;
     template <class S>
     static consteval bool rows_independent() { return true; }  // element-wise (see op.hpp)
+    // Whether the VJP reads y: unless Fn says its df ignores it (Fn::df_reads_y = false: GELU).
+    static constexpr bool vjp_reads_result = [] {
+        if constexpr (requires { Fn::df_reads_y; }) return bool(Fn::df_reads_y); else return true;
+    }();
 
     template <class T>
     static void forward(op_io<T, 1>& c) {
@@ -35,6 +42,11 @@ struct unary_op {
     template <class T>
     static void backward(op_io<T, 1>& c) {
         if (!c.gx[0]) return;
+        if constexpr (!vjp_reads_result) {  // (y may be kept in bf16 only: graph/exec.hpp, bf16_only_values)
+            kernels::map_into(c.fresh(0), c.y.size(), c.gx_data(0), [](auto gy, auto x) { return gy * Fn::df(x, x); },
+                              static_cast<const T*>(c.gy_data()), c.x_data(0));
+            return;
+        }
         kernels::map_into(c.fresh(0), c.y.size(), c.gx_data(0), [](auto gy, auto x, auto y) { return gy * Fn::df(x, y); },
                           static_cast<const T*>(c.gy_data()), c.x_data(0), static_cast<const T*>(c.y_data()));
     }
