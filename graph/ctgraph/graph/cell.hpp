@@ -111,7 +111,10 @@ struct cell_info {
         constexpr auto vjp_y = []<std::size_t... I>(std::index_sequence<I...>) {
             return std::array<bool, N>{vjp_reads_result_of<op_of_t<typename G::template node_t<I>>>...};
         }(std::make_index_sequence<N>{});
-        return bf16_only_values(G::arity, G::operands, G::aliases, shadowed, only, vjp_y,
+        constexpr auto bwd = []<std::size_t... I>(std::index_sequence<I...>) {
+            return std::array<std::uint32_t, N>{backward_reads_of<op_of_t<typename G::template node_t<I>>>...};
+        }(std::make_index_sequence<N>{});
+        return bf16_only_values(G::arity, G::operands, G::aliases, shadowed, only, bwd, vjp_y,
                                 [](std::size_t i) { return computed[i] && i != out && !G::is_index[i]; });
     }();
     /// Whether node i's float is scratch shared while it is made (kept in bf16 only, not an alias).

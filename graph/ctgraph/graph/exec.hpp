@@ -90,18 +90,25 @@ inline constexpr bool vjp_reads_result_of = [] {
     else return true;
 }();
 
-/// Which values a mixed-precision program keeps in bf16 only (their shadow; the float gets no place
-/// of its own, only scratch while the value is made): those whose every reader, forward and
-/// backward, reads them as a bf16 product operand and nothing else. Node i (allowed by `eligible`:
-/// an op node kept for backward, not an output, not an aliasing node) qualifies when its own VJP
-/// does not read its result (vjp_reads_result: GELU's and layer norm's read their input; softmax's
-/// reads its output, so attention weights stay float), when it has readers, and when each reader j
-/// either takes it only as a product operand (bf16_operands_only, only[j]) or is an aliasing node
-/// (reshape, merging attention's heads) that is not an output itself, whose VJP does not read its
-/// result and whose readers all take it only as a product operand: that alias then keeps the
-/// shadow (made when it runs, from i's float) and is marked too. A product rounds its operands to
-/// bf16 anyway, so it computes the same bits from the shadow alone. `last[i]` is the last forward
-/// step that reads i's float (i itself, or its aliases, which make their shadow from it).
+/// Which values a mixed-precision program keeps no float of for backward: those that backward
+/// reads only as bf16 product operands, through their shadow, or not at all. Their float gets no
+/// place of its own, only scratch shared with other such values while forward still reads it.
+/// Node i (allowed by `eligible`: an op node kept for backward, not an output, not an aliasing
+/// node) qualifies when its own VJP does not read its result (vjp_reads_result: GELU's and layer
+/// norm's read their input; softmax's reads its output, so attention weights stay float), when it
+/// has readers, and when each reader j
+///  - takes it only as a product operand (bf16_operands_only, only[j]): the product reads its
+///    shadow (a layer norm's output, q, k, v, GELU's output), or
+///  - reads it in forward only: j's VJP does not read that operand (backward_reads, bwd[j]; an
+///    attention projection's output read by the head split, a sub-layer's output read by the
+///    residual sum), or
+///  - is an aliasing node (reshape) that is not an output, whose VJP reads neither its operand nor
+///    its result, and whose readers are all of the first two kinds (the merged heads that the
+///    output projection reads); the alias then keeps the shadow, made when it runs from i's
+///    float, and is marked too.
+/// A product rounds its operands to bf16 anyway, so it computes the same bits from the shadow
+/// alone. `last[i]` is the last forward step that reads i's float (i itself, a forward reader, or
+/// an alias).
 template <std::size_t N>
 struct bf16_only_plan {
     std::array<bool, N> only{};
@@ -111,17 +118,20 @@ template <std::size_t N, std::size_t MaxArity, class Eligible>
 constexpr bf16_only_plan<N> bf16_only_values(const std::array<std::size_t, N>& arity,
                                              const std::array<std::array<int, MaxArity>, N>& operands,
                                              const std::array<bool, N>& aliases, const std::array<bool, N>& shadowed,
-                                             const std::array<std::uint32_t, N>& only, const std::array<bool, N>& vjp_y,
-                                             Eligible eligible) {
+                                             const std::array<std::uint32_t, N>& only, const std::array<std::uint32_t, N>& bwd,
+                                             const std::array<bool, N>& vjp_y, Eligible eligible) {
     bf16_only_plan<N> r{};
-    // Whether every read of node i is that of a product taking it only as a bf16 operand (and
-    // whether anything reads it at all).
-    auto products_only = [&](std::size_t i, bool& read) {
+    auto bit = [](std::uint32_t mask, std::size_t k) { return k < 31 && ((mask >> k) & 1) != 0; };
+    // Whether the reads of node i by non-aliasing nodes are all products' or forward-only; `last`
+    // grows to the last forward reader, `read` says whether anything reads it.
+    auto plain_readers = [&](std::size_t i, std::size_t& last, bool& read) {
         for (std::size_t j = i + 1; j < N; ++j)
             for (std::size_t k = 0; k < arity[j]; ++k)
                 if (std::size_t(operands[j][k]) == i) {
                     read = true;
-                    if (k >= 32 || !((only[j] >> k) & 1)) return false;
+                    if (bit(only[j], k) && shadowed[i]) continue;
+                    if (aliases[j] || k >= 31 || bit(bwd[j], k)) return false;
+                    last = std::max(last, j);
                 }
         return true;
     };
@@ -133,12 +143,17 @@ constexpr bf16_only_plan<N> bf16_only_values(const std::array<std::size_t, N>& a
             for (std::size_t k = 0; k < arity[j] && ok; ++k) {
                 if (std::size_t(operands[j][k]) != i) continue;
                 read = true;
-                if (k < 32 && ((only[j] >> k) & 1)) continue;
-                bool alias_read = false;
-                ok = aliases[j] && k == 0 && eligible(j) && !vjp_y[j] && shadowed[j] && products_only(j, alias_read) && alias_read;
-                last = j;
+                if (bit(only[j], k) && shadowed[i]) continue;
+                if (aliases[j]) {
+                    bool alias_read = false;
+                    ok = k == 0 && eligible(j) && !vjp_y[j] && !bit(bwd[j], 0) && plain_readers(j, last, alias_read) && alias_read;
+                    last = std::max(last, j);
+                } else {
+                    ok = k < 31 && !bit(bwd[j], k);
+                    last = std::max(last, j);
+                }
             }
-        if (!ok || !read || !(shadowed[i] || last > i)) continue;
+        if (!ok || !read) continue;
         r.only[i] = true;
         r.last[i] = last;
         for (std::size_t j = i + 1; j < N; ++j)

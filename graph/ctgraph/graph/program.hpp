@@ -102,7 +102,10 @@ private:
             constexpr auto vjp_y = []<std::size_t... I>(std::index_sequence<I...>) {
                 return std::array<bool, N>{detail::vjp_reads_result_of<detail::op_of_t<typename G::template node_t<I>>>...};
             }(std::make_index_sequence<N>{});
-            return detail::bf16_only_values(G::arity, G::operands, G::aliases, shadowed, only, vjp_y, [](std::size_t i) {
+            constexpr auto bwd = []<std::size_t... I>(std::index_sequence<I...>) {
+                return std::array<std::uint32_t, N>{detail::backward_reads_of<detail::op_of_t<typename G::template node_t<I>>>...};
+            }(std::make_index_sequence<N>{});
+            return detail::bf16_only_values(G::arity, G::operands, G::aliases, shadowed, only, bwd, vjp_y, [](std::size_t i) {
                 return G::kind[i] == leaf_kind::none && !G::is_index[i] &&
                        std::find(output_nodes.begin(), output_nodes.end(), i) == output_nodes.end();
             });
@@ -421,6 +424,8 @@ public:
     /// The nodes of this program (not inside a repeat's block) whose values are kept in bf16 only
     /// (options::bf16_only): their shadow is their value; value_view() of such a node is not.
     static constexpr std::array<bool, N> bf16_only_nodes = only_plan.only;
+    /// For each of them, the last node whose forward reads its float (which lives in shared scratch until then).
+    static constexpr std::array<std::size_t, N> bf16_only_last = only_plan.last;
 
     /// The value of dimension letter c bound by the last forward() (0 when unbound).
     std::size_t dim_value(char c) const {

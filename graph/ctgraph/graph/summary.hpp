@@ -438,12 +438,7 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
         std::array<std::pair<std::size_t, std::size_t>, N> taken{};
         std::size_t n = 0;
         for (std::size_t i = 0; i < N; ++i)
-            if (P::bf16_only_nodes[i] && !G::aliases[i]) {
-                std::size_t last = i;
-                for (std::size_t j = i + 1; j < N; ++j)
-                    if (G::aliases[j] && std::size_t(G::operands[j][0]) == i) last = j;
-                blocks[n++] = {i, last, round_up_elems<T>(shapes[i].size())};
-            }
+            if (P::bf16_only_nodes[i] && !G::aliases[i]) blocks[n++] = {i, P::bf16_only_last[i], round_up_elems<T>(shapes[i].size())};
         value_elems += place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
     }
     std::size_t arena = value_elems + adjoint_elems + scratch_elems;

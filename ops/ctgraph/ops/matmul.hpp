@@ -22,6 +22,7 @@ struct matmul_op {
     static constexpr bool assigns_adjoints = true;
     static constexpr std::uint32_t bf16_operands = 0b11;  // both: their bf16 shadows, c.xb (see op.hpp)
     static constexpr std::uint32_t bf16_operands_only = 0b11;  // read nowhere but in the products (see op.hpp)
+    static constexpr std::uint32_t backward_reads = 0b11;  // a and b, not y (see op.hpp)
 
     // Where batch i of an operand or of its bf16 shadow starts (null: none; an operand kept in bf16
     // only comes as a null pointer, see op.hpp).

@@ -19,7 +19,7 @@ template <int... P>
 struct permute_op {
     static constexpr std::string_view name = "permute";
     static constexpr bool assigns_adjoints = true;
-    static constexpr bool vjp_reads_result = false;  // the VJP permutes the adjoint back (see op.hpp)
+    static constexpr std::uint32_t backward_reads = 0;  // the VJP permutes the adjoint back: no value (see op.hpp)
     static constexpr std::size_t R = sizeof...(P);
     static constexpr std::array<int, R> perm{P...};
 

@@ -24,7 +24,7 @@ struct reshape_op {
     static consteval bool rows_independent() { return true; }  // with the batch first in both, rows stay rows (see op.hpp)
     static constexpr bool assigns_adjoints = true;
     static constexpr bool aliases_operand = true;  // the engine points y at x: no copy, no memory
-    static constexpr bool vjp_reads_result = false;  // the VJP copies the adjoint (see op.hpp)
+    static constexpr std::uint32_t backward_reads = 0;  // the VJP copies the adjoint: no value (see op.hpp)
     static constexpr std::array<dim, sizeof...(D)> target{D...};
 
     template <class A>
