@@ -21,6 +21,7 @@
 #include <ctgraph/train.hpp>
 
 #include "allocation_counter.hpp"
+#include "pool_threads.hpp"
 
 using namespace ctg;
 using kernels::bf16_bits;
@@ -537,7 +538,8 @@ TEST_CASE("bf16 shadows and values in bf16 only: a GPT's step is bit for bit the
     });
 }
 
-TEST_CASE("values in bf16 only outside a repeat: one GPT block's step is bit for bit the converting one's", "[bf16]") {
+TEST_CASE("values in bf16 only outside a repeat: one GPT block's step is bit for bit the converting one's, at 1 and 2 threads",
+          "[bf16]") {
     engine_scope restore;
     using block = nn::gpt<11, 8, 16, 2, 2>::block;
     const auto loss = mse_loss(block{}(input<"h", B, T, 16>{}, causal{}), input<"t", B, T, 16>{});
@@ -545,14 +547,20 @@ TEST_CASE("values in bf16 only outside a repeat: one GPT block's step is bit for
     const auto nodes = labels_of<typename S::graph_type>(S::bf16_only_nodes);
     INFO(joined(nodes));
     CHECK(nodes.size() == 17);
-    xt::xtensor<float, 3> h = xt::zeros<float>({3, 8, 16}), t = xt::zeros<float>({3, 8, 16});
+    // 512 rows: GELU's 32,768 elements are split over the pool's threads (kernels::map's pieces),
+    // and it writes its shadow piece by piece in each.
+    xt::xtensor<float, 3> h = xt::zeros<float>({8, 64, 16}), t = xt::zeros<float>({8, 64, 16});
     const auto r1 = randoms(h.size(), 41), r2 = randoms(t.size(), 42);
     std::copy(r1.begin(), r1.end(), h.data());
     std::copy(r2.begin(), r2.end(), t.data());
-    check_shadows_and_bf16_only(loss, [&](auto& p) {
-        p.template feed<"h">(h);
-        p.template feed<"t">(t);
-    });
+    for (const int threads : {1, 2}) {
+        INFO(threads << " threads");
+        testing::pool_threads pool(threads);
+        check_shadows_and_bf16_only(loss, [&](auto& p) {
+            p.template feed<"h">(h);
+            p.template feed<"t">(t);
+        });
+    }
 }
 
 namespace {

@@ -72,6 +72,10 @@
 //     // read, may be kept in bf16 only (layer norm's and GELU's VJPs read their input; softmax's
 //     // reads its output).
 //     static constexpr bool vjp_reads_result = false;  // layer norm: x and its saved statistics
+//     // optional: forward writes the bf16 shadow of its own result itself, c.yb when not null (the
+//     // float result rounded as kernels::pack_bf16 rounds it, laid out as c.y), a row or a piece at
+//     // a time while it is in cache; the engine then does not convert c.y after forward.
+//     static constexpr bool writes_bf16_result = true;  // layer norm, GELU
 //     // optional: extra text for printing (an axis, a constant).
 //     static std::string describe();
 //   };
@@ -150,6 +154,9 @@ struct op_io {
     // The operands' bf16 shadows (op::bf16_operands): operand k's value rounded to bf16, laid out
     // as c.x[k], kept by the engine for a mixed-precision program's products; null where none.
     std::array<const std::uint16_t*, K> xb{};
+    // The result's bf16 shadow, for an op that writes it itself (writes_bf16_result); null where
+    // the value keeps none (and always for other ops: the engine converts c.y after forward).
+    std::uint16_t* yb = nullptr;
 
     /// Whether gx[k] is fresh: an op declaring assigns_adjoints must then write all of it with =.
     bool fresh(std::size_t k) const { return assign[k]; }

@@ -81,6 +81,12 @@ inline constexpr std::uint32_t bf16_operands_only_of = [] {
     if constexpr (requires { Op::bf16_operands_only; }) return std::uint32_t(Op::bf16_operands_only); else return std::uint32_t(0);
 }();
 
+/// Whether an op's forward writes its result's bf16 shadow itself (op.hpp, writes_bf16_result).
+template <class Op>
+inline constexpr bool writes_bf16_result_of = [] {
+    if constexpr (requires { Op::writes_bf16_result; }) return bool(Op::writes_bf16_result); else return false;
+}();
+
 /// Whether an op's VJP reads its own result c.y (op.hpp, vjp_reads_result): as it says, else as its
 /// backward_reads says (reads_result), else yes.
 template <class Op>
@@ -286,8 +292,10 @@ template <class Op, std::size_t K, class T, bool Anomaly = false>
 [[gnu::noinline]] inline void exec_forward(const exec_state& s, std::size_t i) {
     if constexpr (!std::is_same_v<Op, no_op>) {
         auto c = build_io<T, K>(s, i, bf16_operands_only_of<Op>);
+        if constexpr (std::is_same_v<T, float> && writes_bf16_result_of<Op>)  // the op writes its shadow itself
+            if (s.shadow) c.yb = s.shadow[i];
         Op::template forward<T>(c);
-        if constexpr (std::is_same_v<T, float>)  // the value's bf16 shadow, made while it is in cache
+        if constexpr (std::is_same_v<T, float> && !writes_bf16_result_of<Op>)  // the value's bf16 shadow, made while it is in cache
             if (s.shadow && s.shadow[i]) kernels::pack_bf16(false, 1, c.y.size(), c.y_data(), c.y.size(), s.shadow[i]);
         if constexpr (Anomaly)
             if (!s.is_index[i])

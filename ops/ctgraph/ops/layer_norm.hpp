@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/bf16.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/op.hpp"
 
@@ -30,6 +31,7 @@ struct layer_norm_op {
     static constexpr double eps = Eps.value();
     static constexpr bool assigns_adjoints = true;
     static constexpr bool vjp_reads_result = false;  // the VJP reads x and the saved (mu, r), not y (see op.hpp)
+    static constexpr bool writes_bf16_result = true;  // each row's bf16 shadow, c.yb, while in L1 (see op.hpp)
     template <class X, class Gamma, class Beta>
     static consteval bool check() {
         return X::rank >= 1 && Gamma::rank == 1 && Beta::rank == 1 && Gamma::dims[0] == X::dims[X::rank - 1] &&
@@ -67,6 +69,8 @@ struct layer_norm_op {
                     using V = decltype(xv);
                     return (xv - V(mu)) * V(rs) * g + b;
                 }, xr, gamma, beta);
+                if constexpr (std::is_same_v<T, float>)
+                    if (c.yb) kernels::pack_bf16(false, 1, n, y + r * n, n, c.yb + r * n);
             }
         });
     }

@@ -10,10 +10,12 @@
 // does not read y, which a mixed-precision program may then keep in bf16 only (op.hpp,
 // vjp_reads_result).
 #pragma once
+#include <algorithm>
 #include <string>
 #include <string_view>
 
 #include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/bf16.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/op.hpp"
 
@@ -35,9 +37,35 @@ struct unary_op {
         if constexpr (requires { Fn::df_reads_y; }) return bool(Fn::df_reads_y); else return true;
     }();
 
+    // The result's bf16 shadow (op.hpp) written piece by piece while in L1 (GELU's feeds a product).
+    static constexpr bool writes_bf16_result = true;
+
     template <class T>
     static void forward(op_io<T, 1>& c) {
+        if constexpr (std::is_same_v<T, float>)
+            if (c.yb) {  // the same pieces as kernels::map (so the same SIMD and scalar elements), each rounded after
+                float* y = c.y_data();
+                const float* x = c.x_data(0);
+                kernels::for_ranges<float>(c.y.size(), kernels::parallel_map_min_size, [&](std::size_t b, std::size_t e) {
+                    constexpr std::size_t piece = 4096;  // a multiple of every SIMD width; 16 KiB
+                    for (std::size_t i = b; i < e; i += piece) {
+                        const std::size_t m = std::min(e, i + piece) - i;
+                        map_piece(m, y + i, x + i);
+                        kernels::pack_bf16(false, 1, m, y + i, m, c.yb + i);
+                    }
+                });
+                return;
+            }
         kernels::map(c.y.size(), c.y_data(), [](auto x) { return Fn::f(x); }, c.x_data(0));
+    }
+    // kernels::map's loop over one piece, on this thread.
+    template <class T>
+    static void map_piece(std::size_t n, T* y, const T* x) {
+        constexpr std::size_t W = kernels::batch<T>::size;
+        std::size_t i = 0;
+        if (!kernels::scalar_only())
+            for (; i + W <= n; i += W) Fn::f(kernels::batch<T>::load_unaligned(x + i)).store_unaligned(y + i);
+        for (; i < n; ++i) y[i] = Fn::f(x[i]);
     }
     template <class T>
     static void backward(op_io<T, 1>& c) {
