@@ -435,9 +435,10 @@ namespace {
 // shadows and values kept in bf16 only (the default), with shadows only, converting every operand
 // at each product, and the first two recomputing each layer (options::recompute); every loss and
 // every weight must be the converting program's bit for bit. Then each shadow holds its value
-// rounded (that of the program that keeps the floats, for a value kept in bf16 only).
+// rounded (that of the program that keeps the floats, for a value kept in bf16 only), and the
+// summary at the fed sizes counts each program's arena exactly.
 template <class Loss, class Feed>
-void check_shadows_and_bf16_only(Loss loss, Feed feed) {
+void check_shadows_and_bf16_only(Loss loss, Feed feed, std::initializer_list<std::pair<char, std::size_t>> sizes) {
     for (const kernels::bf16_engine engine : runnable_engines()) {
         kernels::set_bf16_engine(engine);
         INFO(kernels::bf16_engine_name(engine));
@@ -480,6 +481,9 @@ void check_shadows_and_bf16_only(Loss loss, Feed feed) {
         CHECK(kept.arena_elements() > converting.arena_elements());
         CHECK(only.arena_elements() < kept.arena_elements());
         CHECK(only.arena_elements() < converting.arena_elements());
+        CHECK(only.summary(sizes).arena_bytes == only.arena_elements() * sizeof(float));
+        CHECK(kept.summary(sizes).arena_bytes == kept.arena_elements() * sizeof(float));
+        CHECK(recomputing.summary(sizes).arena_bytes == recomputing.arena_elements() * sizeof(float));
         only.forward();
         kept.forward();
         for (std::size_t i = 0; i < S::N; ++i) {
@@ -532,10 +536,13 @@ TEST_CASE("bf16 shadows and values in bf16 only: a GPT's step is bit for bit the
     INFO("in the block: " << joined(in_block) << "; in the program: " << joined(in_program));
     CHECK(in_block.size() == 17);
     CHECK(in_program.size() == 1);  // the final layer norm's output, read by the head
-    check_shadows_and_bf16_only(loss, [&](auto& p) {
-        p.template feed<"x">(x);
-        p.template feed<"y">(y);
-    });
+    check_shadows_and_bf16_only(
+        loss,
+        [&](auto& p) {
+            p.template feed<"x">(x);
+            p.template feed<"y">(y);
+        },
+        {{'B', 3}, {'T', 8}});
 }
 
 TEST_CASE("values in bf16 only outside a repeat: one GPT block's step is bit for bit the converting one's, at 1 and 2 threads",
@@ -556,10 +563,13 @@ TEST_CASE("values in bf16 only outside a repeat: one GPT block's step is bit for
     for (const int threads : {1, 2}) {
         INFO(threads << " threads");
         testing::pool_threads pool(threads);
-        check_shadows_and_bf16_only(loss, [&](auto& p) {
-            p.template feed<"h">(h);
-            p.template feed<"t">(t);
-        });
+        check_shadows_and_bf16_only(
+            loss,
+            [&](auto& p) {
+                p.template feed<"h">(h);
+                p.template feed<"t">(t);
+            },
+            {{'B', 8}, {'T', 64}});
     }
 }
 

@@ -135,9 +135,10 @@ struct run_info {
     // scratch is sized the same way: the fifth argument of scratch_size). Cleared inside a cell:
     // ops nested in a scan or repeat plan without it.
     bool bf16_shadows = false;
-    // With bf16_shadows: values that nothing but products read are kept in bf16 only
-    // (options::bf16_only; graph/exec.hpp, bf16_only_values), in the program's arena and in a
-    // repeat's layer frames (its scratch_size's fifth argument is then 2). Cleared inside a cell.
+    // With bf16_shadows: values that backward reads only through their shadow, or not at all, keep
+    // no float of their own (options::bf16_only; graph/exec.hpp, bf16_only_values), in the
+    // program's arena and in a repeat's layer frames (its scratch_size's fifth argument is then 2).
+    // Cleared inside a cell.
     bool bf16_only = false;
 };
 

@@ -69,13 +69,14 @@ struct options {
     /// the shadows' memory (half the bytes of the values they copy: gpt-m 21 MiB a layer). false:
     /// products convert their operands as they run, as before. (docs/mixed-precision.md)
     bool bf16_shadows = true;
-    /// With bf16 shadows: a value that nothing but products read, forward and backward (its
-    /// producer's VJP does not read it either: a layer norm's or GELU's output, attention's q, k, v
-    /// and merged heads, not softmax's weights), is kept in bf16 only, its shadow; its float has no
-    /// place of its own (scratch shared with other such values while it is made). Products read the
-    /// same operands, so results are the same bit for bit, and the program keeps less memory than a
-    /// float one. Such a node's value_view() is not its value after forward. false: every value
-    /// keeps its float too. (docs/mixed-precision.md)
+    /// With bf16 shadows: a value that backward reads only as a product operand, through its shadow
+    /// (its producer's VJP does not read it either: a layer norm's or GELU's output, attention's q,
+    /// k, v and merged heads, not softmax's weights), is kept in bf16 only, its shadow; one that
+    /// backward does not read at all (a projection that the head split or a residual sum reads) is
+    /// not kept. Their floats have no place of their own (scratch shared with other such values
+    /// while forward reads them). Products read the same operands, so results are the same bit for
+    /// bit, and the program keeps less memory than a float one. Such a node's value_view() is not
+    /// its value after forward. false: every value keeps its float. (docs/mixed-precision.md)
     bool bf16_only = true;
 };
 

@@ -102,8 +102,8 @@ struct cell_info {
                              [](std::size_t j) { return computed[j]; });
     }();
 
-    /// Of those, the values kept in bf16 only when the frame says so (cell_frame::only; exec.hpp,
-    /// bf16_only_values): nothing but products read them, in forward or backward.
+    /// The values that keep no float for backward when the frame says so (cell_frame::only; exec.hpp,
+    /// bf16_only_values): backward reads them only through their shadow, or not at all.
     static constexpr bf16_only_plan<N> bf16_only = [] {
         constexpr auto only = []<std::size_t... I>(std::index_sequence<I...>) {
             return std::array<std::uint32_t, N>{bf16_operands_only_of<op_of_t<typename G::template node_t<I>>>...};
@@ -117,7 +117,7 @@ struct cell_info {
         return bf16_only_values(G::arity, G::operands, G::aliases, shadowed, only, bwd, vjp_y,
                                 [](std::size_t i) { return computed[i] && i != out && !G::is_index[i]; });
     }();
-    /// Whether node i's float is scratch shared while it is made (kept in bf16 only, not an alias).
+    /// Whether node i's float is scratch shared while forward reads it (one of those, not an alias).
     static constexpr bool float_transient(std::size_t i) { return bf16_only.only[i] && !G::aliases[i]; }
 
     /// How each step's VJPs write the computed nodes' adjoints (adj_write_modes): the first writer
@@ -176,9 +176,9 @@ struct cell_frame {
     // node i's (Info::shadowed) at sh_off[i], (size + 1) / 2 floats holding its bf16 values.
     bool shadows = false;
     std::array<std::size_t, N> sh_off{};
-    // Whether values that nothing but products read are kept in bf16 only (run_info::bf16_only,
-    // with shadows): node i's (Info::float_transient) float then lives at tr_off[i] of one block of
-    // tr_size elements shared by every step, while it is made, instead of in the step's frame.
+    // Whether values whose floats backward does not read keep none (run_info::bf16_only, with
+    // shadows): node i's (Info::float_transient) float then lives at tr_off[i] of one block of
+    // tr_size elements shared by every step, while forward reads it, instead of in the step's frame.
     bool only = false;
     std::array<std::size_t, N> tr_off{};
     std::size_t tr_size = 0;
@@ -247,8 +247,8 @@ struct cell_frame {
         if (only) place_transients();
     }
 
-    /// The floats of the values kept in bf16 only, first fit by lifetime: node i's from its forward
-    /// to that of its last alias (which makes its shadow from it), Info::bf16_only.last[i].
+    /// Those floats, first fit by lifetime: node i's from its forward to that of its last forward
+    /// reader (a reader in forward only, or an alias making its shadow), Info::bf16_only.last[i].
     void place_transients() {
         std::array<lifetime, N> blocks{};
         std::array<std::size_t, N> node{}, offset{};

@@ -38,8 +38,8 @@ struct exec_state {
     // one): its value rounded to bf16, written right after its forward (exec_forward), read by the
     // products that take the value as an operand (op_io::xb). See bf16_shadowed().
     std::uint16_t* const* shadow = nullptr;
-    // Node i keeps its value in bf16 only (bf16_only[i]; the array null where none does): its float
-    // memory is scratch shared with others, valid only while it is made (bf16_only_values()). A
+    // Node i keeps no float for backward (bf16_only[i]; the array null where none does): its float
+    // memory is scratch shared with others, valid only while forward reads it (bf16_only_values()). A
     // product that reads it only as a bf16 operand (op.hpp, bf16_operands_only) gets c.x[k] null
     // and its shadow in c.xb[k].
     const bool* bf16_only = nullptr;

@@ -90,7 +90,7 @@ private:
         }
     }();
     static constexpr bool any_shadowed = std::find(shadowed.begin(), shadowed.end(), true) != shadowed.end();
-    // Values kept in bf16 only (options::bf16_only; detail::bf16_only_values): outputs keep their float.
+    // Values that keep no float for backward (options::bf16_only; detail::bf16_only_values): outputs keep theirs.
     static constexpr bool bf16_only_on = bf16_shadows && Opt.bf16_only;
     static constexpr detail::bf16_only_plan<N> only_plan = [] {
         if constexpr (!bf16_only_on || !any_shadowed) {
@@ -112,8 +112,7 @@ private:
         }
     }();
     static constexpr bool any_bf16_only = std::find(only_plan.only.begin(), only_plan.only.end(), true) != only_plan.only.end();
-    // Whether node i's float is scratch shared while it is made (a value kept in bf16 only that is
-    // not an alias of one).
+    // Whether node i's float is scratch shared while forward reads it (one of those, not an alias).
     static constexpr bool float_transient(std::size_t i) { return only_plan.only[i] && !G::aliases[i]; }
     // The last forward step that reads node i's memory: its last reader's, extended through the
     // nodes that alias it (reshape) and past the end (N) for outputs; an aliasing node gets the
@@ -421,8 +420,8 @@ public:
     static constexpr std::size_t num_bf16_shadows = std::size_t(std::count(shadowed.begin(), shadowed.end(), true));
     /// Which of them (by node index).
     static constexpr std::array<bool, N> bf16_shadowed_nodes = shadowed;
-    /// The nodes of this program (not inside a repeat's block) whose values are kept in bf16 only
-    /// (options::bf16_only): their shadow is their value; value_view() of such a node is not.
+    /// The nodes of this program (not inside a repeat's block) that keep no float for backward
+    /// (options::bf16_only): their shadow, where they have one, is their value; value_view() is not.
     static constexpr std::array<bool, N> bf16_only_nodes = only_plan.only;
     /// For each of them, the last node whose forward reads its float (which lives in shared scratch until then).
     static constexpr std::array<std::size_t, N> bf16_only_last = only_plan.last;
@@ -707,7 +706,7 @@ private:
                     sh_off[i] = off;
                     off += round_up_elems<T>((shapes_[i].size() + 1) / 2);
                 }
-        if constexpr (any_bf16_only) {  // the floats of values kept in bf16 only: by lifetime, while made
+        if constexpr (any_bf16_only) {  // their floats: by lifetime, while forward reads them
             std::array<detail::lifetime, N> blocks{};
             std::array<std::size_t, N> node{}, offset{};
             std::array<std::pair<std::size_t, std::size_t>, N> taken{};

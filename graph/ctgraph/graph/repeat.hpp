@@ -179,7 +179,7 @@ struct repeat_op {
         std::size_t state_adj_off(std::size_t k) const { return adjoints_off() + this->adj_block + k * state; }
         /// Where a recomputing op notes which layer's values the frame holds (one line).
         std::size_t held_off() const { return state_adj_off(2); }
-        /// Where the floats of values kept in bf16 only live while made (cell_frame::tr_off), shared by the layers.
+        /// Where the floats that backward does not read live while forward reads them (cell_frame::tr_off), shared by the layers.
         std::size_t transients_off() const { return held_off() + (recompute ? round_up_lines(1) : 0); }
     };
     /// The layout at these operand shapes. recompute (options::recompute) needs a backward pass and

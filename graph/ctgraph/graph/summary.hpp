@@ -405,7 +405,7 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
     }(std::make_index_sequence<N>{});
     constexpr bool recompute = Opt.recompute && !Opt.inference;
     // bf16 shadows (options::bf16_shadows): a repeat's are in its scratch, the program's own values' in the values.
-    // 2: values that only products read kept in bf16 only (options::bf16_only), also in a repeat's scratch.
+    // 2: values whose floats backward does not read keep none (options::bf16_only), also in a repeat's scratch.
     constexpr int shadows = Opt.precision == precision::bf16 && Opt.bf16_shadows && !Opt.inference ? (Opt.bf16_only ? 2 : 1) : 0;
     s.recompute = recompute;
     std::array<std::size_t, N> scratch{}, val{}, adj{};
@@ -432,7 +432,7 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
         scratch[i] = round_up_elems<T>(scratch[i]);
         value_elems += val[i], adjoint_elems += adj[i], scratch_elems += scratch[i];
     }
-    {  // the floats of values kept in bf16 only, by lifetime while made (as program::plan)
+    {  // those floats, by lifetime while forward reads them (as program::plan)
         std::array<lifetime, N> blocks{};
         std::array<std::size_t, N> offset{};
         std::array<std::pair<std::size_t, std::size_t>, N> taken{};
