@@ -488,6 +488,7 @@ void check_shadows_and_bf16_only(Loss loss, Feed feed, std::initializer_list<std
         kept.forward();
         for (std::size_t i = 0; i < S::N; ++i) {
             INFO("node " << i);
+            CHECK((only.value_view(i).ptr == nullptr) == S::bf16_no_float_nodes[i]);  // the op wrote its shadow alone
             if (!S::bf16_shadowed_nodes[i]) {
                 CHECK(only.bf16_shadow(i) == nullptr);
                 continue;
@@ -536,6 +537,7 @@ TEST_CASE("bf16 shadows and values in bf16 only: a GPT's step is bit for bit the
     INFO("in the block: " << joined(in_block) << "; in the program: " << joined(in_program));
     CHECK(in_block.size() == 17);
     CHECK(in_program.size() == 1);  // the final layer norm's output, read by the head
+    CHECK(labels_of<typename S::graph_type>(S::bf16_no_float_nodes) == in_program);  // layer norm writes the shadow alone
     check_shadows_and_bf16_only(
         loss,
         [&](auto& p) {
@@ -554,6 +556,11 @@ TEST_CASE("values in bf16 only outside a repeat: one GPT block's step is bit for
     const auto nodes = labels_of<typename S::graph_type>(S::bf16_only_nodes);
     INFO(joined(nodes));
     CHECK(nodes.size() == 17);
+    // Of those, the ones whose op writes the shadow alone, with no float at all (a null value): both
+    // layer norms' outputs, q, k, v (the head split's permutes) and GELU's output.
+    const auto no_float = labels_of<typename S::graph_type>(S::bf16_no_float_nodes);
+    INFO(joined(no_float));
+    CHECK(no_float.size() == 6);
     // 512 rows: GELU's 32,768 elements are split over the pool's threads (kernels::map's pieces),
     // and it writes its shadow piece by piece in each.
     xt::xtensor<float, 3> h = xt::zeros<float>({8, 64, 16}), t = xt::zeros<float>({8, 64, 16});

@@ -74,8 +74,10 @@
 //     static constexpr bool vjp_reads_result = false;  // layer norm: x and its saved statistics
 //     // optional: forward writes the bf16 shadow of its own result itself, c.yb when not null (the
 //     // float result rounded as kernels::pack_bf16 rounds it, laid out as c.y), a row or a piece at
-//     // a time while it is in cache; the engine then does not convert c.y after forward.
-//     static constexpr bool writes_bf16_result = true;  // layer norm, GELU
+//     // a time while it is in cache; the engine then does not convert c.y after forward. Where
+//     // nothing reads the float (graph/exec.hpp, bf16_only_plan::no_float), c.y comes with a null
+//     // pointer (its shape as always): forward then writes c.yb alone.
+//     static constexpr bool writes_bf16_result = true;  // layer norm, GELU, permute
 //     // optional: extra text for printing (an axis, a constant).
 //     static std::string describe();
 //   };
@@ -156,7 +158,8 @@ struct op_io {
     // as c.x[k], kept by the engine for a mixed-precision program's products; null where none.
     std::array<const std::uint16_t*, K> xb{};
     // The result's bf16 shadow, for an op that writes it itself (writes_bf16_result); null where
-    // the value keeps none (and always for other ops: the engine converts c.y after forward).
+    // the value keeps none (and always for other ops: the engine converts c.y after forward). With
+    // it, c.y may be null: nothing reads the float, the shadow is the value.
     std::uint16_t* yb = nullptr;
 
     /// Whether gx[k] is fresh: an op declaring assigns_adjoints must then write all of it with =.

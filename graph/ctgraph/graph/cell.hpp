@@ -114,11 +114,14 @@ struct cell_info {
         constexpr auto bwd = []<std::size_t... I>(std::index_sequence<I...>) {
             return std::array<std::uint32_t, N>{backward_reads_of<op_of_t<typename G::template node_t<I>>>...};
         }(std::make_index_sequence<N>{});
-        return bf16_only_values(G::arity, G::operands, G::aliases, shadowed, only, bwd, vjp_y,
+        constexpr auto writes = []<std::size_t... I>(std::index_sequence<I...>) {
+            return std::array<bool, N>{writes_bf16_result_of<op_of_t<typename G::template node_t<I>>>...};
+        }(std::make_index_sequence<N>{});
+        return bf16_only_values(G::arity, G::operands, G::aliases, shadowed, only, bwd, vjp_y, writes,
                                 [](std::size_t i) { return computed[i] && i != out && !G::is_index[i]; });
     }();
     /// Whether node i's float is scratch shared while forward reads it (one of those, not an alias).
-    static constexpr bool float_transient(std::size_t i) { return bf16_only.only[i] && !G::aliases[i]; }
+    static constexpr bool float_transient(std::size_t i) { return bf16_only.only[i] && !G::aliases[i] && !bf16_only.no_float[i]; }
 
     /// How each step's VJPs write the computed nodes' adjoints (adj_write_modes): the first writer
     /// assigns or zeroes, so the per-step adjoint block is never cleared as a whole. The cell's
@@ -230,7 +233,7 @@ struct cell_frame {
         std::size_t off = 0;
         for (std::size_t i = 0; i < N; ++i) {
             if (!Info::computed[i]) continue;
-            if (i != Info::out && !G::aliases[i] && !(only && Info::float_transient(i))) {  // an aliasing node reads its operand's memory
+            if (i != Info::out && !G::aliases[i] && !(only && Info::bf16_only.only[i])) {  // an aliasing node reads its operand's memory
                 val_off[i] = off;
                 off += round_up_lines(shapes[i].size());
             }

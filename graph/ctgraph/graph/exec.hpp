@@ -114,10 +114,12 @@ inline constexpr bool vjp_reads_result_of = [] {
 ///    float, and is marked too.
 /// A product rounds its operands to bf16 anyway, so it computes the same bits from the shadow
 /// alone. `last[i]` is the last forward step that reads i's float (i itself, a forward reader, or
-/// an alias).
+/// an alias). `no_float[i]`: not even that, the value has a shadow that its op writes itself
+/// (writes[i], op.hpp writes_bf16_result) and nothing reads its float: the op gets a null c.y and
+/// writes the shadow alone (a layer norm's or GELU's output, q, k, v).
 template <std::size_t N>
 struct bf16_only_plan {
-    std::array<bool, N> only{};
+    std::array<bool, N> only{}, no_float{};
     std::array<std::size_t, N> last{};
 };
 template <std::size_t N, std::size_t MaxArity, class Eligible>
@@ -125,7 +127,8 @@ constexpr bf16_only_plan<N> bf16_only_values(const std::array<std::size_t, N>& a
                                              const std::array<std::array<int, MaxArity>, N>& operands,
                                              const std::array<bool, N>& aliases, const std::array<bool, N>& shadowed,
                                              const std::array<std::uint32_t, N>& only, const std::array<std::uint32_t, N>& bwd,
-                                             const std::array<bool, N>& vjp_y, Eligible eligible) {
+                                             const std::array<bool, N>& vjp_y, const std::array<bool, N>& writes,
+                                             Eligible eligible) {
     bf16_only_plan<N> r{};
     auto bit = [](std::uint32_t mask, std::size_t k) { return k < 31 && ((mask >> k) & 1) != 0; };
     // Whether the reads of node i by non-aliasing nodes are all products' or forward-only; `last`
@@ -162,6 +165,7 @@ constexpr bf16_only_plan<N> bf16_only_values(const std::array<std::size_t, N>& a
         if (!ok || !read) continue;
         r.only[i] = true;
         r.last[i] = last;
+        r.no_float[i] = last == i && shadowed[i] && writes[i];
         for (std::size_t j = i + 1; j < N; ++j)
             if (aliases[j] && std::size_t(operands[j][0]) == i) r.only[j] = true, r.last[j] = last;
     }
@@ -293,7 +297,7 @@ template <class Op, std::size_t K, class T, bool Anomaly = false>
     if constexpr (!std::is_same_v<Op, no_op>) {
         auto c = build_io<T, K>(s, i, bf16_operands_only_of<Op>);
         if constexpr (std::is_same_v<T, float> && writes_bf16_result_of<Op>)  // the op writes its shadow itself
-            if (s.shadow) c.yb = s.shadow[i];
+            if (s.shadow) c.yb = s.shadow[i];  // (c.y null where nothing reads the float: bf16_only_plan::no_float)
         Op::template forward<T>(c);
         if constexpr (std::is_same_v<T, float> && !writes_bf16_result_of<Op>)  // the value's bf16 shadow, made while it is in cache
             if (s.shadow && s.shadow[i]) kernels::pack_bf16(false, 1, c.y.size(), c.y_data(), c.y.size(), s.shadow[i]);

@@ -105,7 +105,10 @@ private:
             constexpr auto bwd = []<std::size_t... I>(std::index_sequence<I...>) {
                 return std::array<std::uint32_t, N>{detail::backward_reads_of<detail::op_of_t<typename G::template node_t<I>>>...};
             }(std::make_index_sequence<N>{});
-            return detail::bf16_only_values(G::arity, G::operands, G::aliases, shadowed, only, bwd, vjp_y, [](std::size_t i) {
+            constexpr auto writes = []<std::size_t... I>(std::index_sequence<I...>) {
+                return std::array<bool, N>{detail::writes_bf16_result_of<detail::op_of_t<typename G::template node_t<I>>>...};
+            }(std::make_index_sequence<N>{});
+            return detail::bf16_only_values(G::arity, G::operands, G::aliases, shadowed, only, bwd, vjp_y, writes, [](std::size_t i) {
                 return G::kind[i] == leaf_kind::none && !G::is_index[i] &&
                        std::find(output_nodes.begin(), output_nodes.end(), i) == output_nodes.end();
             });
@@ -113,7 +116,7 @@ private:
     }();
     static constexpr bool any_bf16_only = std::find(only_plan.only.begin(), only_plan.only.end(), true) != only_plan.only.end();
     // Whether node i's float is scratch shared while forward reads it (one of those, not an alias).
-    static constexpr bool float_transient(std::size_t i) { return only_plan.only[i] && !G::aliases[i]; }
+    static constexpr bool float_transient(std::size_t i) { return only_plan.only[i] && !G::aliases[i] && !only_plan.no_float[i]; }
     // The last forward step that reads node i's memory: its last reader's, extended through the
     // nodes that alias it (reshape) and past the end (N) for outputs; an aliasing node gets the
     // lifetime of the memory it reads.
@@ -425,6 +428,8 @@ public:
     static constexpr std::array<bool, N> bf16_only_nodes = only_plan.only;
     /// For each of them, the last node whose forward reads its float (which lives in shared scratch until then).
     static constexpr std::array<std::size_t, N> bf16_only_last = only_plan.last;
+    /// Of them, those whose op writes the shadow alone (no float at all: value_view(i) is null).
+    static constexpr std::array<bool, N> bf16_no_float_nodes = only_plan.no_float;
 
     /// The value of dimension letter c bound by the last forward() (0 when unbound).
     std::size_t dim_value(char c) const {
@@ -681,7 +686,7 @@ private:
         std::array<std::size_t, N> val_off{}, adj_off{}, scr_off{};
         std::size_t off = 0;
         for (std::size_t i = 0; i < N; ++i)
-            if ((G::kind[i] == leaf_kind::none && !G::aliases[i] && !values_by_lifetime && !float_transient(i)) ||
+            if ((G::kind[i] == leaf_kind::none && !G::aliases[i] && !values_by_lifetime && !only_plan.only[i]) ||
                 G::kind[i] == leaf_kind::constant) {
                 val_off[i] = off;
                 off += round_up_elems<T>(shapes_[i].size());
@@ -727,7 +732,8 @@ private:
             val_[i] = {nullptr, shapes_[i]};
             adj_[i] = {nullptr, shapes_[i]};
             scratch_[i] = {scratch[i] ? base + scr_off[i] : nullptr, rshape{1, {scratch[i]}}};
-            if (G::kind[i] == leaf_kind::none || G::kind[i] == leaf_kind::constant) val_[i].ptr = base + val_off[i];
+            if (G::kind[i] == leaf_kind::none || G::kind[i] == leaf_kind::constant)
+                val_[i].ptr = only_plan.no_float[i] ? nullptr : base + val_off[i];  // (no_float: the op writes its shadow alone)
             if (G::needs_grad[i] && G::kind[i] != leaf_kind::param) adj_[i].ptr = base + adj_off[i];
             if constexpr (any_shadowed) shadow_[i] = shadowed[i] ? reinterpret_cast<std::uint16_t*>(base + sh_off[i]) : nullptr;
         }

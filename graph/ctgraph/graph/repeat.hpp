@@ -247,8 +247,10 @@ struct repeat_op {
             v.val[i].shape = v.adj[i].shape = Ly.shapes[i];
             v.scr[i] = {base + Ly.layer_frame_off(l) + Ly.scr_off[i], rshape{1, {Ly.scr_size[i]}}};
             if (info::computed[i])
-                v.val[i].ptr = Ly.only && info::float_transient(i) ? base + Ly.transients_off() + Ly.tr_off[i]
-                                                                    : base + Ly.layer_frame_off(l) + Ly.val_off[i];
+                v.val[i].ptr = !Ly.only                      ? base + Ly.layer_frame_off(l) + Ly.val_off[i]
+                               : info::bf16_only.no_float[i] ? nullptr  // (the op writes its shadow alone)
+                               : info::float_transient(i)    ? base + Ly.transients_off() + Ly.tr_off[i]
+                                                             : base + Ly.layer_frame_off(l) + Ly.val_off[i];
             if (Ly.shadows && info::shadowed[i])
                 v.sh[i] = reinterpret_cast<std::uint16_t*>(base + Ly.layer_frame_off(l) + Ly.sh_off[i]);
         }

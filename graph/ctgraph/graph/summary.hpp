@@ -438,7 +438,8 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
         std::array<std::pair<std::size_t, std::size_t>, N> taken{};
         std::size_t n = 0;
         for (std::size_t i = 0; i < N; ++i)
-            if (P::bf16_only_nodes[i] && !G::aliases[i]) blocks[n++] = {i, P::bf16_only_last[i], round_up_elems<T>(shapes[i].size())};
+            if (P::bf16_only_nodes[i] && !G::aliases[i] && !P::bf16_no_float_nodes[i])
+                blocks[n++] = {i, P::bf16_only_last[i], round_up_elems<T>(shapes[i].size())};
         value_elems += place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
     }
     std::size_t arena = value_elems + adjoint_elems + scratch_elems;

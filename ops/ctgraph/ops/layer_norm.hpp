@@ -55,8 +55,10 @@ struct layer_norm_op {
         T* stats = c.scratch.template as<T>();  // (mu, r) per row
         const T inv_n = T(1) / T(n);
         kernels::for_items(rows, rows * n, kernels::parallel_map_min_size, [&](std::size_t r0, std::size_t r1) {
+            kernels::scratch<T> row(y ? 0 : n);  // the row, when only its shadow is kept (c.y null: see op.hpp)
             for (std::size_t r = r0; r < r1; ++r) {
                 const T* xr = x + r * n;
+                T* yr = y ? y + r * n : row.data();
                 const T mu = kernels::sum(n, xr) * inv_n;
                 const T var = kernels::reduce_sum(n, xr, xr, [mu](auto a, auto) {
                                   const auto d = a - decltype(a)(mu);
@@ -65,12 +67,12 @@ struct layer_norm_op {
                 const T rs = T(1) / std::sqrt(var + T(eps));
                 stats[2 * r] = mu;
                 stats[2 * r + 1] = rs;
-                kernels::map(n, y + r * n, [mu, rs](auto xv, auto g, auto b) {
+                kernels::map(n, yr, [mu, rs](auto xv, auto g, auto b) {
                     using V = decltype(xv);
                     return (xv - V(mu)) * V(rs) * g + b;
                 }, xr, gamma, beta);
                 if constexpr (std::is_same_v<T, float>)
-                    if (c.yb) kernels::pack_bf16(false, 1, n, y + r * n, n, c.yb + r * n);
+                    if (c.yb) kernels::pack_bf16(false, 1, n, yr, n, c.yb + r * n);
             }
         });
     }

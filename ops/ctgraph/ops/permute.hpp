@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/bf16.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/op.hpp"
 
@@ -20,6 +21,7 @@ struct permute_op {
     static constexpr std::string_view name = "permute";
     static constexpr bool assigns_adjoints = true;
     static constexpr std::uint32_t backward_reads = 0;  // the VJP permutes the adjoint back: no value (see op.hpp)
+    static constexpr bool writes_bf16_result = true;  // the shadow (c.yb) converted from x run by run (see op.hpp)
     static constexpr std::size_t R = sizeof...(P);
     static constexpr std::array<int, R> perm{P...};
 
@@ -79,6 +81,14 @@ struct permute_op {
     static void forward(op_io<T, 1>& c) {
         const T* x = c.x_data(0);
         T* y = c.y_data();
+        if constexpr (std::is_same_v<T, float>)
+            if (c.yb) {  // the shadow rounded from x as it moves (y's elements: the same bits); y only if kept
+                walk(c.x[0].shape, [&](std::size_t dst, std::size_t src, std::size_t run) {
+                    if (y) std::copy(x + src, x + src + run, y + dst);
+                    kernels::pack_bf16(false, 1, run, x + src, run, c.yb + dst);
+                });
+                return;
+            }
         walk(c.x[0].shape, [&](std::size_t dst, std::size_t src, std::size_t run) {
             std::copy(x + src, x + src + run, y + dst);
         });

@@ -48,10 +48,12 @@ struct unary_op {
                 const float* x = c.x_data(0);
                 kernels::for_ranges<float>(c.y.size(), kernels::parallel_map_min_size, [&](std::size_t b, std::size_t e) {
                     constexpr std::size_t piece = 4096;  // a multiple of every SIMD width; 16 KiB
+                    kernels::scratch<float> own(y ? 0 : piece);  // a piece, when only the shadow is kept (c.y null)
                     for (std::size_t i = b; i < e; i += piece) {
                         const std::size_t m = std::min(e, i + piece) - i;
-                        map_piece(m, y + i, x + i);
-                        kernels::pack_bf16(false, 1, m, y + i, m, c.yb + i);
+                        float* yi = y ? y + i : own.data();
+                        map_piece(m, yi, x + i);
+                        kernels::pack_bf16(false, 1, m, yi, m, c.yb + i);
                     }
                 });
                 return;
