@@ -104,22 +104,8 @@ struct cell_info {
 
     /// The values that keep no float for backward when the frame says so (cell_frame::only; exec.hpp,
     /// bf16_only_values): backward reads them only through their shadow, or not at all.
-    static constexpr bf16_only_plan<N> bf16_only = [] {
-        constexpr auto only = []<std::size_t... I>(std::index_sequence<I...>) {
-            return std::array<std::uint32_t, N>{bf16_operands_only_of<op_of_t<typename G::template node_t<I>>>...};
-        }(std::make_index_sequence<N>{});
-        constexpr auto vjp_y = []<std::size_t... I>(std::index_sequence<I...>) {
-            return std::array<bool, N>{vjp_reads_result_of<op_of_t<typename G::template node_t<I>>>...};
-        }(std::make_index_sequence<N>{});
-        constexpr auto bwd = []<std::size_t... I>(std::index_sequence<I...>) {
-            return std::array<std::uint32_t, N>{backward_reads_of<op_of_t<typename G::template node_t<I>>>...};
-        }(std::make_index_sequence<N>{});
-        constexpr auto writes = []<std::size_t... I>(std::index_sequence<I...>) {
-            return std::array<bool, N>{writes_bf16_result_of<op_of_t<typename G::template node_t<I>>>...};
-        }(std::make_index_sequence<N>{});
-        return bf16_only_values(G::arity, G::operands, G::aliases, shadowed, only, bwd, vjp_y, writes,
-                                [](std::size_t i) { return computed[i] && i != out && !G::is_index[i]; });
-    }();
+    static constexpr bf16_only_plan<N> bf16_only =
+        bf16_only_values_of<G>(shadowed, [](std::size_t i) { return computed[i] && i != out && !G::is_index[i]; });
     /// Whether node i's float is scratch shared while forward reads it (one of those, not an alias).
     static constexpr bool float_transient(std::size_t i) { return bf16_only.only[i] && !G::aliases[i] && !bf16_only.no_float[i]; }
 

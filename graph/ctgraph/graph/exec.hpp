@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "ctgraph/graph/analysis.hpp"
 #include "ctgraph/kernels/bf16.hpp"
@@ -183,6 +184,18 @@ template <class Op>
 inline constexpr std::uint32_t backward_reads_of = [] {
     if constexpr (requires { Op::backward_reads; }) return std::uint32_t(Op::backward_reads); else return ~std::uint32_t(0);
 }();
+
+/// bf16_only_values for graph G (a program's or a cell's), its ops' traits gathered from its nodes.
+template <class G, std::size_t N, class Eligible>
+constexpr bf16_only_plan<N> bf16_only_values_of(const std::array<bool, N>& shadowed, Eligible eligible) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+        return bf16_only_values(G::arity, G::operands, G::aliases, shadowed,
+                                std::array<std::uint32_t, N>{bf16_operands_only_of<op_of_t<typename G::template node_t<I>>>...},
+                                std::array<std::uint32_t, N>{backward_reads_of<op_of_t<typename G::template node_t<I>>>...},
+                                std::array<bool, N>{vjp_reads_result_of<op_of_t<typename G::template node_t<I>>>...},
+                                std::array<bool, N>{writes_bf16_result_of<op_of_t<typename G::template node_t<I>>>...}, eligible);
+    }(std::make_index_sequence<N>{});
+}
 
 /// program::backward() without a per-parameter hook.
 struct no_final_hook {

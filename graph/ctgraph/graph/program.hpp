@@ -96,19 +96,7 @@ private:
         if constexpr (!bf16_only_on || !any_shadowed) {
             return detail::bf16_only_plan<N>{};
         } else {
-            constexpr auto only = []<std::size_t... I>(std::index_sequence<I...>) {
-                return std::array<std::uint32_t, N>{detail::bf16_operands_only_of<detail::op_of_t<typename G::template node_t<I>>>...};
-            }(std::make_index_sequence<N>{});
-            constexpr auto vjp_y = []<std::size_t... I>(std::index_sequence<I...>) {
-                return std::array<bool, N>{detail::vjp_reads_result_of<detail::op_of_t<typename G::template node_t<I>>>...};
-            }(std::make_index_sequence<N>{});
-            constexpr auto bwd = []<std::size_t... I>(std::index_sequence<I...>) {
-                return std::array<std::uint32_t, N>{detail::backward_reads_of<detail::op_of_t<typename G::template node_t<I>>>...};
-            }(std::make_index_sequence<N>{});
-            constexpr auto writes = []<std::size_t... I>(std::index_sequence<I...>) {
-                return std::array<bool, N>{detail::writes_bf16_result_of<detail::op_of_t<typename G::template node_t<I>>>...};
-            }(std::make_index_sequence<N>{});
-            return detail::bf16_only_values(G::arity, G::operands, G::aliases, shadowed, only, bwd, vjp_y, writes, [](std::size_t i) {
+            return detail::bf16_only_values_of<G>(shadowed, [](std::size_t i) {
                 return G::kind[i] == leaf_kind::none && !G::is_index[i] &&
                        std::find(output_nodes.begin(), output_nodes.end(), i) == output_nodes.end();
             });
