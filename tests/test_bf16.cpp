@@ -15,6 +15,7 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
@@ -141,6 +142,15 @@ TEST_CASE("transposing bf16 packing: the bits of to_bf16 and of the portable til
         std::vector<bf16_bits> plain(s.R * s.C);
         kernels::pack_bf16(false, s.C, s.R, xt.data(), s.R, plain.data());
         CHECK(std::equal(plain.begin(), plain.end(), bits.data()));
+        // X already in bf16 (a value kept in bf16 only), transposed as bf16: each element moved as it is.
+        std::vector<bf16_bits> xb(x.size());
+        for (std::size_t i = 0; i < x.size(); ++i) xb[i] = bf16_bits(0x8000u ^ (i * 2654435761u >> 7));  // every bit pattern moves
+        kernels::scratch<bf16_bits> moved(s.R * s.C);
+        kernels::pack_bf16(true, s.C, s.R, xb.data(), s.ld, moved.data());
+        std::size_t misplaced = 0;
+        for (std::size_t r = 0; r < s.C; ++r)
+            for (std::size_t c = 0; c < s.R; ++c) misplaced += moved.data()[r * s.R + c] != xb[c * s.ld + r];
+        CHECK(misplaced == 0);
     }
 }
 
@@ -442,30 +452,38 @@ void check_shadows_and_bf16_only(Loss loss, Feed feed, std::initializer_list<std
     for (const kernels::bf16_engine engine : runnable_engines()) {
         kernels::set_bf16_engine(engine);
         INFO(kernels::bf16_engine_name(engine));
-        auto only = compile<float, options{.precision = precision::bf16}>(loss);
+        auto only = compile<float, options{.precision = precision::bf16, .bf16_saved = false}>(loss);
         auto kept = compile<float, options{.precision = precision::bf16, .bf16_only = false}>(loss);
         auto converting = compile<float, options{.precision = precision::bf16, .bf16_shadows = false}>(loss);
         // options::recompute reruns each layer's forward in backward: the shadows are made again with it.
-        auto recomputing = compile<float, options{.precision = precision::bf16, .recompute = true}>(loss);
+        auto recomputing = compile<float, options{.precision = precision::bf16, .recompute = true, .bf16_saved = false}>(loss);
         auto recomputing_kept = compile<float, options{.precision = precision::bf16, .recompute = true, .bf16_only = false}>(loss);
+        // Values that VJPs read rounded too (options::bf16_saved, the default): other bits than
+        // converting's, the same with and without recomputing.
+        auto saved = compile<float, options{.precision = precision::bf16}>(loss);
+        auto recomputing_saved = compile<float, options{.precision = precision::bf16, .recompute = true}>(loss);
         using S = decltype(only);
+        using SS = decltype(saved);
         static_assert(decltype(converting)::num_bf16_shadows == 0);
-        only.params().init(5);
-        kept.params().init(5);
-        converting.params().init(5);
-        recomputing.params().init(5);
-        recomputing_kept.params().init(5);
+        for (auto* p : {&only.params(), &kept.params(), &converting.params(), &recomputing.params(), &recomputing_kept.params(),
+                        &saved.params(), &recomputing_saved.params()})
+            p->init(5);
         auto opt_o = optim::adamw<float>(1e-2, 0.1), opt_k = optim::adamw<float>(1e-2, 0.1), opt_c = optim::adamw<float>(1e-2, 0.1),
-             opt_r = optim::adamw<float>(1e-2, 0.1), opt_rk = optim::adamw<float>(1e-2, 0.1);
+             opt_r = optim::adamw<float>(1e-2, 0.1), opt_rk = optim::adamw<float>(1e-2, 0.1), opt_s = optim::adamw<float>(1e-2, 0.1),
+             opt_rs = optim::adamw<float>(1e-2, 0.1);
         for (int step = 0; step < 4; ++step) {
-            feed(only), feed(kept), feed(converting), feed(recomputing), feed(recomputing_kept);
+            feed(only), feed(kept), feed(converting), feed(recomputing), feed(recomputing_kept), feed(saved), feed(recomputing_saved);
             const auto lo = train_step(only, opt_o), lk = train_step(kept, opt_k), lc = train_step(converting, opt_c),
-                       lr = train_step(recomputing, opt_r), lrk = train_step(recomputing_kept, opt_rk);
+                       lr = train_step(recomputing, opt_r), lrk = train_step(recomputing_kept, opt_rk),
+                       ls = train_step(saved, opt_s), lrs = train_step(recomputing_saved, opt_rs);
             INFO("step " << step);
             REQUIRE(lk == lc);
             REQUIRE(lo == lc);
             REQUIRE(lr == lc);
             REQUIRE(lrk == lc);
+            REQUIRE(lrs == ls);
+            if (step == 0) REQUIRE(ls == lc);  // (forward is the same: only backward reads rounded values)
+            REQUIRE(std::abs(ls - lc) <= 2e-3f * std::abs(lc));
         }
         for (std::size_t s = 0; s < only.params().size(); ++s)
             for (std::size_t k = 0; k < only.params().at(s).shape.size(); ++k) {
@@ -475,29 +493,60 @@ void check_shadows_and_bf16_only(Loss loss, Feed feed, std::initializer_list<std
                 REQUIRE(bits(only) == bits(converting));
                 REQUIRE(bits(recomputing) == bits(converting));
                 REQUIRE(bits(recomputing_kept) == bits(converting));
+                REQUIRE(bits(recomputing_saved) == bits(saved));
             }
+        {  // bf16_saved's gradient from the same weights and batch: not converting's, but within bf16's
+           // rounding of it (relative 2^-9 a value; the products' operands are rounded as much)
+            saved.params().init(7), converting.params().init(7);
+            double diff = 0, norm = 0;
+            feed(saved), feed(converting);
+            saved.zero_grad(), converting.zero_grad();
+            saved.forward(), converting.forward();
+            saved.backward(), converting.backward();
+            for (std::size_t s = 0; s < only.params().size(); ++s)
+                for (std::size_t k = 0; k < only.params().at(s).shape.size(); ++k) {
+                    const double a = saved.params().grad(s)[k], b = converting.params().grad(s)[k];
+                    diff += (a - b) * (a - b), norm += b * b;
+                }
+            INFO("|g_saved - g_converting| / |g_converting| = " << std::sqrt(diff / norm));
+            CHECK(diff > 0);
+            CHECK(std::sqrt(diff / norm) <= 1e-2);
+        }
         // The shadows live in the arena (a repeat's frames: its scratch), and a value kept in bf16
-        // only has no float of its own there: less memory than keeping both, and than converting.
+        // only has no float of its own there: less memory than keeping both, and than converting;
+        // less again with the values that VJPs read rounded.
         CHECK(kept.arena_elements() > converting.arena_elements());
         CHECK(only.arena_elements() < kept.arena_elements());
         CHECK(only.arena_elements() < converting.arena_elements());
+        CHECK(saved.arena_elements() < only.arena_elements());
         CHECK(only.summary(sizes).arena_bytes == only.arena_elements() * sizeof(float));
         CHECK(kept.summary(sizes).arena_bytes == kept.arena_elements() * sizeof(float));
         CHECK(recomputing.summary(sizes).arena_bytes == recomputing.arena_elements() * sizeof(float));
+        CHECK(saved.summary(sizes).arena_bytes == saved.arena_elements() * sizeof(float));
+        CHECK(recomputing_saved.summary(sizes).arena_bytes == recomputing_saved.arena_elements() * sizeof(float));
+        // After one forward pass from the same weights, every shadow holds the float value rounded.
+        for (auto* p : {&only.params(), &kept.params(), &saved.params()}) p->init(6);
+        feed(only), feed(kept), feed(saved);
         only.forward();
         kept.forward();
-        for (std::size_t i = 0; i < S::N; ++i) {
-            INFO("node " << i);
-            CHECK((only.value_view(i).ptr == nullptr) == S::bf16_no_float_nodes[i]);  // the op wrote its shadow alone
-            if (!S::bf16_shadowed_nodes[i]) {
-                CHECK(only.bf16_shadow(i) == nullptr);
-                continue;
+        saved.forward();
+        const auto check_shadows = [&](auto& prog, auto tag) {
+            using P = typename decltype(tag)::type;
+            for (std::size_t i = 0; i < P::N; ++i) {
+                INFO("node " << i);
+                CHECK((prog.value_view(i).ptr == nullptr) == P::bf16_no_float_nodes[i]);  // the op wrote its shadow alone
+                if (!P::bf16_shadowed_nodes[i]) {
+                    CHECK(prog.bf16_shadow(i) == nullptr);
+                    continue;
+                }
+                const view& v = kept.value_view(i);
+                const bf16_bits* sh = prog.bf16_shadow(i);
+                REQUIRE(sh != nullptr);
+                for (std::size_t k = 0; k < v.size(); ++k) REQUIRE(sh[k] == kernels::to_bf16(v.as<float>()[k]));
             }
-            const view& v = kept.value_view(i);
-            const bf16_bits* sh = only.bf16_shadow(i);
-            REQUIRE(sh != nullptr);
-            for (std::size_t k = 0; k < v.size(); ++k) REQUIRE(sh[k] == kernels::to_bf16(v.as<float>()[k]));
-        }
+        };
+        check_shadows(only, std::type_identity<S>{});
+        check_shadows(saved, std::type_identity<SS>{});
     }
 }
 
@@ -508,6 +557,13 @@ std::vector<std::string> labels_of(const std::array<bool, N>& which) {
     for (std::size_t i = 0; i < N; ++i)
         if (which[i]) r.emplace_back(G::label[i]);
     return r;
+}
+// The labels of the nodes that `with` marks and `without` does not.
+template <class G, std::size_t N>
+std::vector<std::string> added_by_saved(const std::array<bool, N>& without, const std::array<bool, N>& with) {
+    std::array<bool, N> added{};
+    for (std::size_t i = 0; i < N; ++i) added[i] = with[i] && !without[i];
+    return labels_of<G>(added);
 }
 std::string joined(const std::vector<std::string>& v) {
     std::string r;
@@ -536,6 +592,12 @@ TEST_CASE("bf16 shadows and values in bf16 only: a GPT's step is bit for bit the
     const auto in_program = labels_of<typename S::graph_type>(S::bf16_only_nodes);
     INFO("in the block: " << joined(in_block) << "; in the program: " << joined(in_program));
     CHECK(in_block.size() == 17);
+    // With the values that VJPs read rounded (options::bf16_saved), two more: the attention weights
+    // (their op writes the shadow alone) and the first FFN product (GELU's input).
+    CHECK(added_by_saved<typename block::G>(block::bf16_only.only, block::bf16_saved.only) ==
+          std::vector<std::string>{"scaled_dot_weights", "affine"});
+    CHECK(added_by_saved<typename block::G>(block::bf16_only.no_float, block::bf16_saved.no_float) ==
+          std::vector<std::string>{"scaled_dot_weights"});
     CHECK(in_program.size() == 1);  // the final layer norm's output, read by the head
     CHECK(labels_of<typename S::graph_type>(S::bf16_no_float_nodes) == in_program);  // layer norm writes the shadow alone
     check_shadows_and_bf16_only(
@@ -552,7 +614,8 @@ TEST_CASE("values in bf16 only outside a repeat: one GPT block's step is bit for
     engine_scope restore;
     using block = nn::gpt<11, 8, 16, 2, 2>::block;
     const auto loss = mse_loss(block{}(input<"h", B, T, 16>{}, causal{}), input<"t", B, T, 16>{});
-    using S = decltype(compile<float, options{.precision = precision::bf16}>(loss));
+    using S = decltype(compile<float, options{.precision = precision::bf16, .bf16_saved = false}>(loss));
+    using SS = decltype(compile<float, options{.precision = precision::bf16}>(loss));
     const auto nodes = labels_of<typename S::graph_type>(S::bf16_only_nodes);
     INFO(joined(nodes));
     CHECK(nodes.size() == 17);
@@ -561,6 +624,12 @@ TEST_CASE("values in bf16 only outside a repeat: one GPT block's step is bit for
     const auto no_float = labels_of<typename S::graph_type>(S::bf16_no_float_nodes);
     INFO(joined(no_float));
     CHECK(no_float.size() == 6);
+    // options::bf16_saved adds the attention weights (no float either) and GELU's input, which get
+    // a shadow for it (GELU's input had none: no product reads it).
+    using G = typename S::graph_type;
+    CHECK(added_by_saved<G>(S::bf16_only_nodes, SS::bf16_only_nodes) == std::vector<std::string>{"scaled_dot_weights", "affine"});
+    CHECK(added_by_saved<G>(S::bf16_no_float_nodes, SS::bf16_no_float_nodes) == std::vector<std::string>{"scaled_dot_weights"});
+    CHECK(added_by_saved<G>(S::bf16_shadowed_nodes, SS::bf16_shadowed_nodes) == std::vector<std::string>{"affine"});
     // 512 rows: GELU's 32,768 elements are split over the pool's threads (kernels::map's pieces),
     // and it writes its shadow piece by piece in each.
     xt::xtensor<float, 3> h = xt::zeros<float>({8, 64, 16}), t = xt::zeros<float>({8, 64, 16});
@@ -628,4 +697,86 @@ TEST_CASE("bf16 shadows: the products read the shadow, not the float value", "[b
     const auto bt = tanh(input<"y", 8, 12>{});  // matmul_transposed: x bt^T
     check_products_read_shadow<decltype(sum(mul(matmul_transposed(tanh(X{}), bt), G{}))), decltype(bt), 8, 12>(
         sum(mul(matmul_transposed(tanh(X{}), bt), G{})), bt);
+}
+
+TEST_CASE("a VJP reading its value rounded (options::bf16_saved) computes what it computes from the rounded float", "[bf16]") {
+    engine_scope restore;
+    // GELU's VJP from its input's shadow alone (x null): the same bits as from the float input
+    // rounded to bf16, written fresh and added to, over pieces of 4,096 and a tail.
+    {
+        const std::size_t n = 10'000;
+        const rshape shape{1, {n}};
+        const auto x = randoms(n, 51), gy = randoms(n, 52);
+        std::vector<bf16_bits> xb(n);
+        std::vector<float> rounded(n);
+        for (std::size_t i = 0; i < n; ++i) xb[i] = kernels::to_bf16(4 * x[i]), rounded[i] = kernels::from_bf16(xb[i]);
+        for (const bool fresh : {true, false}) {
+            INFO("fresh " << fresh);
+            std::vector<float> g_shadow(n, 0.25f), g_float(n, 0.25f);
+            op_io<float, 1> a, b;
+            a.y = b.y = view{nullptr, shape};
+            a.gy = b.gy = view{const_cast<float*>(gy.data()), shape};
+            a.x[0] = view{nullptr, shape};
+            a.xb[0] = xb.data();
+            b.x[0] = view{rounded.data(), shape};
+            a.gx[0] = view{g_shadow.data(), shape};
+            b.gx[0] = view{g_float.data(), shape};
+            a.assign[0] = b.assign[0] = fresh;
+            ops::gelu_op::backward<float>(a);
+            ops::gelu_op::backward<float>(b);
+            for (std::size_t i = 0; i < n; ++i) REQUIRE(std::bit_cast<std::uint32_t>(g_shadow[i]) == std::bit_cast<std::uint32_t>(g_float[i]));
+        }
+        static_assert(ops::gelu_op::vjp_reads_bf16 == 1 && ops::unary_op<ops::tanh_fn>::vjp_reads_bf16 == 0);
+    }
+    // The attention weights P = causal softmax(c Q K^T): forward with no float P writes the same
+    // shadow as with one, and the VJP from that shadow alone (P null) gives gQ and gK bit for bit
+    // as from P's float rounded to bf16, on every bf16 engine.
+    for (const kernels::bf16_engine engine : runnable_engines()) {
+        kernels::set_bf16_engine(engine);
+        INFO(kernels::bf16_engine_name(engine));
+        using op = ops::scaled_dot_weights_op<cval(0.5), causal>;
+        static_assert(op::vjp_reads_bf16 == reads_result && op::writes_bf16_result);
+        constexpr std::size_t F = 3, n = 9, d = 5;
+        const rshape qs{3, {F, n, d}}, ps{3, {F, n, n}};
+        const auto q = randoms(F * n * d, 61), k = randoms(F * n * d, 62), gp = randoms(F * n * n, 63);
+        std::vector<bf16_bits> qb(q.size()), kb(k.size());
+        for (std::size_t i = 0; i < q.size(); ++i) qb[i] = kernels::to_bf16(q[i]), kb[i] = kernels::to_bf16(k[i]);
+        auto io = [&](float* p, bf16_bits* pb) {
+            op_io<float, 2> c;
+            c.y = view{p, ps};
+            c.yb = pb;
+            c.x[0] = view{const_cast<float*>(q.data()), qs};
+            c.x[1] = view{const_cast<float*>(k.data()), qs};
+            c.xb = {qb.data(), kb.data()};
+            c.run.bf16 = true;
+            return c;
+        };
+        std::vector<float> p(F * n * n);
+        std::vector<bf16_bits> pb_with(F * n * n), pb_alone(F * n * n);
+        auto with_float = io(p.data(), pb_with.data()), alone = io(nullptr, pb_alone.data());
+        op::forward<float>(with_float);
+        op::forward<float>(alone);
+        for (std::size_t i = 0; i < p.size(); ++i) {
+            REQUIRE(pb_with[i] == kernels::to_bf16(p[i]));
+            REQUIRE(pb_alone[i] == pb_with[i]);
+        }
+        std::vector<float> rounded(p.size()), scratch(n * n);
+        for (std::size_t i = 0; i < p.size(); ++i) rounded[i] = kernels::from_bf16(pb_with[i]);
+        std::vector<float> gq_a(q.size()), gk_a(k.size()), gq_b(q.size()), gk_b(k.size());
+        auto a = io(nullptr, pb_alone.data()), b = io(rounded.data(), nullptr);
+        for (auto* c : {&a, &b}) {
+            c->gy = view{const_cast<float*>(gp.data()), ps};
+            c->scratch = view{scratch.data(), rshape{1, {n * n}}};
+            c->assign = {true, true};
+        }
+        a.gx = {view{gq_a.data(), qs}, view{gk_a.data(), qs}};
+        b.gx = {view{gq_b.data(), qs}, view{gk_b.data(), qs}};
+        op::backward<float>(a);
+        op::backward<float>(b);
+        for (std::size_t i = 0; i < q.size(); ++i) {
+            REQUIRE(std::bit_cast<std::uint32_t>(gq_a[i]) == std::bit_cast<std::uint32_t>(gq_b[i]));
+            REQUIRE(std::bit_cast<std::uint32_t>(gk_a[i]) == std::bit_cast<std::uint32_t>(gk_b[i]));
+        }
+        CHECK(std::any_of(gq_a.begin(), gq_a.end(), [](float v) { return v != 0; }));
+    }
 }

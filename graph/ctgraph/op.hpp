@@ -78,6 +78,13 @@
 //     // nothing reads the float (graph/exec.hpp, bf16_only_plan::no_float), c.y comes with a null
 //     // pointer (its shape as always): forward then writes c.yb alone.
 //     static constexpr bool writes_bf16_result = true;  // layer norm, GELU, permute
+//     // optional: the values this op's VJP can read from their bf16 shadow, rounded, instead of the
+//     // float (bit k: operand k; ctg::reads_result: its result), in a program that keeps values for
+//     // backward in bf16 (options::bf16_saved; graph/exec.hpp, bf16_only_values). Backward then gets
+//     // c.x[k] null and the shadow in c.xb[k] (c.y null and c.yb), and must read the shadow; forward
+//     // still gets the float. Only where a rounded value is as good for the VJP as the products'
+//     // rounded operands: GELU's input, the attention weights (softmax's VJP).
+//     static constexpr std::uint32_t vjp_reads_bf16 = 0b1;  // GELU: its input
 //     // optional: extra text for printing (an axis, a constant).
 //     static std::string describe();
 //   };
@@ -142,6 +149,9 @@ struct run_info {
     // program's arena and in a repeat's layer frames (its scratch_size's fifth argument is then 2).
     // Cleared inside a cell.
     bool bf16_only = false;
+    // With bf16_only: values that VJPs read may be kept in bf16 only too, where the op reading them
+    // says so (options::bf16_saved; op.hpp, vjp_reads_bf16). Cleared inside a cell.
+    bool bf16_saved = false;
 };
 
 /// What the engine hands an op: views of its output, operands, their adjoints and its scratch.

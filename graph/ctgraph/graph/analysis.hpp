@@ -78,6 +78,15 @@ struct options {
     /// bit, and the program keeps less memory than a float one. Such a node's value_view() is not
     /// its value after forward. false: every value keeps its float. (docs/mixed-precision.md)
     bool bf16_only = true;
+    /// With values in bf16 only: values that a VJP reads may be kept for backward as their bf16
+    /// copy too, where the op that reads them says its VJP can take one (op.hpp, vjp_reads_bf16):
+    /// attention's weights (the softmax's VJP reads them; their float is never made, the fused
+    /// score op writes the copy) and GELU's input (the first FFN product: its VJP reads it). This
+    /// changes results, within the bf16 tolerance of the products around them (a VJP reads its
+    /// value rounded to bf16, as PyTorch's autocast keeps GELU's input: the product before it
+    /// returns bf16); gpt-m keeps 72 MiB less. false: backward reads every such value as float,
+    /// and bf16_only changes no bit. (docs/mixed-precision.md)
+    bool bf16_saved = true;
 };
 
 namespace detail {

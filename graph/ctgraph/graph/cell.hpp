@@ -105,9 +105,15 @@ struct cell_info {
     /// The values that keep no float for backward when the frame says so (cell_frame::only; exec.hpp,
     /// bf16_only_values): backward reads them only through their shadow, or not at all.
     static constexpr bf16_only_plan<N> bf16_only =
-        bf16_only_values_of<G>(shadowed, [](std::size_t i) { return computed[i] && i != out && !G::is_index[i]; });
+        bf16_only_values_of<G, false>(shadowed, [](std::size_t i) { return computed[i] && i != out && !G::is_index[i]; });
+    /// ... and with those that VJPs read rounded (cell_frame::saved, options::bf16_saved).
+    static constexpr bf16_only_plan<N> bf16_saved =
+        bf16_only_values_of<G, true>(shadowed, [](std::size_t i) { return computed[i] && i != out && !G::is_index[i]; });
+    static constexpr const bf16_only_plan<N>& bf16_plan(bool saved) { return saved ? bf16_saved : bf16_only; }
     /// Whether node i's float is scratch shared while forward reads it (one of those, not an alias).
-    static constexpr bool float_transient(std::size_t i) { return bf16_only.only[i] && !G::aliases[i] && !bf16_only.no_float[i]; }
+    static constexpr bool float_transient(const bf16_only_plan<N>& p, std::size_t i) {
+        return p.only[i] && !G::aliases[i] && !p.no_float[i];
+    }
 
     /// How each step's VJPs write the computed nodes' adjoints (adj_write_modes): the first writer
     /// assigns or zeroes, so the per-step adjoint block is never cleared as a whole. The cell's
@@ -171,6 +177,14 @@ struct cell_frame {
     bool only = false;
     std::array<std::size_t, N> tr_off{};
     std::size_t tr_size = 0;
+    // With only: whether values that VJPs read rounded are kept in bf16 only too (run_info::bf16_saved).
+    bool saved = false;
+    /// The values in bf16 only, and the shadows, of this frame (with only).
+    const bf16_only_plan<N>& only_plan() const { return Info::bf16_plan(saved); }
+    /// Whether node i keeps a bf16 shadow in this frame.
+    bool shadowed(std::size_t i) const { return shadows && (only ? only_plan().shadow[i] : Info::shadowed[i]); }
+    /// Whether node i keeps no float for backward in this frame.
+    bool bf16_only(std::size_t i) const { return only && only_plan().only[i]; }
 
     /// Where step (or layer) t's frame starts: all steps' values are kept for backward, a
     /// forward-only pass reuses one frame.
@@ -185,11 +199,13 @@ struct cell_frame {
         rshape shape;
         std::size_t skip;
     };
-    /// bf16: 1 keeps bf16 shadows, 2 also values in bf16 only (not in a forward-only frame).
+    /// bf16: 1 keeps bf16 shadows, 2 also values in bf16 only, 3 also those that VJPs read rounded
+    /// (not in a forward-only frame).
     void plan(const binding* known, std::size_t count, bool forward_pass_only, int bf16 = 0) {
         forward_only = forward_pass_only;
         shadows = bf16 >= 1 && !forward_only;
         only = bf16 >= 2 && shadows;
+        saved = bf16 >= 3 && only;
         std::array<std::pair<char, std::size_t>, 16> env{};
         std::size_t nenv = 0;
         for (const binding& b : std::span(known, count))
@@ -219,13 +235,13 @@ struct cell_frame {
         std::size_t off = 0;
         for (std::size_t i = 0; i < N; ++i) {
             if (!Info::computed[i]) continue;
-            if (i != Info::out && !G::aliases[i] && !(only && Info::bf16_only.only[i])) {  // an aliasing node reads its operand's memory
+            if (i != Info::out && !G::aliases[i] && !bf16_only(i)) {  // an aliasing node reads its operand's memory
                 val_off[i] = off;
                 off += round_up_lines(shapes[i].size());
             }
             scr_off[i] = off;
             off += round_up_lines(scr_size[i]);
-            if (shadows && Info::shadowed[i]) {  // (bf16 programs are float programs: 2 values per element)
+            if (shadowed(i)) {  // (bf16 programs are float programs: 2 values per element)
                 sh_off[i] = off;
                 off += round_up_lines((shapes[i].size() + 1) / 2);
             }
@@ -237,15 +253,15 @@ struct cell_frame {
     }
 
     /// Those floats, first fit by lifetime: node i's from its forward to that of its last forward
-    /// reader (a reader in forward only, or an alias making its shadow), Info::bf16_only.last[i].
+    /// reader (a reader in forward only, or an alias making its shadow), only_plan().last[i].
     void place_transients() {
         std::array<lifetime, N> blocks{};
         std::array<std::size_t, N> node{}, offset{};
         std::array<std::pair<std::size_t, std::size_t>, N> taken{};
         std::size_t n = 0;
         for (std::size_t i = 0; i < N; ++i)
-            if (Info::computed[i] && Info::float_transient(i)) {
-                blocks[n] = {i, Info::bf16_only.last[i], round_up_lines(shapes[i].size())};
+            if (Info::computed[i] && Info::float_transient(only_plan(), i)) {
+                blocks[n] = {i, only_plan().last[i], round_up_lines(shapes[i].size())};
                 node[n++] = i;
             }
         tr_size = place_by_lifetime(n, blocks.data(), offset.data(), taken.data());

@@ -97,6 +97,12 @@ inline constexpr bool vjp_reads_result_of = [] {
     else return true;
 }();
 
+/// The values an op's VJP can read as their bf16 shadow (op.hpp, vjp_reads_bf16; bit 31 = reads_result): none unless it says.
+template <class Op>
+inline constexpr std::uint32_t vjp_reads_bf16_of = [] {
+    if constexpr (requires { Op::vjp_reads_bf16; }) return std::uint32_t(Op::vjp_reads_bf16); else return std::uint32_t(0);
+}();
+
 /// Which values a mixed-precision program keeps no float of for backward: those that backward
 /// reads only as bf16 product operands, through their shadow, or not at all. Their float gets no
 /// place of its own, only scratch shared with other such values while forward still reads it.
@@ -118,9 +124,15 @@ inline constexpr bool vjp_reads_result_of = [] {
 /// an alias). `no_float[i]`: not even that, the value has a shadow that its op writes itself
 /// (writes[i], op.hpp writes_bf16_result) and nothing reads its float: the op gets a null c.y and
 /// writes the shadow alone (a layer norm's or GELU's output, q, k, v).
+/// With `saved` (options::bf16_saved; saved[j] is node j's vjp_reads_bf16, zero when off), a VJP
+/// that reads a value may read it rounded, from a shadow: node i qualifies too when its own VJP
+/// reads it only so (the attention weights), and a reader j whose VJP reads it (bwd) does so (GELU
+/// reading the first FFN product); such a value gets a shadow for backward if products did not
+/// give it one (`shadow`: the shadows the program keeps, those of `shadowed` and these). These
+/// change results: the VJPs read rounded values.
 template <std::size_t N>
 struct bf16_only_plan {
-    std::array<bool, N> only{}, no_float{};
+    std::array<bool, N> only{}, no_float{}, shadow{};
     std::array<std::size_t, N> last{};
 };
 template <std::size_t N, std::size_t MaxArity, class Eligible>
@@ -129,8 +141,9 @@ constexpr bf16_only_plan<N> bf16_only_values(const std::array<std::size_t, N>& a
                                              const std::array<bool, N>& aliases, const std::array<bool, N>& shadowed,
                                              const std::array<std::uint32_t, N>& only, const std::array<std::uint32_t, N>& bwd,
                                              const std::array<bool, N>& vjp_y, const std::array<bool, N>& writes,
-                                             Eligible eligible) {
+                                             const std::array<std::uint32_t, N>& saved, Eligible eligible) {
     bf16_only_plan<N> r{};
+    r.shadow = shadowed;
     auto bit = [](std::uint32_t mask, std::size_t k) { return k < 31 && ((mask >> k) & 1) != 0; };
     // Whether the reads of node i by non-aliasing nodes are all products' or forward-only; `last`
     // grows to the last forward reader, `read` says whether anything reads it.
@@ -146,7 +159,10 @@ constexpr bf16_only_plan<N> bf16_only_values(const std::array<std::size_t, N>& a
         return true;
     };
     for (std::size_t i = 0; i < N; ++i) {
-        if (!eligible(i) || aliases[i] || vjp_y[i]) continue;
+        if (!eligible(i) || aliases[i]) continue;
+        // Whether backward reads the value rounded, from a shadow products did not ask for.
+        bool rounded_read = vjp_y[i] && (saved[i] & reads_result) != 0;
+        if (vjp_y[i] && !rounded_read) continue;
         bool ok = true, read = false;
         std::size_t last = i;
         for (std::size_t j = i + 1; j < N && ok; ++j)
@@ -159,14 +175,17 @@ constexpr bf16_only_plan<N> bf16_only_values(const std::array<std::size_t, N>& a
                     ok = k == 0 && eligible(j) && !vjp_y[j] && !bit(bwd[j], 0) && plain_readers(j, last, alias_read) && alias_read;
                     last = std::max(last, j);
                 } else {
-                    ok = k < 31 && !bit(bwd[j], k);
+                    const bool rounded = bit(bwd[j], k) && bit(saved[j], k);  // j's VJP reads the shadow
+                    ok = k < 31 && (!bit(bwd[j], k) || rounded);
+                    rounded_read = rounded_read || rounded;
                     last = std::max(last, j);
                 }
             }
         if (!ok || !read) continue;
         r.only[i] = true;
         r.last[i] = last;
-        r.no_float[i] = last == i && shadowed[i] && writes[i];
+        r.shadow[i] = shadowed[i] || rounded_read;
+        r.no_float[i] = last == i && r.shadow[i] && writes[i];
         for (std::size_t j = i + 1; j < N; ++j)
             if (aliases[j] && std::size_t(operands[j][0]) == i) r.only[j] = true, r.last[j] = last;
     }
@@ -185,15 +204,18 @@ inline constexpr std::uint32_t backward_reads_of = [] {
     if constexpr (requires { Op::backward_reads; }) return std::uint32_t(Op::backward_reads); else return ~std::uint32_t(0);
 }();
 
-/// bf16_only_values for graph G (a program's or a cell's), its ops' traits gathered from its nodes.
-template <class G, std::size_t N, class Eligible>
+/// bf16_only_values for graph G (a program's or a cell's), its ops' traits gathered from its nodes;
+/// Saved: with options::bf16_saved.
+template <class G, bool Saved, std::size_t N, class Eligible>
 constexpr bf16_only_plan<N> bf16_only_values_of(const std::array<bool, N>& shadowed, Eligible eligible) {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
         return bf16_only_values(G::arity, G::operands, G::aliases, shadowed,
                                 std::array<std::uint32_t, N>{bf16_operands_only_of<op_of_t<typename G::template node_t<I>>>...},
                                 std::array<std::uint32_t, N>{backward_reads_of<op_of_t<typename G::template node_t<I>>>...},
                                 std::array<bool, N>{vjp_reads_result_of<op_of_t<typename G::template node_t<I>>>...},
-                                std::array<bool, N>{writes_bf16_result_of<op_of_t<typename G::template node_t<I>>>...}, eligible);
+                                std::array<bool, N>{writes_bf16_result_of<op_of_t<typename G::template node_t<I>>>...},
+                                std::array<std::uint32_t, N>{(Saved ? vjp_reads_bf16_of<op_of_t<typename G::template node_t<I>>> : 0u)...},
+                                eligible);
     }(std::make_index_sequence<N>{});
 }
 
@@ -323,7 +345,11 @@ template <class Op, std::size_t K, class T, bool Anomaly = false>
 template <class Op, std::size_t K, bool NeedsGrad, class T, bool Anomaly = false>
 [[gnu::noinline]] inline void exec_backward(const exec_state& s, std::size_t i) {
     if constexpr (!std::is_same_v<Op, no_op> && NeedsGrad) {
-        auto c = build_io<T, K>(s, i, bf16_operands_only_of<Op>);
+        // A value kept in bf16 only has no float in backward: the operands (and the result) that the
+        // VJP can read rounded come as their shadow alone (vjp_reads_bf16).
+        auto c = build_io<T, K>(s, i, bf16_operands_only_of<Op> | (vjp_reads_bf16_of<Op> & ~reads_result));
+        if constexpr (std::is_same_v<T, float> && (vjp_reads_bf16_of<Op> & reads_result) != 0)
+            if (s.bf16_only && s.bf16_only[i] && s.shadow && s.shadow[i]) c.y.ptr = nullptr, c.yb = s.shadow[i];
         if (s.adj_mode)
             for (std::size_t k = 0; k < K; ++k) {
                 const adj_write m = s.adj_mode[i * s.stride + k];

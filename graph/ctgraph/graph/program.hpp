@@ -77,7 +77,8 @@ private:
     // bf16 shadows (options::bf16_shadows) of the values products read: a mixed-precision training
     // program's, in its arena and (run_info::bf16_shadows) in its repeats' layer frames.
     static constexpr bool bf16_shadows = Opt.precision == precision::bf16 && Opt.bf16_shadows && !Opt.inference;
-    static constexpr std::array<bool, N> shadowed = [] {
+    // The values that products read (those keep a shadow in any case).
+    static constexpr std::array<bool, N> product_shadowed = [] {
         if constexpr (!bf16_shadows) {
             return std::array<bool, N>{};
         } else {
@@ -89,20 +90,29 @@ private:
                                          [](std::size_t) { return true; });
         }
     }();
-    static constexpr bool any_shadowed = std::find(shadowed.begin(), shadowed.end(), true) != shadowed.end();
     // Values that keep no float for backward (options::bf16_only; detail::bf16_only_values): outputs keep theirs.
     static constexpr bool bf16_only_on = bf16_shadows && Opt.bf16_only;
+    // ... and values that VJPs read rounded (options::bf16_saved).
+    static constexpr bool bf16_saved_on = bf16_only_on && Opt.bf16_saved;
     static constexpr detail::bf16_only_plan<N> only_plan = [] {
-        if constexpr (!bf16_only_on || !any_shadowed) {
-            return detail::bf16_only_plan<N>{};
+        if constexpr (!bf16_only_on) {
+            detail::bf16_only_plan<N> r{};
+            r.shadow = product_shadowed;
+            return r;
         } else {
-            return detail::bf16_only_values_of<G>(shadowed, [](std::size_t i) {
+            return detail::bf16_only_values_of<G, bf16_saved_on>(product_shadowed, [](std::size_t i) {
                 return G::kind[i] == leaf_kind::none && !G::is_index[i] &&
                        std::find(output_nodes.begin(), output_nodes.end(), i) == output_nodes.end();
             });
         }
     }();
+    // The values that keep a bf16 shadow: those products read, and those VJPs read rounded.
+    static constexpr std::array<bool, N> shadowed = only_plan.shadow;
+    static constexpr bool any_shadowed = std::find(shadowed.begin(), shadowed.end(), true) != shadowed.end();
     static constexpr bool any_bf16_only = std::find(only_plan.only.begin(), only_plan.only.end(), true) != only_plan.only.end();
+    // What a repeat's frames keep (scratch_size's fifth argument): 1 bf16 shadows, 2 also values in
+    // bf16 only, 3 also those that VJPs read rounded.
+    static constexpr int bf16_level = bf16_shadows ? (bf16_only_on ? (bf16_saved_on ? 3 : 2) : 1) : 0;
     // Whether node i's float is scratch shared while forward reads it (one of those, not an alias).
     static constexpr bool float_transient(std::size_t i) { return only_plan.only[i] && !G::aliases[i] && !only_plan.no_float[i]; }
     // The last forward step that reads node i's memory: its last reader's, extended through the
@@ -416,6 +426,9 @@ public:
     static constexpr std::array<bool, N> bf16_only_nodes = only_plan.only;
     /// For each of them, the last node whose forward reads its float (which lives in shared scratch until then).
     static constexpr std::array<std::size_t, N> bf16_only_last = only_plan.last;
+    /// What the repeats' layer frames keep in this program (their scratch_size's fifth argument): 0
+    /// floats only, 1 bf16 shadows too, 2 values in bf16 only, 3 those that VJPs read rounded too.
+    static constexpr int bf16_frames = bf16_level;
     /// Of them, those whose op writes the shadow alone (no float at all: value_view(i) is null).
     static constexpr std::array<bool, N> bf16_no_float_nodes = only_plan.no_float;
 
@@ -663,7 +676,7 @@ private:
     void scratch_sizes(std::array<std::size_t, N>& out, std::index_sequence<I...>) const {
         ((out[I] = detail::scratch_size_of<detail::op_of_t<node_t<I>>, G::arity[I]>(
               shapes_.data(), &G::operands[0][0], G::max_arity, I, Opt.inference, recompute,
-              bf16_shadows ? (Opt.bf16_only ? 2 : 1) : 0)),
+              bf16_level)),
          ...);
     }
 
@@ -776,6 +789,7 @@ private:
                              any_shadowed ? shadow_.data() : nullptr, any_bf16_only ? only_plan.only.data() : nullptr};
         s.run.bf16_shadows = bf16_shadows;
         s.run.bf16_only = bf16_only_on;
+        s.run.bf16_saved = bf16_saved_on;
         return s;
     }
     template <std::size_t... I>

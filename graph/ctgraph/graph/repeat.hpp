@@ -169,18 +169,24 @@ struct repeat_op {
         bool recompute = false;  // options::recompute: one frame, each layer rerun before its VJP
         // scratch = [L x per_step][L-1 layer outputs][adjoint block][2 state adjoints]; recomputing:
         // [one frame][L-1 layer outputs][adjoint block][2 state adjoints][the frame's layer]; a
-        // forward-only pass: [one frame][two layer outputs, alternating] (no adjoints: adj_block is 0)
+        // forward-only pass: [one frame][two layer outputs, alternating] (no adjoints: adj_block is 0).
+        // The floats kept in bf16 only live in the adjoint block's memory while forward reads them
+        // (tr_off): a layer's adjoints live only during its VJPs, which never run beside a forward
+        // (recomputing, a layer's rerun comes before its VJPs, and its output's adjoint is a state
+        // adjoint), so the block is the larger of the two, not their sum (gpt-m: 12 MiB less).
         std::size_t layer_frame_off(std::size_t l) const { return recompute ? 0 : this->frame_off(l); }
         std::size_t outputs_off() const { return recompute ? this->per_step : this->frames_size(L); }
         std::size_t kept_outputs() const { return this->forward_only ? std::min(L - 1, 2) : L - 1; }
         /// Where layer l's output goes (l < L - 1; the last layer's is the node's value).
         std::size_t output_off(std::size_t l) const { return outputs_off() + (this->forward_only ? l & 1 : l) * state; }
         std::size_t adjoints_off() const { return outputs_off() + std::size_t(kept_outputs()) * state; }
-        std::size_t state_adj_off(std::size_t k) const { return adjoints_off() + this->adj_block + k * state; }
+        /// The adjoint block, which the floats kept in bf16 only share (above).
+        std::size_t shared_block() const { return std::max(this->adj_block, this->tr_size); }
+        std::size_t state_adj_off(std::size_t k) const { return adjoints_off() + shared_block() + k * state; }
         /// Where a recomputing op notes which layer's values the frame holds (one line).
         std::size_t held_off() const { return state_adj_off(2); }
         /// Where the floats that backward does not read live while forward reads them (cell_frame::tr_off), shared by the layers.
-        std::size_t transients_off() const { return held_off() + (recompute ? round_up_lines(1) : 0); }
+        std::size_t transients_off() const { return adjoints_off(); }
     };
     /// The layout at these operand shapes. recompute (options::recompute) needs a backward pass and
     /// more than one layer; otherwise it changes nothing.
@@ -198,10 +204,11 @@ struct repeat_op {
         Ly.plan(known.data(), nk, forward_only, bf16_shadows);
         Ly.state = round_up_lines(x[0].size());
         for (std::size_t p = 0; p < P; ++p) Ly.param_size[p] = Ly.shapes[info::step_params[p]].size();
-        Ly.total = forward_only ? Ly.adjoints_off() : Ly.transients_off() + Ly.tr_size;
+        Ly.total = forward_only ? Ly.adjoints_off() : Ly.held_off() + (Ly.recompute ? round_up_lines(1) : 0);
         return Ly;
     }
-    /// bf16_shadows: 1 with bf16 shadows, 2 with values kept in bf16 only too (run_info).
+    /// bf16_shadows: 1 with bf16 shadows, 2 with values kept in bf16 only too, 3 with those that
+    /// VJPs read rounded too (run_info).
     static std::size_t scratch_size(const rshape&, const auto& x, bool forward_only, bool recompute, int bf16_shadows = 0) {
         return plan(x, forward_only, recompute, bf16_shadows).total;
     }
@@ -209,9 +216,9 @@ struct repeat_op {
     static const layout& plan_of(const op_io<T, K>& c) {
         std::array<rshape, K> xs{};
         for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
-        // (remembered_plan's third key, scan's batch parts, is 1 + 1 when recomputing + 2 with bf16
-        // shadows + 4 with values in bf16 only)
-        const int bf16 = c.run.bf16_shadows ? (c.run.bf16_only ? 2 : 1) : 0;
+        // (remembered_plan's third key, scan's batch parts, is 1 + 1 when recomputing + 2 times the
+        // bf16 level: shadows 1, values in bf16 only 2, those that VJPs read rounded 3)
+        const int bf16 = c.run.bf16_shadows ? (c.run.bf16_only ? (c.run.bf16_saved ? 3 : 2) : 1) : 0;
         return detail::remembered_plan<layout>(xs, c.run.forward_only, 1 + (c.run.recompute ? 1 : 0) + 2 * std::size_t(bf16),
                                                [](const auto& x, bool f, std::size_t r) { return plan(x, f, ((r - 1) & 1) != 0, int((r - 1) >> 1)); });
     }
@@ -247,11 +254,11 @@ struct repeat_op {
             v.val[i].shape = v.adj[i].shape = Ly.shapes[i];
             v.scr[i] = {base + Ly.layer_frame_off(l) + Ly.scr_off[i], rshape{1, {Ly.scr_size[i]}}};
             if (info::computed[i])
-                v.val[i].ptr = !Ly.only                      ? base + Ly.layer_frame_off(l) + Ly.val_off[i]
-                               : info::bf16_only.no_float[i] ? nullptr  // (the op writes its shadow alone)
-                               : info::float_transient(i)    ? base + Ly.transients_off() + Ly.tr_off[i]
-                                                             : base + Ly.layer_frame_off(l) + Ly.val_off[i];
-            if (Ly.shadows && info::shadowed[i])
+                v.val[i].ptr = !Ly.only                                       ? base + Ly.layer_frame_off(l) + Ly.val_off[i]
+                               : Ly.only_plan().no_float[i]                   ? nullptr  // (the op writes its shadow alone)
+                               : info::float_transient(Ly.only_plan(), i) ? base + Ly.transients_off() + Ly.tr_off[i]
+                                                                              : base + Ly.layer_frame_off(l) + Ly.val_off[i];
+            if (Ly.shadowed(i))
                 v.sh[i] = reinterpret_cast<std::uint16_t*>(base + Ly.layer_frame_off(l) + Ly.sh_off[i]);
         }
         v.val[info::out].ptr = l + 1 == L ? c.y_data() : base + Ly.output_off(l);
@@ -272,7 +279,7 @@ struct repeat_op {
     static detail::exec_state exec_of(const layer_views& v, const layout& Ly, const run_info& run, std::size_t l) {
         return {v.val.data(), v.adj.data(), v.scr.data(), Ly.shapes.data(), info::has_adjoint.data(), G::is_index.data(), v.label.data(),
                 &G::operands[0][0], G::max_arity, detail::cell_run(run, l),
-                &info::adj_writes.mode[0][0], Ly.shadows ? v.sh.data() : nullptr, Ly.only ? info::bf16_only.only.data() : nullptr};
+                &info::adj_writes.mode[0][0], Ly.shadows ? v.sh.data() : nullptr, Ly.only ? Ly.only_plan().only.data() : nullptr};
     }
 
     // ---------------------------------------------------------------- forward

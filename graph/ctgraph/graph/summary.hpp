@@ -404,9 +404,9 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
             &scratch_size_of<op_of_t<typename G::template node_t<I>>, G::arity[I]>...};
     }(std::make_index_sequence<N>{});
     constexpr bool recompute = Opt.recompute && !Opt.inference;
-    // bf16 shadows (options::bf16_shadows): a repeat's are in its scratch, the program's own values' in the values.
-    // 2: values whose floats backward does not read keep none (options::bf16_only), also in a repeat's scratch.
-    constexpr int shadows = Opt.precision == precision::bf16 && Opt.bf16_shadows && !Opt.inference ? (Opt.bf16_only ? 2 : 1) : 0;
+    // bf16 shadows (options::bf16_shadows): a repeat's are in its scratch, the program's own values' in
+    // the values; values in bf16 only likewise (program::bf16_frames).
+    constexpr int shadows = P::bf16_frames;
     s.recompute = recompute;
     std::array<std::size_t, N> scratch{}, val{}, adj{};
     for (std::size_t i = 0; i < N; ++i) {

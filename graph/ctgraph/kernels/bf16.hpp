@@ -145,6 +145,33 @@ inline void pack_bf16_transposed(std::size_t rows, std::size_t cols, const float
     }
     if (stream) _mm_sfence();  // the streamed lines are visible before a product reads them
 }
+
+// out (rows x cols, contiguous) = X^T, X of bf16 values (cols x rows, leading dimension ld): the
+// tiles above with the loads already bf16 (two rows' 16 values interleaved into 32-bit pairs,
+// then the same 16 x 16 transpose). A value kept in bf16 only that a product reads transposed
+// (the attention weights in the value product's weight gradient).
+inline void transpose_bf16(std::size_t rows, std::size_t cols, const bf16_bits* x, std::size_t ld, bf16_bits* out) {
+    alignas(64) static constexpr std::uint16_t interleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                                 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i idx = _mm512_load_si512(interleave);
+    for (std::size_t c0 = 0; c0 < cols; c0 += 32) {
+        const std::size_t nc = std::min<std::size_t>(32, cols - c0);
+        const __mmask32 store_mask = nc == 32 ? ~__mmask32(0) : __mmask32((1u << nc) - 1);
+        for (std::size_t r0 = 0; r0 < rows; r0 += 16) {
+            const std::size_t nr = std::min<std::size_t>(16, rows - r0);
+            const __mmask16 load_mask = __mmask16((1u << nr) - 1);
+            __m512i v[16];
+            for (std::size_t k = 0; k < 16; ++k) {
+                const std::size_t c = c0 + 2 * k;
+                const __m256i a = c < cols ? _mm256_maskz_loadu_epi16(load_mask, x + c * ld + r0) : _mm256_setzero_si256();
+                const __m256i b = c + 1 < cols ? _mm256_maskz_loadu_epi16(load_mask, x + (c + 1) * ld + r0) : _mm256_setzero_si256();
+                v[k] = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1));
+            }
+            transpose_16x16_epi32(v);
+            for (std::size_t j = 0; j < nr; ++j) _mm512_mask_storeu_epi16(out + (r0 + j) * cols + c0, store_mask, v[j]);
+        }
+    }
+}
 #endif
 
 }  // namespace detail
@@ -265,6 +292,9 @@ inline void pack_bf16(bool trans, std::size_t rows, std::size_t cols, const bf16
         for (std::size_t r = 0; r < rows; ++r) std::copy(x + r * ld, x + r * ld + cols, out + r * cols);
         return;
     }
+#ifdef CTG_BF16_TRANSPOSE_AVX512
+    return detail::transpose_bf16(rows, cols, x, ld, out);
+#endif
     constexpr std::size_t tile = 16;  // out[r][c] = x[c][r]
     for (std::size_t c0 = 0; c0 < cols; c0 += tile)
         for (std::size_t r0 = 0; r0 < rows; r0 += tile) {

@@ -24,6 +24,7 @@ struct gelu_fn {
     static constexpr double k = 0.7978845608028654;  // sqrt(2 / pi)
     static constexpr double c = 0.044715;
     static constexpr bool df_reads_y = false;  // (detail/unary.hpp)
+    static constexpr bool df_from_bf16_x = true;  // (detail/unary.hpp)
     template <class V>
     static V logistic(V x) {
         using std::exp;
@@ -44,6 +45,7 @@ struct gelu_erf_fn {
     static constexpr double inv_sqrt2 = 0.7071067811865476;   // 1 / sqrt(2)
     static constexpr double inv_sqrt2pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
     static constexpr bool df_reads_y = false;  // (detail/unary.hpp)
+    static constexpr bool df_from_bf16_x = true;  // (detail/unary.hpp)
     template <class V>
     static V cdf(V x) {  // Phi(x)
         using std::erf;  // xsimd::erf for batches, by argument-dependent lookup

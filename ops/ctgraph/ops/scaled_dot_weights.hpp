@@ -7,6 +7,9 @@
 // VJP, per score matrix, from gP (the adjoint of P, e.g. gO V^T from the matmul that follows):
 //   gS = P * (gP - rowsum(gP * P))        (in op scratch: one n x m matrix, reused)
 //   gQ += c gS K,   gK += c gS^T Q
+// In a mixed-precision program P may be kept in bf16 only (options::bf16_saved): forward then writes
+// P's bf16 shadow a matrix at a time from its thread's scratch and keeps no float P at all, and the
+// VJP reads P rounded (the value product's VJP reads that shadow anyway).
 #pragma once
 #include <string>
 #include <string_view>
@@ -25,6 +28,10 @@ struct scaled_dot_weights_op {
     static constexpr bool assigns_adjoints = true;
     static constexpr std::uint32_t bf16_operands = 0b11;  // q and k: their bf16 shadows, io.xb (see op.hpp)
     static constexpr std::uint32_t bf16_operands_only = 0b11;  // read nowhere but in the products (see op.hpp)
+    static constexpr bool writes_bf16_result = true;             // P's shadow, a matrix at a time (see op.hpp)
+    // The VJP may read P rounded, from its shadow (options::bf16_saved): gS = P (gP - <gP, P>) then
+    // carries P's rounding (relative 2^-9), as gP carries the value product's operands'.
+    static constexpr std::uint32_t vjp_reads_bf16 = reads_result;
 
     template <class Q, class K, class... Ops>
     static consteval bool check() {
@@ -61,14 +68,18 @@ struct scaled_dot_weights_op {
         const masked_rows<Mask, T, K> rows(io, io.y.shape);
         Mask::validate(rows.args);
         const T *q = io.x_data(0), *k = io.x_data(1);
-        T* p = io.y_data();
+        T* p = io.y_data();  // null: P is kept as its bf16 shadow alone (io.yb)
+        const std::size_t nm = s.n * s.m;
         // One task per block of (batch, head) matrices: their products are too small to split well.
         kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
+            kernels::scratch<T> own(p ? 0 : nm);  // one matrix of P, when only its shadow is kept
             for (std::size_t f = f0; f < f1; ++f) {
-                T* pf = p + f * s.n * s.m;
+                T* pf = p ? p + f * nm : own.data();
                 kernels::gemm(false, true, s.n, s.m, s.d, T(c), at(q, f * s.n * s.d), s.d, at(k, f * s.m * s.d), s.d, T(0), pf, s.m, nullptr,
                               io.run.bf16, at(io.xb[0], f * s.n * s.d), at(io.xb[1], f * s.m * s.d));
                 for (std::size_t i = 0; i < s.n; ++i) rows.forward_row(f * s.n + i, pf + i * s.m, pf + i * s.m);
+                if constexpr (std::is_same_v<T, float>)  // the shadow, while the matrix is in cache
+                    if (io.yb) kernels::pack_bf16(false, 1, nm, pf, nm, io.yb + f * nm);
             }
         });
     }
@@ -79,16 +90,20 @@ struct scaled_dot_weights_op {
         const sizes s = sizes_of(io.x[0].shape, io.x[1].shape);
         const masked_rows<Mask, T, K> rows(io, io.y.shape);
         const T *q = io.x_data(0), *k = io.x_data(1), *p = io.y_data(), *gp = io.gy_data();
+        const std::size_t nm = s.n * s.m;
         // gS of one matrix at a time: the op's scratch on one thread; on the pool, each block of
         // matrices uses its thread's own buffer (kept: allocated once per thread and size).
         kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
             const bool whole = f0 == 0 && f1 == s.matrices;
-            kernels::scratch<T> own(whole ? 0 : s.n * s.m);
+            kernels::scratch<T> own(whole ? 0 : nm), rounded(p ? 0 : nm);  // (rounded: P read from its shadow)
             T* gs = whole ? io.scratch.template as<T>() : own.data();
             for (std::size_t f = f0; f < f1; ++f) {
-                const std::size_t off = f * s.n * s.m;
+                const std::size_t off = f * nm;
+                const T* pf = p ? p + off : rounded.data();
+                if constexpr (std::is_same_v<T, float>)
+                    if (!p) kernels::pack_bf16(false, 1, nm, io.yb + off, nm, rounded.data());
                 for (std::size_t i = 0; i < s.n; ++i)  // gS written whole (fresh): no clearing pass
-                    rows.backward_row(f * s.n + i, p + off + i * s.m, gp + off + i * s.m, gs + i * s.m, true);
+                    rows.backward_row(f * s.n + i, pf + i * s.m, gp + off + i * s.m, gs + i * s.m, true);
                 if (gq)  // (n x d) += c (n x m)(m x d)
                     kernels::gemm(false, false, s.n, s.d, s.m, T(c), gs, s.m, at(k, f * s.m * s.d), s.d, io.fresh(0) ? T(0) : T(1),
                                   gq + f * s.n * s.d, s.d, nullptr, io.run.bf16, nullptr, at(io.xb[1], f * s.m * s.d));

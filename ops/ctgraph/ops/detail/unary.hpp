@@ -8,7 +8,9 @@
 // gx += gy * df(x, y) (or = when the adjoint is fresh). Use the output y where it is cheaper (tanh: 1 - y^2, exp: y).
 // An Fn whose df ignores y says so (static constexpr bool df_reads_y = false: GELU): its VJP then
 // does not read y, which a mixed-precision program may then keep in bf16 only (op.hpp,
-// vjp_reads_result).
+// vjp_reads_result). One that also tolerates x rounded to bf16 in df says df_from_bf16_x = true
+// (GELU): a program keeping values for backward in bf16 (options::bf16_saved) may then keep x as
+// its bf16 shadow alone (op.hpp, vjp_reads_bf16).
 #pragma once
 #include <algorithm>
 #include <string>
@@ -39,6 +41,13 @@ struct unary_op {
 
     // The result's bf16 shadow (op.hpp) written piece by piece while in L1 (GELU's feeds a product).
     static constexpr bool writes_bf16_result = true;
+    // The VJP may read x rounded to bf16 (options::bf16_saved) where Fn says df tolerates it and
+    // does not read y (Fn::df_from_bf16_x: GELU, whose input in PyTorch's autocast is the bf16
+    // output of the product before it).
+    static constexpr std::uint32_t vjp_reads_bf16 = [] {
+        if constexpr (requires { Fn::df_from_bf16_x; }) return Fn::df_from_bf16_x && !vjp_reads_result ? 1u : 0u;
+        else return 0u;
+    }();
 
     template <class T>
     static void forward(op_io<T, 1>& c) {
@@ -73,6 +82,21 @@ struct unary_op {
     static void backward(op_io<T, 1>& c) {
         if (!c.gx[0]) return;
         if constexpr (!vjp_reads_result) {  // (y may be kept in bf16 only: graph/exec.hpp, bf16_only_values)
+            if constexpr (std::is_same_v<T, float> && vjp_reads_bf16 != 0)
+                if (!c.x_data(0)) {  // x kept in bf16 only: read rounded, a piece at a time
+                    const bool fresh = c.fresh(0);
+                    kernels::for_ranges<float>(c.y.size(), kernels::parallel_map_min_size, [&](std::size_t b, std::size_t e) {
+                        constexpr std::size_t piece = 4096;
+                        kernels::scratch<float> x(piece);
+                        for (std::size_t i = b; i < e; i += piece) {
+                            const std::size_t m = std::min(e, i + piece) - i;
+                            kernels::pack_bf16(false, 1, m, c.xb[0] + i, m, x.data());
+                            kernels::map_into(fresh, m, c.gx_data(0) + i, [](auto gy, auto x) { return gy * Fn::df(x, x); },
+                                              static_cast<const float*>(c.gy_data()) + i, static_cast<const float*>(x.data()));
+                        }
+                    });
+                    return;
+                }
             kernels::map_into(c.fresh(0), c.y.size(), c.gx_data(0), [](auto gy, auto x) { return gy * Fn::df(x, x); },
                               static_cast<const T*>(c.gy_data()), c.x_data(0));
             return;
