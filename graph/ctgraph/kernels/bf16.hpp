@@ -93,11 +93,34 @@ inline void transpose_16x16_epi32(__m512i r[16]) {
     }
 }
 
+// The walk shared by the transposing packs below: tiles of 32 rows of X (c0) by 16 of its columns
+// (r0). pair(c, r0, load_mask) gives rows c and c + 1 of X at columns r0.. as bf16 (low half row
+// c, high half row c + 1; zero past X's last row); they are interleaved so each 32-bit lane holds
+// the pair X[c][r], X[c+1][r], and a 16 x 16 transpose of those lanes gives 16 rows of out, 32
+// values each: emit(r0, c0, nr, nc, store_mask, v) stores them. before_tile(c0, r0) runs first.
+template <class Pair, class BeforeTile, class Emit>
+inline void for_transposed_tiles(std::size_t rows, std::size_t cols, Pair&& pair, BeforeTile&& before_tile, Emit&& emit) {
+    alignas(64) static constexpr std::uint16_t interleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                                 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i idx = _mm512_load_si512(interleave);
+    for (std::size_t c0 = 0; c0 < cols; c0 += 32) {
+        const std::size_t nc = std::min<std::size_t>(32, cols - c0);
+        const __mmask32 store_mask = nc == 32 ? ~__mmask32(0) : __mmask32((1u << nc) - 1);
+        for (std::size_t r0 = 0; r0 < rows; r0 += 16) {
+            const std::size_t nr = std::min<std::size_t>(16, rows - r0);
+            const __mmask16 load_mask = __mmask16((1u << nr) - 1);
+            before_tile(c0, r0);
+            __m512i v[16];
+            for (std::size_t k = 0; k < 16; ++k) v[k] = _mm512_permutexvar_epi16(idx, pair(c0 + 2 * k, r0, load_mask));
+            transpose_16x16_epi32(v);
+            emit(r0, c0, nr, nc, store_mask, v);
+        }
+    }
+}
+
 // out (rows x cols, row-major, contiguous) = X^T rounded to bf16, X (cols x rows, leading
-// dimension ld): tiles of 32 rows of X by 16 of its columns. Two rows of X are loaded and rounded
-// by one VCVTNE2PS2BF16 (the rounding of VCVTNEPS2BF16: the same bits) and interleaved, so each
-// 32-bit lane holds the pair X[c][r], X[c+1][r]; a 16 x 16 transpose of those lanes gives 16
-// rows of out, 32 values each (one 64-byte store). Edges by masked loads and stores. The tiles
+// dimension ld), by the tiles above: two rows of X are loaded and rounded by one VCVTNE2PS2BF16
+// (the rounding of VCVTNEPS2BF16: the same bits). Edges by masked loads and stores. The tiles
 // walk 32 rows of X at a time (32 sequential read streams); their stores land one cache line in
 // each row of out, so where out is larger than half an L2 (1 MiB) and its rows are whole lines
 // they are non-temporal: read-for-ownership of lines scattered 4 KB apart was what held the
@@ -105,31 +128,24 @@ inline void transpose_16x16_epi32(__m512i r[16]) {
 // ordinary stores, whose lines the product then reads from L2).
 template <class Out>
 inline void pack_bf16_transposed(std::size_t rows, std::size_t cols, const float* x, std::size_t ld, Out* out) {
-    alignas(64) static constexpr std::uint16_t interleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                                                 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i idx = _mm512_load_si512(interleave);
     const bool stream = std::is_same_v<Out, bf16_bits> && rows * cols * sizeof(Out) >= (std::size_t(1) << 20) &&
                         cols % 32 == 0 && reinterpret_cast<std::uintptr_t>(out) % 64 == 0;
-    for (std::size_t c0 = 0; c0 < cols; c0 += 32) {
-        const std::size_t nc = std::min<std::size_t>(32, cols - c0);
-        const __mmask32 store_mask = nc == 32 ? ~__mmask32(0) : __mmask32((1u << nc) - 1);
-        for (std::size_t r0 = 0; r0 < rows; r0 += 16) {
-            const std::size_t nr = std::min<std::size_t>(16, rows - r0);
-            const __mmask16 load_mask = __mmask16((1u << nr) - 1);
-            // The next 32 rows' line under this tile, one pass ahead: X comes from memory (a value
-            // kept from the forward pass), and 32 short streams of 1.5 KB rows (gpt-m's 384-wide
-            // activations) were more than the hardware prefetchers followed (2048 x 384 from
-            // DRAM: 420 -> 305 us; plain 215-235).
+    for_transposed_tiles(
+        rows, cols,
+        [&](std::size_t c, std::size_t r0, __mmask16 load_mask) {
+            const __m512 a = c < cols ? _mm512_maskz_loadu_ps(load_mask, x + c * ld + r0) : _mm512_setzero_ps();
+            const __m512 b = c + 1 < cols ? _mm512_maskz_loadu_ps(load_mask, x + (c + 1) * ld + r0) : _mm512_setzero_ps();
+            return (__m512i)_mm512_cvtne2ps_pbh(b, a);  // low half a, high half b
+        },
+        // The next 32 rows' line under this tile, one pass ahead: X comes from memory (a value kept
+        // from the forward pass), and 32 short streams of 1.5 KB rows (gpt-m's 384-wide
+        // activations) were more than the hardware prefetchers followed (2048 x 384 from DRAM: 420
+        // -> 305 us; plain 215-235).
+        [&](std::size_t c0, std::size_t r0) {
             for (std::size_t k = c0 + 32; k < std::min(cols, c0 + 64); ++k)
                 _mm_prefetch(reinterpret_cast<const char*>(x + k * ld + r0), _MM_HINT_T1);
-            __m512i v[16];
-            for (std::size_t k = 0; k < 16; ++k) {
-                const std::size_t c = c0 + 2 * k;
-                const __m512 a = c < cols ? _mm512_maskz_loadu_ps(load_mask, x + c * ld + r0) : _mm512_setzero_ps();
-                const __m512 b = c + 1 < cols ? _mm512_maskz_loadu_ps(load_mask, x + (c + 1) * ld + r0) : _mm512_setzero_ps();
-                v[k] = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));  // low half a, high half b
-            }
-            transpose_16x16_epi32(v);
+        },
+        [&](std::size_t r0, std::size_t c0, std::size_t nr, std::size_t nc, __mmask32 store_mask, const __m512i* v) {
             for (std::size_t j = 0; j < nr; ++j) {
                 Out* o = out + (r0 + j) * cols + c0;
                 if constexpr (std::is_same_v<Out, bf16_bits>) {
@@ -141,36 +157,25 @@ inline void pack_bf16_transposed(std::size_t rows, std::size_t cols, const float
                     if (nc > 16) _mm512_mask_storeu_ps(o + 16, __mmask16(store_mask >> 16), widen(_mm512_extracti64x4_epi64(v[j], 1)));
                 }
             }
-        }
-    }
+        });
     if (stream) _mm_sfence();  // the streamed lines are visible before a product reads them
 }
 
-// out (rows x cols, contiguous) = X^T, X of bf16 values (cols x rows, leading dimension ld): the
-// tiles above with the loads already bf16 (two rows' 16 values interleaved into 32-bit pairs,
-// then the same 16 x 16 transpose). A value kept in bf16 only that a product reads transposed
-// (the attention weights in the value product's weight gradient).
+// out (rows x cols, contiguous) = X^T, X of bf16 values (cols x rows, leading dimension ld), by
+// the same tiles with the loads already bf16: a value kept in bf16 only that a product reads
+// transposed (the attention weights in the value product's weight gradient).
 inline void transpose_bf16(std::size_t rows, std::size_t cols, const bf16_bits* x, std::size_t ld, bf16_bits* out) {
-    alignas(64) static constexpr std::uint16_t interleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                                                 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i idx = _mm512_load_si512(interleave);
-    for (std::size_t c0 = 0; c0 < cols; c0 += 32) {
-        const std::size_t nc = std::min<std::size_t>(32, cols - c0);
-        const __mmask32 store_mask = nc == 32 ? ~__mmask32(0) : __mmask32((1u << nc) - 1);
-        for (std::size_t r0 = 0; r0 < rows; r0 += 16) {
-            const std::size_t nr = std::min<std::size_t>(16, rows - r0);
-            const __mmask16 load_mask = __mmask16((1u << nr) - 1);
-            __m512i v[16];
-            for (std::size_t k = 0; k < 16; ++k) {
-                const std::size_t c = c0 + 2 * k;
-                const __m256i a = c < cols ? _mm256_maskz_loadu_epi16(load_mask, x + c * ld + r0) : _mm256_setzero_si256();
-                const __m256i b = c + 1 < cols ? _mm256_maskz_loadu_epi16(load_mask, x + (c + 1) * ld + r0) : _mm256_setzero_si256();
-                v[k] = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1));
-            }
-            transpose_16x16_epi32(v);
+    for_transposed_tiles(
+        rows, cols,
+        [&](std::size_t c, std::size_t r0, __mmask16 load_mask) {
+            const __m256i a = c < cols ? _mm256_maskz_loadu_epi16(load_mask, x + c * ld + r0) : _mm256_setzero_si256();
+            const __m256i b = c + 1 < cols ? _mm256_maskz_loadu_epi16(load_mask, x + (c + 1) * ld + r0) : _mm256_setzero_si256();
+            return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+        },
+        [](std::size_t, std::size_t) {},
+        [&](std::size_t r0, std::size_t c0, std::size_t nr, std::size_t, __mmask32 store_mask, const __m512i* v) {
             for (std::size_t j = 0; j < nr; ++j) _mm512_mask_storeu_epi16(out + (r0 + j) * cols + c0, store_mask, v[j]);
-        }
-    }
+        });
 }
 #endif
 
