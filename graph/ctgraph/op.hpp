@@ -154,6 +154,10 @@ struct run_info {
     bool bf16_saved = false;
 };
 
+/// What a repeat's layer frames keep (its scratch_size's fifth argument, cell_frame::plan's bf16):
+/// 0 floats only, 1 bf16 shadows too, 2 values in bf16 only, 3 those that VJPs read rounded too.
+constexpr int bf16_frame_level(bool shadows, bool only, bool saved) { return shadows ? (only ? (saved ? 3 : 2) : 1) : 0; }
+
 /// What the engine hands an op: views of its output, operands, their adjoints and its scratch.
 template <class T, std::size_t K>
 struct op_io {

@@ -110,9 +110,8 @@ private:
     static constexpr std::array<bool, N> shadowed = only_plan.shadow;
     static constexpr bool any_shadowed = std::find(shadowed.begin(), shadowed.end(), true) != shadowed.end();
     static constexpr bool any_bf16_only = std::find(only_plan.only.begin(), only_plan.only.end(), true) != only_plan.only.end();
-    // What a repeat's frames keep (scratch_size's fifth argument): 1 bf16 shadows, 2 also values in
-    // bf16 only, 3 also those that VJPs read rounded.
-    static constexpr int bf16_level = bf16_shadows ? (bf16_only_on ? (bf16_saved_on ? 3 : 2) : 1) : 0;
+    // What a repeat's frames keep (scratch_size's fifth argument; op.hpp, bf16_frame_level).
+    static constexpr int bf16_level = bf16_frame_level(bf16_shadows, bf16_only_on, bf16_saved_on);
     // Whether node i's float is scratch shared while forward reads it (one of those, not an alias).
     static constexpr bool float_transient(std::size_t i) { return only_plan.only[i] && !G::aliases[i] && !only_plan.no_float[i]; }
     // The last forward step that reads node i's memory: its last reader's, extended through the

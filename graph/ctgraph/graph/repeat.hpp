@@ -218,7 +218,7 @@ struct repeat_op {
         for (std::size_t k = 0; k < K; ++k) xs[k] = c.x[k].shape;
         // (remembered_plan's third key, scan's batch parts, is 1 + 1 when recomputing + 2 times the
         // bf16 level: shadows 1, values in bf16 only 2, those that VJPs read rounded 3)
-        const int bf16 = c.run.bf16_shadows ? (c.run.bf16_only ? (c.run.bf16_saved ? 3 : 2) : 1) : 0;
+        const int bf16 = bf16_frame_level(c.run.bf16_shadows, c.run.bf16_only, c.run.bf16_saved);
         return detail::remembered_plan<layout>(xs, c.run.forward_only, 1 + (c.run.recompute ? 1 : 0) + 2 * std::size_t(bf16),
                                                [](const auto& x, bool f, std::size_t r) { return plan(x, f, ((r - 1) & 1) != 0, int((r - 1) >> 1)); });
     }
