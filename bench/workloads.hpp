@@ -383,7 +383,8 @@ struct decode_workload {
     using model = nn::gpt<Vocab, int(new_tokens) + 1, Width, Heads, Layers, 4 * Width, float>;
     using Tokens = index_input<"x", 1, Td>;
     std::shared_ptr<parameter_store<T>> store = std::make_shared<parameter_store<T>>();
-    nn::gpt_generator<model, T, numerics<P>::products> gen{store, 1, new_tokens + 1};
+    using generator = nn::gpt_generator<model, T, numerics<P>::products>;  // (bf16 products: a bf16 KV cache)
+    generator gen{store, 1, new_tokens + 1};
     static constexpr options full_opts{.precision = numerics<P>::products, .inference = true};
     decltype(compile<T, full_opts>(model::logits(Tokens{}))) full{store};
     std::vector<int> tokens;               // the last generation
@@ -396,12 +397,14 @@ struct decode_workload {
     static std::set<std::string> transposed() { return gpt_s<P>::transposed(); }
     /// The bytes one cached token reads from memory, averaged over a generation: every weight once
     /// (bf16 copies in a bf16 program; of the embedding table one row) and the keys and values
-    /// cached so far, in T. What bounds a cached decoding step once the weights outgrow the caches.
+    /// cached so far (bf16 in a bf16 program). What bounds a cached decoding step once the weights
+    /// outgrow the caches.
     double bytes_per_token() const {
         const double weight_bytes = products == precision::bf16 ? 2.0 : double(sizeof(T));
         const double weights = double(store->num_elements()) - double(V) * double(d) + double(d);
         const double mean_cached = (double(new_tokens) + 1.0) / 2.0;  // positions 1..new_tokens
-        return weights * weight_bytes + 2.0 * double(L) * mean_cached * double(d) * double(sizeof(T));
+        const double cache_bytes = double(sizeof(typename generator::cache_element));
+        return weights * weight_bytes + 2.0 * double(L) * mean_cached * double(d) * cache_bytes;
     }
     static double flops() {  // torch_ref.py: sum over L = 1..new tokens of the per-token matrix products
         double f = 0;

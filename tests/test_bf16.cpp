@@ -210,7 +210,7 @@ TEST_CASE("one row times a weight's bf16 copy (a decoding step's product): bias 
                 std::vector<bf16_bits> w(K * ldw);
                 kernels::pack_bf16(false, K, ldw, wf.data(), ldw, w.data());
                 std::vector<float> y(N + 1, 7.0f);  // y[N] must stay as it is
-                kernels::detail::combine_rows_bf16(K, N, x.data(), w.data(), ldw, y.data(), with_bias ? bias.data() : nullptr);
+                kernels::combine_rows_bf16(K, N, x.data(), w.data(), ldw, y.data(), with_bias ? bias.data() : nullptr);
                 INFO("N " << N << " K " << K << " bias " << with_bias);
                 std::size_t differ = 0;
                 for (std::size_t c = 0; c < N; ++c) {

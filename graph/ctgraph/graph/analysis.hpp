@@ -296,6 +296,8 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
     static constexpr std::array<std::size_t, size> arity{Ns::args::size...};
     static constexpr std::array<leaf_kind, size> kind{Ns::kind...};
     static constexpr std::array<bool, size> is_index{Ns::is_index...};
+    static constexpr std::array<bool, size> is_bf16{Ns::is_bf16...};  // bf16_input and its slices
+    static constexpr std::array<element, size> elem{element_of<Ns>...};
     static constexpr std::array<bool, size> aliases{detail::aliases_operand<Ns>()...};  // value = operand 0's memory
     static constexpr std::array<std::string_view, size> label{detail::node_label<Ns>()...};
     static constexpr std::array<double, size> constant_value{detail::constant_value<Ns>()...};
@@ -326,7 +328,7 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
         bool ok = true;
         detail::for_each_listed(Opt.input_grads_for, [&](std::string_view n) {
             bool found = false;
-            for (std::size_t i = 0; i < size; ++i) found = found || (kind[i] == leaf_kind::input && label[i] == n);
+            for (std::size_t i = 0; i < size; ++i) found = found || (kind[i] == leaf_kind::input && !is_bf16[i] && label[i] == n);
             ok = ok && found;
         });
         return ok;
@@ -338,7 +340,7 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
         for (std::size_t i = 0; i < size; ++i) {
             if (Opt.inference) g[i] = false;
             else if (kind[i] == leaf_kind::param) g[i] = true;
-            else if (kind[i] == leaf_kind::input) g[i] = input_gradient_wanted(label[i]);
+            else if (kind[i] == leaf_kind::input) g[i] = !is_bf16[i] && input_gradient_wanted(label[i]);
             else if (kind[i] == leaf_kind::none && !is_index[i])
                 for (std::size_t k = 0; k < arity[i]; ++k) g[i] = g[i] || g[operands[i][k]];
         }

@@ -82,11 +82,11 @@ struct cell_info {
             if (PerStepParams && G::kind[i] == leaf_kind::param) r[n++] = i;
         return r;
     }();
-    /// Every node except index-valued ones and constants may get an adjoint inside the cell; one that
+    /// Every node except index and bf16 ones and constants may get an adjoint inside the cell; one that
     /// nothing outside needs (a leaf whose outer operand has none) is null, so its VJP is skipped.
     static constexpr std::array<bool, N> has_adjoint = [] {
         std::array<bool, N> g{};
-        for (std::size_t i = 0; i < N; ++i) g[i] = !G::is_index[i] && G::kind[i] != leaf_kind::constant;
+        for (std::size_t i = 0; i < N; ++i) g[i] = !G::is_index[i] && !G::is_bf16[i] && G::kind[i] != leaf_kind::constant;
         return g;
     }();
 
@@ -394,12 +394,12 @@ constexpr int find_role_impl(std::index_sequence<I...>) {
     return -1;
 }
 
-template <class S, bool Index>
+template <class S, element Elem>
 struct placeholder_of;
-template <dim... D, bool Index>
-struct placeholder_of<shape<D...>, Index> {
+template <dim... D, element Elem>
+struct placeholder_of<shape<D...>, Elem> {
     template <int Role>
-    using type = placeholder<Role, Index, D...>;
+    using type = placeholder<Role, Elem, D...>;
 };
 
 /// The copy that makes an argument of a cell its result. scan and repeat write a step's output

@@ -29,7 +29,7 @@ struct exec_state {
     const view* scratch;
     const rshape* shapes;
     const bool* needs_grad;
-    const bool* is_index;
+    const element* elem;  // what node i's elements are (only element::real values are of type T)
     const std::string_view* label;
     const int* operands;  // node i's operands: operands[i * stride + k]
     std::size_t stride;
@@ -317,7 +317,10 @@ template <class T, std::size_t K>
     for (std::size_t a = 0; a < K; ++a) {
         const std::size_t j = std::size_t(s.operands[i * s.stride + a]);
         m += " " + std::to_string(a) + " (" + node_words(s, j) + ") " +
-             (s.is_index[j] ? "index data" : first_non_finite<T>(s.val[j]) < 0 ? "finite" : "NOT finite") + ";";
+             (s.elem[j] == element::index  ? "index data"
+              : s.elem[j] == element::bf16 ? "bf16 data"
+              : first_non_finite<T>(s.val[j]) < 0 ? "finite"
+                                                  : "NOT finite") + ";";
     }
     if (backward) m += std::string(" the node's own adjoint ") + (first_non_finite<T>(s.adj[i]) < 0 ? "finite" : "NOT finite");
     else m.pop_back();
@@ -337,7 +340,7 @@ template <class Op, std::size_t K, class T, bool Anomaly = false>
         if constexpr (std::is_same_v<T, float> && !writes_bf16_result_of<Op>)  // the value's bf16 shadow, made while it is in cache
             if (s.shadow && s.shadow[i]) kernels::pack_bf16(false, 1, c.y.size(), c.y_data(), c.y.size(), s.shadow[i]);
         if constexpr (Anomaly)
-            if (!s.is_index[i])
+            if (s.elem[i] == element::real)
                 if (const long e = first_non_finite<T>(c.y); e >= 0) anomaly<T, K>(s, i, Op::name, false, -1, e, c.y);
     }
 }

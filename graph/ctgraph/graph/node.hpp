@@ -1,6 +1,7 @@
 // ctgraph/graph/node.hpp: symbolic values. A node's type records its op, operands and static shape;
 // the model's type is its graph. Leaves are named: param (trainable), input (data), index_input
-// (integer data such as token ids) and constant (a scalar known at compile time).
+// (integer data such as token ids), bf16_input (state kept in bfloat16, such as a KV cache) and
+// constant (a scalar known at compile time).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -21,12 +22,21 @@ struct tlist {
 /// What a node is: an op (`none`) or which kind of leaf.
 enum class leaf_kind { none, param, input, index_input, constant, placeholder };
 
+/// What a value's elements are: the program's scalar type T (every op's result), integer ids
+/// (index_input), or bfloat16 bits (bf16_input: storage that only some ops read).
+enum class element : unsigned char { real, index, bf16 };
+
 /// Base of every symbolic value.
 struct expr_base {
     static constexpr bool is_ctg_expr = true;  ///< marks the types that ops accept
     static constexpr bool is_poison = false;  ///< true only for ctg::poison, the result of a failed check
     static constexpr bool is_index = false;  ///< integer-valued (index_input)
+    static constexpr bool is_bf16 = false;  ///< bfloat16 storage (bf16_input)
 };
+
+/// The element kind of a value type.
+template <class E>
+inline constexpr element element_of = E::is_index ? element::index : E::is_bf16 ? element::bf16 : element::real;
 
 /// Anything ctgraph ops accept.
 template <class E>
@@ -75,6 +85,19 @@ struct index_input : expr_base {
     static constexpr auto name = Name;  ///< the name given to program::feed
 };
 
+/// A tensor of bfloat16 values that the program keeps as state in the caller's memory: a KV cache
+/// in bf16, half the bytes of a float one. `bf16_input<"cache_k", L, B, D, C>`. Only ops that
+/// declare it read one (ops::cached_attention_op, ops::cache_store_op, repeat's per-layer slices);
+/// it has no gradient. Bound with program::bind(name, bf16_bits*, shape), or fed floats (rounded).
+template <fixed_string Name, dim... D>
+struct bf16_input : expr_base {
+    using shape = ctg::shape<D...>;  ///< the shape; dynamic dimensions are bound from the bound tensor
+    using args = tlist<>;  ///< a leaf has no operands
+    static constexpr leaf_kind kind = leaf_kind::input;  ///< leaf_kind::input (its elements: element::bf16)
+    static constexpr bool is_bf16 = true;  ///< bfloat16 storage
+    static constexpr auto name = Name;  ///< the name given to program::bind / feed
+};
+
 /// A scalar constant. `constant<1>` or `constant<0.5>`; broadcast by the element-wise ops.
 template <cval V>
 struct constant : expr_base {
@@ -86,12 +109,13 @@ struct constant : expr_base {
 
 /// Stands for a per-step value inside a scan cell (the carried state, the step's input). Only
 /// scan creates these; they never reach an outer program.
-template <int Role, bool Index, dim... D>
+template <int Role, element Elem, dim... D>
 struct placeholder : expr_base {
     using shape = ctg::shape<D...>;  ///< the per-step shape
     using args = tlist<>;  ///< a leaf has no operands
     static constexpr leaf_kind kind = leaf_kind::placeholder;  ///< leaf_kind::placeholder
-    static constexpr bool is_index = Index;  ///< integer-valued (an index step input)
+    static constexpr bool is_index = Elem == element::index;  ///< integer-valued (an index step input)
+    static constexpr bool is_bf16 = Elem == element::bf16;  ///< bfloat16 storage (a bf16_input's slice)
     static constexpr int role = Role;  ///< 0: carried state, 1: step input
     /// "scan.state" or "scan.input", as printed by to_text()
     static constexpr fixed_string<11> name = Role == 0 ? fixed_string<11>("scan.state") : fixed_string<11>("scan.input");
@@ -234,13 +258,27 @@ struct poison : expr_base {
 template <class... A>
 inline constexpr bool any_poison = (A::is_poison || ...);
 
-/// Builds node<Op, A...> after the op's shape check; poison in, poison out.
+namespace detail {
+/// Whether an op reads bf16_input operands (declares `static constexpr bool reads_bf16_storage = true`).
+template <class Op>
+consteval bool reads_bf16_storage() {
+    if constexpr (requires { Op::reads_bf16_storage; }) return Op::reads_bf16_storage;
+    else return false;
+}
+}  // namespace detail
+
+/// Builds node<Op, A...> after the op's shape check; poison in, poison out. A bf16_input operand
+/// is refused unless the op declares it reads one (ops read their operands as T otherwise).
 template <class Op, expr... A>
 constexpr auto make_node(A...) {
     if constexpr ((A::is_poison || ...)) {
         return poison{};
     } else {
-        constexpr bool ok = Op::template check<typename A::shape...>();
+        constexpr bool storage_ok = !(A::is_bf16 || ...) || detail::reads_bf16_storage<Op>();
+        static_assert(with_shapes<storage_ok, Op, typename A::shape::pretty...>::value,
+                      "ctg: this op was given a bf16_input, which only the KV-cache ops read (cached_attention, "
+                      "cache_store); compute on floats");
+        constexpr bool ok = storage_ok && Op::template check<typename A::shape...>();
         if constexpr (ok) return node<Op, A...>{};
         else return poison{};
     }

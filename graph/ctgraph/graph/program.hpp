@@ -141,7 +141,8 @@ private:
     struct input_slot {
         aligned_vector<T> values;
         std::vector<index_t> indices;
-        T* external = nullptr;  // bind(): the caller's memory instead of values
+        aligned_vector<kernels::bf16_bits> halves;  // a bf16_input's fed values
+        void* external = nullptr;  // bind(): the caller's memory instead of values (or halves)
         rshape shape{};
         bool fed = false;
     };
@@ -212,7 +213,11 @@ public:
                       "ctg::program::feed: this leaf is not an input");
         const auto& d = e.derived_cast();
         rshape s = to_rshape(d.shape(), std::size_t(i));
-        if constexpr (G::kind[i] == leaf_kind::index_input) {
+        if constexpr (G::is_bf16[i]) {  // floats, rounded to the bf16 storage
+            auto& slot = set_shape(input_ordinal(i), s);
+            std::size_t k = 0;
+            for (auto v : d) slot.halves[k++] = kernels::to_bf16(float(v));  // row-major traversal
+        } else if constexpr (G::kind[i] == leaf_kind::index_input) {
             static_assert(leaf_index<Name> < 0 || std::is_integral_v<typename E::value_type>,
                           "ctg::program::feed: an index_input takes an integer tensor");
             std::size_t k = 0;
@@ -242,23 +247,22 @@ public:
             if (G::label[G::input_nodes[k]] == name) return G::kind[G::input_nodes[k]] == leaf_kind::index_input;
         throw error("ctg::program::feed: this program has no input named '" + std::string(name) + "'");
     }
-    /// Runtime-named feeding of a floating-point input from raw row-major data.
+    /// Runtime-named feeding of a floating-point input from raw row-major data (a bf16_input keeps
+    /// them rounded to bf16).
     void feed(std::string_view name, const T* data, const rshape& s) {
         std::size_t k = input_by_name(name, false);
         auto& slot = set_shape(k, check_shape(G::input_nodes[k], s));
-        std::copy(data, data + s.size(), slot.values.data());
+        if (G::is_bf16[G::input_nodes[k]])
+            std::transform(data, data + s.size(), slot.halves.data(), [](T v) { return kernels::to_bf16(float(v)); });
+        else
+            std::copy(data, data + s.size(), slot.values.data());
     }
     /// Points floating-point input `name` at the caller's memory instead of copying it: forward reads
     /// it in place (and an op that keeps state there, such as a KV cache, writes it in place). The
     /// memory must stay valid, and hold s.size() elements, until the input is fed or bound again.
-    void bind(std::string_view name, T* data, const rshape& s) {
-        std::size_t k = input_by_name(name, false);
-        const rshape checked = check_shape(G::input_nodes[k], s);
-        input_slot& slot = inputs_[k];
-        slot.external = data;
-        slot.shape = checked;
-        slot.fed = true;
-    }
+    void bind(std::string_view name, T* data, const rshape& s) { bind_memory(name, data, s, false); }
+    /// The same for a bf16_input: the caller's bfloat16 memory (a KV cache in bf16).
+    void bind(std::string_view name, kernels::bf16_bits* data, const rshape& s) { bind_memory(name, data, s, true); }
     /// Runtime-named feeding of an index input from raw row-major data.
     void feed(std::string_view name, const index_t* data, const rshape& s) {
         std::size_t k = input_by_name(name, true);
@@ -277,7 +281,7 @@ public:
         if (check_finite_)
             for (std::size_t o = 0; o < num_outputs; ++o) {
                 const std::size_t i = output_nodes[o];
-                if (G::rank[i] == 0 && !G::is_index[i] && !std::isfinite(*val_[i].template as<T>()))
+                if (G::rank[i] == 0 && G::elem[i] == element::real && !std::isfinite(*val_[i].template as<T>()))
                     throw numeric_error("ctg::program::forward: output " + std::to_string(o) + " (" + node_name(i) +
                                         ") is " + std::to_string(*val_[i].template as<T>()));
             }
@@ -390,7 +394,7 @@ public:
     auto value_of(E) {
         constexpr int i = G::template index_of<E>;
         static_assert(i >= 0, "ctg::program::value_of: this expression is not a node of the program");
-        static_assert(!E::is_index, "ctg::program::value_of: index tensors are read where they were fed");
+        static_assert(!E::is_index && !E::is_bf16, "ctg::program::value_of: index and bf16 tensors are read where they were fed");
         if constexpr (values_by_lifetime)
             if (G::kind[i] == leaf_kind::none && value_until[i] < N)
                 throw error("ctg::program::value_of: node '" + std::string(G::label[i]) + "' (node %" + std::to_string(i) +
@@ -579,6 +583,17 @@ private:
         for (std::size_t a = 0; a < s.rank; ++a) s.d[a] = shp[a];
         return check_shape(i, s);
     }
+    void bind_memory(std::string_view name, void* data, const rshape& s, bool bf16) {
+        std::size_t k = input_by_name(name, false);
+        if (G::is_bf16[G::input_nodes[k]] != bf16)
+            throw error("ctg::program::bind: input '" + std::string(name) + "' is " +
+                        (bf16 ? "a floating-point input, given bf16 memory" : "a bf16_input, given floating-point memory"));
+        const rshape checked = check_shape(G::input_nodes[k], s);
+        input_slot& slot = inputs_[k];
+        slot.external = data;
+        slot.shape = checked;
+        slot.fed = true;
+    }
     static const rshape& check_shape(std::size_t i, const rshape& s) {
         bool ok = s.rank == G::rank[i];
         for (std::size_t a = 0; ok && a < s.rank; ++a)
@@ -604,6 +619,8 @@ private:
         slot.external = nullptr;
         if (G::kind[G::input_nodes[k]] == leaf_kind::index_input) {
             if (slot.indices.size() < s.size()) slot.indices.resize(s.size());
+        } else if (G::is_bf16[G::input_nodes[k]]) {
+            if (slot.halves.size() < s.size()) slot.halves.resize(s.size());
         } else if (slot.values.size() < s.size()) {
             slot.values.resize(s.size());
         }
@@ -771,7 +788,8 @@ private:
         for (std::size_t k = 0; k < G::num_inputs; ++k) {
             const std::size_t i = G::input_nodes[k];
             val_[i].ptr = G::kind[i] == leaf_kind::index_input ? static_cast<void*>(inputs_[k].indices.data())
-                          : inputs_[k].external                ? static_cast<void*>(inputs_[k].external)
+                          : inputs_[k].external                ? inputs_[k].external
+                          : G::is_bf16[i]                      ? static_cast<void*>(inputs_[k].halves.data())
                                                                : static_cast<void*>(inputs_[k].values.data());
         }
         // Aliasing nodes (reshape) read their operand's memory, wherever it is this time.
@@ -781,7 +799,7 @@ private:
 
     // ---------------------------------------------------------------- execution
     detail::exec_state state(bool params_fresh = false) const {
-        detail::exec_state s{val_.data(), adj_.data(), scratch_.data(), shapes_.data(), G::needs_grad.data(), G::is_index.data(),
+        detail::exec_state s{val_.data(), adj_.data(), scratch_.data(), shapes_.data(), G::needs_grad.data(), G::elem.data(),
                              G::label.data(), &G::operands[0][0], G::max_arity,
                              {training_, dropout_seed_, passes_, Opt.inference, Opt.precision == precision::bf16, recompute},
                              params_fresh ? &adj_writes_after_zero.mode[0][0] : &adj_writes.mode[0][0],
@@ -904,7 +922,7 @@ private:
         const std::string name(G::label[i]);
         switch (G::kind[i]) {
             case leaf_kind::param: return "param \"" + name + "\"";
-            case leaf_kind::input: return "input \"" + name + "\"";
+            case leaf_kind::input: return (G::is_bf16[i] ? "bf16_input \"" : "input \"") + name + "\"";
             case leaf_kind::index_input: return "index_input \"" + name + "\"";
             case leaf_kind::constant: {
                 std::ostringstream o;

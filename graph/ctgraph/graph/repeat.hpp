@@ -115,6 +115,8 @@ struct repeat_op {
     static constexpr std::size_t N = info::N, P = info::num_step_params, first_param = 1 + Extra,
                                  first_hoisted = first_param + P;
     static constexpr int state_node = detail::find_role_impl<CellOut, 0>(std::make_index_sequence<N>{});
+    /// An extra value may be a bf16_input (a KV cache): the block's own ops say whether they read one.
+    static constexpr bool reads_bf16_storage = true;
     /// The cell nodes standing for the extra values (-1: the block ignores that one).
     static constexpr std::array<int, Extra + 1> extra_nodes = [] {
         std::array<int, Extra + 1> r{};
@@ -233,8 +235,13 @@ struct repeat_op {
     static void hold_layer(T* base, const layout& Ly, std::size_t l) { std::memcpy(base + Ly.held_off(), &l, sizeof l); }
 
     static constexpr bool sliced(std::size_t e) { return (SlicedMask >> e) & 1; }
+    /// The bytes of one element of a value of this kind in a program over T.
+    template <class T>
+    static constexpr std::size_t element_bytes(element k) {
+        return k == element::index ? sizeof(index_t) : k == element::bf16 ? sizeof(kernels::bf16_bits) : sizeof(T);
+    }
     /// Extra argument e as layer l sees it: all of it, or its row l (elements of `bytes` each; index
-    /// tensors are int32).
+    /// tensors are int32, bf16 ones 2 bytes).
     static void* slice(const view& a, std::size_t e, std::size_t l, std::size_t bytes) {
         if (!sliced(e)) return a.ptr;
         const std::size_t row = a.size() / std::size_t(L);
@@ -272,12 +279,12 @@ struct repeat_op {
         for (std::size_t e = 0; e < Extra; ++e)
             if (extra_nodes[e] >= 0)
                 v.val[std::size_t(extra_nodes[e])].ptr =
-                    slice(c.x[1 + e], e, l, G::is_index[std::size_t(extra_nodes[e])] ? sizeof(index_t) : sizeof(T));
+                    slice(c.x[1 + e], e, l, element_bytes<T>(G::elem[std::size_t(extra_nodes[e])]));
         for (std::size_t j = 0; j < info::num_hoisted; ++j) v.val[info::hoisted[j]].ptr = c.x[first_hoisted + j].ptr;
         Ly.resolve_aliases(v.val);
     }
     static detail::exec_state exec_of(const layer_views& v, const layout& Ly, const run_info& run, std::size_t l) {
-        return {v.val.data(), v.adj.data(), v.scr.data(), Ly.shapes.data(), info::has_adjoint.data(), G::is_index.data(), v.label.data(),
+        return {v.val.data(), v.adj.data(), v.scr.data(), Ly.shapes.data(), info::has_adjoint.data(), G::elem.data(), v.label.data(),
                 &G::operands[0][0], G::max_arity, detail::cell_run(run, l),
                 &info::adj_writes.mode[0][0], Ly.shadows ? v.sh.data() : nullptr, Ly.only ? Ly.only_plan().only.data() : nullptr};
     }
@@ -344,10 +351,11 @@ template <int L, fixed_string Prefix, class Block, class X, class... Extra>
 constexpr auto repeat_checked(Block block, X x, [[maybe_unused]] Extra... extra) {
     static_assert(L >= 1, "ctg::repeat: at least one layer");
     static_assert(sizeof...(Extra) <= 64, "ctg::repeat: at most 64 extra arguments");
-    using State = typename detail::placeholder_of<typename X::shape, X::is_index>::template type<0>;
+    static_assert(!X::is_bf16, "ctg::repeat: the carried value must be computed in floats, not a bf16_input");
+    using State = typename detail::placeholder_of<typename X::shape, element_of<X>>::template type<0>;
     using Out = decltype(detail::cell_result([]<std::size_t... E>(Block b, std::index_sequence<E...>) {
         return b(State{}, typename detail::placeholder_of<typename detail::repeat_arg<Extra>::shape,
-                                                          detail::repeat_arg<Extra>::type::is_index>::template type<int(2 + E)>{}...);
+                                                          element_of<typename detail::repeat_arg<Extra>::type>>::template type<int(2 + E)>{}...);
     }(block, std::index_sequence_for<Extra...>{})));
     if constexpr (Out::is_poison) {
         return poison{};

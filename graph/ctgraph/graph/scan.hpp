@@ -431,7 +431,7 @@ struct scan_op {
 
     template <class T, std::size_t K>
     static detail::exec_state exec_of(const step_views<T, K>& v, const layout<K>& L, const run_info& run, std::size_t t) {
-        return {v.val.data(), v.adj.data(), v.scr.data(), L.shapes.data(), info::has_adjoint.data(), G::is_index.data(), G::label.data(),
+        return {v.val.data(), v.adj.data(), v.scr.data(), L.shapes.data(), info::has_adjoint.data(), G::elem.data(), G::label.data(),
                 &G::operands[0][0], G::max_arity, detail::cell_run(run, t),
                 &info::adj_writes.mode[0][0]};
     }
@@ -626,8 +626,9 @@ template <dim... StateDims, class Cell, class Xs, class H0, class Len>
 constexpr auto scan_checked(Cell cell, Xs xs, H0 h0, Len lengths) {
     static_assert(Xs::shape::rank >= 2, "ctg::scan: the sequence needs a time axis and a batch axis (T, B, ...)");
     using state_shape = shape<Xs::shape::dims[1], StateDims...>;
-    using State = typename detail::placeholder_of<state_shape, false>::template type<0>;
-    using Step = typename detail::placeholder_of<shape_from<detail::step_shape<Xs>>, Xs::is_index>::template type<1>;
+    static_assert(!Xs::is_bf16, "ctg::scan: the sequence must be floats or indices, not a bf16_input");
+    using State = typename detail::placeholder_of<state_shape, element::real>::template type<0>;
+    using Step = typename detail::placeholder_of<shape_from<detail::step_shape<Xs>>, element_of<Xs>>::template type<1>;
     using Out = decltype(detail::cell_result(cell(State{}, Step{})));
     static_assert(with_shapes<Out::is_poison || std::is_same_v<typename Out::shape, state_shape>,
                               typename Out::shape::pretty, typename state_shape::pretty>::value,

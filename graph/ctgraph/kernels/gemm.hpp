@@ -593,14 +593,17 @@ inline gemm_cut bf16_cut(std::size_t M, std::uint64_t flops, std::size_t P) {
     return gemm_cut{true, step, (M + step - 1) / step};
 }
 
-// y (N) = bias + x W for one row x (K, bf16-rounded floats) and a bf16 matrix W (K x N, leading
-// dimension ldw): a decoding step's product, reading half the bytes of a float weight. Columns in
-// chunks of 2,048 whose sums stay in L1 (8 KB) while each row of W streams past contiguously (4 KB
-// per visit): kept in registers over 128 columns instead, a GPT-2 head's rows, 100 KB apart, were
-// visited for 256 bytes each, every visit a new page, and decoding from bf16 weights ran no faster
-// than from float ones (that head's product: 3.3 GB/s then, 11-15 now, against 14 from a float
-// weight; the machine reads 16.7). Each sum is bias + x_0 w_0 + x_1 w_1 + ... in that order (one fused
-// multiply-add per term), as the register form added them. bf16 becomes float by a shift.
+}  // namespace detail
+
+/// y (N) = bias + x W for one row x (K floats) and a bf16 matrix W (K x N, leading dimension ldw;
+/// bias may be null): a decoding step's product, reading half the bytes of a float weight (and
+/// attention over a bf16 KV cache, ops/kv_cache.hpp). Each sum is bias + x_0 w_0 + x_1 w_1 + ... in
+/// that order (one fused multiply-add per term). bf16 becomes float by a shift.
+// Columns in chunks of 2,048 whose sums stay in L1 (8 KB) while each row of W streams past
+// contiguously (4 KB per visit): kept in registers over 128 columns instead, a GPT-2 head's rows,
+// 100 KB apart, were visited for 256 bytes each, every visit a new page, and decoding from bf16
+// weights ran no faster than from float ones (that head's product: 3.3 GB/s then, 11-15 now,
+// against 14 from a float weight; the machine reads 16.7).
 inline void combine_rows_bf16(std::size_t K, std::size_t N, const float* x, const bf16_bits* w, std::size_t ldw, float* y,
                               const float* bias) {
     std::size_t c = 0;
@@ -662,6 +665,8 @@ inline void combine_rows_bf16(std::size_t K, std::size_t N, const float* x, cons
         y[c] = acc;
     }
 }
+
+namespace detail {
 
 // A bf16 product (see gemm()). Operands that are parameters of a store keeping bf16 copies
 // (parameter_store::enable_bf16, as mixed-precision programs do) are read from their copy; others

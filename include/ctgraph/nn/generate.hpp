@@ -11,7 +11,8 @@
 // values and attends over the cache (O(t d) per token, not O(t^2 d)). Prompts may differ in length:
 // they are right-padded, each sequence continues from its own last position. The caches (layers,
 // batch, positions, width; keys feature-major) are allocated once; a generation step allocates
-// nothing (tested).
+// nothing (tested). With precision::bf16 the caches hold bfloat16 (bf16_input): half the bytes, the
+// keys and values rounded as a bf16 product would read them.
 // Bad input is refused before anything runs: an empty prompt, a token outside the vocabulary, more
 // prompts than the batch, or a prompt plus new tokens longer than the cache or the positional table.
 #pragma once
@@ -19,6 +20,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ctgraph/graph/program.hpp"
@@ -32,17 +34,24 @@ namespace ctg::nn {
 /// one-token step program, both inference programs over the model's parameters (the training store).
 /// Model is an nn::gpt or nn::gpt2 type; T float or double. Products: precision::bf16 runs the two programs'
 /// matrix products on bf16 operands (the program option of the same name), in a float program.
-template <class Model, class T = float, precision Products = precision::f32>
+/// Cache: precision::bf16 keeps the KV cache in bfloat16 (the default with bf16 products).
+template <class Model, class T = float, precision Products = precision::f32, precision Cache = Products>
 class gpt_generator {
     static constexpr dim B = dyn('B'), Tp = dyn('T'), C = dyn('C');
     static constexpr std::size_t L = Model::layers, D = Model::width, V = Model::vocab;
+    static constexpr bool bf16_cache = Cache == precision::bf16;
+    static_assert(!bf16_cache || std::is_same_v<T, float>, "ctg::nn::gpt_generator: a bf16 KV cache is for float programs");
+    template <fixed_string Name, dim... Ds>
+    using cache_input = std::conditional_t<bf16_cache, bf16_input<Name, Ds...>, input<Name, Ds...>>;
 
 public:
+    /// The caches' element: T, or kernels::bf16_bits with a bf16 cache.
+    using cache_element = std::conditional_t<bf16_cache, kernels::bf16_bits, T>;
     using Prompt = index_input<"prompt", B, Tp>;  ///< the prefill's prompts (B, T), right-padded
     using Token = index_input<"token", B, 1>;  ///< the step's token per sequence (B, 1)
     using Pos = index_input<"pos", B>;  ///< the step's position per sequence (B)
-    using CacheK = input<"cache_k", int(L), B, int(D), C>;  ///< keys (layers, B, width, positions), feature-major (see ops/kv_cache.hpp)
-    using CacheV = input<"cache_v", int(L), B, C, int(D)>;  ///< values (layers, B, positions, width)
+    using CacheK = cache_input<"cache_k", int(L), B, int(D), C>;  ///< keys (layers, B, width, positions), feature-major (see ops/kv_cache.hpp)
+    using CacheV = cache_input<"cache_v", int(L), B, C, int(D)>;  ///< values (layers, B, positions, width)
     /// The prefill's output: the logits of every prompt position (B, T, vocab).
     static constexpr auto prefill_logits() { return Model::prefill_logits(Prompt{}, CacheK{}, CacheV{}); }
     /// The step's output: the next token's logits (B, 1, vocab).
@@ -62,7 +71,7 @@ public:
 
     std::size_t capacity() const { return capacity_; }  ///< the number of positions the cache holds
     /// Bytes of the key and value caches (allocated once, at construction).
-    std::size_t cache_bytes() const { return (cache_k_.size() + cache_v_.size()) * sizeof(T); }
+    std::size_t cache_bytes() const { return (cache_k_.size() + cache_v_.size()) * sizeof(cache_element); }
     /// Bytes of the two programs' working memory (activations and op scratch of the last prefill
     /// and step; weights and caches not counted): what generation needs beyond model and cache.
     std::size_t working_bytes() const { return (prefill_.arena_elements() + step_.arena_elements()) * sizeof(T); }
@@ -171,7 +180,7 @@ private:
     prefill_program prefill_;
     step_program step_;
     std::size_t max_batch_, capacity_;
-    aligned_vector<T> cache_k_, cache_v_;
+    aligned_vector<cache_element> cache_k_, cache_v_;
     std::vector<index_t> prompt_, token_, pos_, last_;
     choice_scratch scratch_;
 };

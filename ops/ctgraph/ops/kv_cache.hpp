@@ -17,6 +17,11 @@
 // The caches are state: inputs the caller binds to its own memory (program::bind), written in
 // place by these ops. Both are for inference programs (options{.inference = true}); their backward
 // throws. Every position is checked against the cache's length before anything is written.
+//
+// A cache may be a bf16_input (in a float program): the keys and values are stored rounded to
+// bfloat16 (nearest, ties to even: what a bf16 product reads) and read back exactly, half the bytes
+// a decoded token reads from the cache. Scores and weighted sums still accumulate in float
+// (kernels::combine_rows_bf16); the query, the softmax and the output stay float.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -24,10 +29,34 @@
 #include <string_view>
 
 #include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/bf16.hpp"
+#include "ctgraph/kernels/gemm.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/op.hpp"
 
 namespace ctg {
+namespace detail {
+/// A cache's elements: T, or bfloat16 bits when the cache is a bf16_input.
+template <class T, bool Bf16>
+using cache_elem = std::conditional_t<Bf16, kernels::bf16_bits, T>;
+template <class T, bool Bf16>
+constexpr void check_cache_scalar() {
+    static_assert(!Bf16 || std::is_same_v<T, float>, "ctg: a bf16 KV cache (bf16_input) is for float programs");
+}
+/// One value into a cache entry (rounded to bf16 for a bf16 cache).
+template <class C, class T>
+inline C to_cache(T v) {
+    if constexpr (std::is_same_v<C, kernels::bf16_bits>) return kernels::to_bf16(v);
+    else return v;
+}
+/// out[c] = sum_r w[r] rows[r * stride + c] (c < width) over float or bf16 rows.
+template <class T, class C>
+inline void combine_cache_rows(std::size_t count, std::size_t width, const T* w, const C* rows, std::size_t stride, T* out) {
+    if constexpr (std::is_same_v<C, kernels::bf16_bits>) kernels::combine_rows_bf16(count, width, w, rows, stride, out, nullptr);
+    else kernels::combine_rows(count, width, w, rows, stride, out);
+}
+}  // namespace detail
+
 namespace ops {
 
 [[noreturn]] inline void inference_only(std::string_view op) {
@@ -35,9 +64,10 @@ namespace ops {
                 ": a KV cache is for decoding programs; compile them with options{.inference = true}");
 }
 
-template <bool FeatureMajor = false>
+template <bool FeatureMajor = false, bool Bf16 = false>
 struct cache_store_op {
     static constexpr std::string_view name = "cache_store";
+    static constexpr bool reads_bf16_storage = Bf16;  ///< the cache may be a bf16_input
     template <class K, class Cache>
     static consteval bool check() {
         return K::rank == 3 && Cache::rank == 3 && K::dims[0] == Cache::dims[0] &&
@@ -52,12 +82,16 @@ struct cache_store_op {
         if (len > C)
             throw index_error("ctg::cache_store: " + std::to_string(len) + " positions of '" + std::string(c.x_name[0]) +
                               "' do not fit the cache '" + std::string(c.x_name[1]) + "' of " + std::to_string(C));
+        detail::check_cache_scalar<T, Bf16>();
+        using E = detail::cache_elem<T, Bf16>;
         const T* src = c.x_data(0);
-        T* dst = c.x[1].template as<T>();
+        E* dst = c.x[1].template as<E>();
         for (std::size_t b = 0; b < B; ++b) {
             if constexpr (FeatureMajor) {
                 for (std::size_t t = 0; t < len; ++t)
-                    for (std::size_t d = 0; d < D; ++d) dst[(b * D + d) * C + t] = src[(b * len + t) * D + d];
+                    for (std::size_t d = 0; d < D; ++d) dst[(b * D + d) * C + t] = detail::to_cache<E>(src[(b * len + t) * D + d]);
+            } else if constexpr (Bf16) {
+                kernels::pack_bf16(false, 1, len * D, src + b * len * D, len * D, dst + b * C * D);
             } else {
                 std::copy(src + b * len * D, src + (b + 1) * len * D, dst + b * C * D);
             }
@@ -68,10 +102,11 @@ struct cache_store_op {
     static void backward(op_io<T, 2>&) { inference_only(name); }
 };
 
-template <int Heads>
+template <int Heads, bool Bf16 = false>
 struct cached_attention_op {
     static constexpr std::string_view name = "cached_attention";
-    static std::string describe() { return std::to_string(Heads) + " heads"; }
+    static constexpr bool reads_bf16_storage = Bf16;  ///< the caches may be bf16_inputs
+    static std::string describe() { return std::to_string(Heads) + " heads" + (Bf16 ? ", bf16 cache" : ""); }
     template <class Q, class K, class V, class Kc, class Vc, class Pos>
     static consteval bool check() {
         return Q::rank == 3 && std::is_same_v<Q, K> && std::is_same_v<Q, V> && Q::dims[1] == dim(1) &&
@@ -94,21 +129,25 @@ struct cached_attention_op {
                 throw index_error("ctg::cached_attention: position " + std::to_string(pos[b]) + " of sequence " +
                                   std::to_string(b) + " (input '" + std::string(c.x_name[5]) +
                                   "') is outside the cache of " + std::to_string(C) + " positions");
-        T *kc = c.x[3].template as<T>(), *vc = c.x[4].template as<T>(), *y = c.y_data();
+        detail::check_cache_scalar<T, Bf16>();
+        using E = detail::cache_elem<T, Bf16>;
+        E *kc = c.x[3].template as<E>(), *vc = c.x[4].template as<E>();
+        T* y = c.y_data();
         T* scores = c.scratch.template as<T>();  // C scores, then dh scaled query features
         T* qs = scores + C;
         const T scale = T(1.0 / std::sqrt(double(dh)));
         for (std::size_t b = 0; b < B; ++b) {
             const std::size_t p = std::size_t(pos[b]), n = p + 1;
-            T *kb = kc + b * D * C, *vb = vc + b * C * D;  // keys (D, C), values (C, D)
-            const T *k = c.x_data(1) + b * D, *q = c.x_data(0) + b * D;
-            for (std::size_t d = 0; d < D; ++d) kb[d * C + p] = k[d];
-            std::copy(c.x_data(2) + b * D, c.x_data(2) + (b + 1) * D, vb + p * D);
+            E *kb = kc + b * D * C, *vb = vc + b * C * D;  // keys (D, C), values (C, D)
+            const T *k = c.x_data(1) + b * D, *q = c.x_data(0) + b * D, *v = c.x_data(2) + b * D;
+            for (std::size_t d = 0; d < D; ++d) kb[d * C + p] = detail::to_cache<E>(k[d]);
+            if constexpr (Bf16) kernels::pack_bf16(false, 1, D, v, D, vb + p * D);
+            else std::copy(v, v + D, vb + p * D);
             for (std::size_t h = 0; h < std::size_t(Heads); ++h) {
                 const std::size_t off = h * dh;
                 // scores[j] = scale * sum_d q[d] k[d, j]: rows of the feature-major keys, combined.
                 for (std::size_t d = 0; d < dh; ++d) qs[d] = scale * q[off + d];
-                kernels::combine_rows(dh, n, qs, static_cast<const T*>(kb + off * C), C, scores);
+                detail::combine_cache_rows(dh, n, static_cast<const T*>(qs), static_cast<const E*>(kb + off * C), C, scores);
                 const T mx = kernels::max(n, static_cast<const T*>(scores));
                 kernels::map(n, scores, [mx](auto v) {
                     using std::exp;
@@ -117,7 +156,7 @@ struct cached_attention_op {
                 const T inv = T(1) / kernels::sum(n, static_cast<const T*>(scores));
                 // The weights' normalisation applied to the dh outputs instead of the n weights.
                 T* out = y + b * D + off;
-                kernels::combine_rows(n, dh, static_cast<const T*>(scores), static_cast<const T*>(vb + off), D, out);
+                detail::combine_cache_rows(n, dh, static_cast<const T*>(scores), static_cast<const E*>(vb + off), D, out);
                 kernels::map(dh, out, [inv](auto v) { return v * decltype(v)(inv); }, static_cast<const T*>(out));
             }
         }
@@ -129,10 +168,10 @@ struct cached_attention_op {
 }  // namespace ops
 
 /// Stores k (B, T, D) at positions 0 .. T-1 of `cache`, (B, C, D), or (B, D, C) when FeatureMajor,
-/// and returns k (see the file comment).
+/// and returns k (see the file comment). The cache may be a bf16_input (k is stored rounded).
 template <bool FeatureMajor = false, expr K, expr Cache>
 constexpr auto cache_store(K k, Cache cache) {
-    using Op = ops::cache_store_op<FeatureMajor>;
+    using Op = ops::cache_store_op<FeatureMajor, Cache::is_bf16>;
     static_assert(with_shapes<any_poison<K, Cache> || Op::template check<typename K::shape, typename Cache::shape>(),
                               typename K::shape::pretty, typename Cache::shape::pretty>::value,
                   "ctg::cache_store: keys (B, T, D) go into a cache (B, C, D), or (B, D, C) feature-major, of the "
@@ -140,16 +179,18 @@ constexpr auto cache_store(K k, Cache cache) {
     return make_float_node<Op>(k, cache);
 }
 
-/// One decoding step of attention against a KV cache (see the file comment).
+/// One decoding step of attention against a KV cache (see the file comment). The caches are both
+/// float inputs or both bf16_inputs.
 template <int Heads, expr Q, expr K, expr V, expr Kc, expr Vc, expr Pos>
 constexpr auto cached_attention(Q q, K k, V v, Kc kc, Vc vc, Pos pos) {
-    using Op = ops::cached_attention_op<Heads>;
+    using Op = ops::cached_attention_op<Heads, Kc::is_bf16>;
     static_assert(with_shapes<any_poison<Q, K, V, Kc, Vc, Pos> ||
-                                  (Pos::is_index && Op::template check<typename Q::shape, typename K::shape, typename V::shape,
+                                  (Pos::is_index && Kc::is_bf16 == Vc::is_bf16 && !Q::is_bf16 && !K::is_bf16 && !V::is_bf16 &&
+                                   Op::template check<typename Q::shape, typename K::shape, typename V::shape,
                                                                        typename Kc::shape, typename Vc::shape, typename Pos::shape>()),
                               typename Q::shape::pretty, typename Kc::shape::pretty, typename Pos::shape::pretty>::value,
-                  "ctg::cached_attention: q, k, v must be (B, 1, D) with D a multiple of the heads, the key cache "
-                  "(B, D, C), the value cache (B, C, D), the positions an index_input (B)");
+                  "ctg::cached_attention: q, k, v must be float (B, 1, D) with D a multiple of the heads, the key cache "
+                  "(B, D, C), the value cache (B, C, D), both float or both bf16, the positions an index_input (B)");
     return make_node<Op>(q, k, v, kc, vc, pos);
 }
 }  // namespace ctg
