@@ -352,12 +352,13 @@ constexpr auto repeat_checked(Block block, X x, [[maybe_unused]] Extra... extra)
     static_assert(L >= 1, "ctg::repeat: at least one layer");
     static_assert(sizeof...(Extra) <= 64, "ctg::repeat: at most 64 extra arguments");
     static_assert(!X::is_bf16, "ctg::repeat: the carried value must be computed in floats, not a bf16_input");
-    using State = typename detail::placeholder_of<typename X::shape, element_of<X>>::template type<0>;
+    // (a bf16 X: the block is still composed over floats, so that the mistake is one error)
+    using State = typename detail::placeholder_of<typename X::shape, X::is_bf16 ? element::real : element_of<X>>::template type<0>;
     using Out = decltype(detail::cell_result([]<std::size_t... E>(Block b, std::index_sequence<E...>) {
         return b(State{}, typename detail::placeholder_of<typename detail::repeat_arg<Extra>::shape,
                                                           element_of<typename detail::repeat_arg<Extra>::type>>::template type<int(2 + E)>{}...);
     }(block, std::index_sequence_for<Extra...>{})));
-    if constexpr (Out::is_poison) {
+    if constexpr (Out::is_poison || X::is_bf16) {
         return poison{};
     } else {
         static_assert(with_shapes<std::is_same_v<typename Out::shape, typename X::shape>, typename Out::shape::pretty,

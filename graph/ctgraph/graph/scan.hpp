@@ -628,7 +628,9 @@ constexpr auto scan_checked(Cell cell, Xs xs, H0 h0, Len lengths) {
     using state_shape = shape<Xs::shape::dims[1], StateDims...>;
     static_assert(!Xs::is_bf16, "ctg::scan: the sequence must be floats or indices, not a bf16_input");
     using State = typename detail::placeholder_of<state_shape, element::real>::template type<0>;
-    using Step = typename detail::placeholder_of<shape_from<detail::step_shape<Xs>>, element_of<Xs>>::template type<1>;
+    // (a bf16 sequence: the cell is still composed over floats, so that the mistake is one error)
+    using Step = typename detail::placeholder_of<shape_from<detail::step_shape<Xs>>,
+                                                 Xs::is_bf16 ? element::real : element_of<Xs>>::template type<1>;
     using Out = decltype(detail::cell_result(cell(State{}, Step{})));
     static_assert(with_shapes<Out::is_poison || std::is_same_v<typename Out::shape, state_shape>,
                               typename Out::shape::pretty, typename state_shape::pretty>::value,
@@ -650,7 +652,7 @@ constexpr auto scan_checked(Cell cell, Xs xs, H0 h0, Len lengths) {
         if constexpr (Out::is_poison) return true; else return detail::cell_info<Out>::variant[detail::cell_info<Out>::out];
     }();
     static_assert(per_step, "ctg::scan: the cell's result depends on neither the state nor the step input");
-    if constexpr (Out::is_poison || !per_step) {
+    if constexpr (Out::is_poison || !per_step || Xs::is_bf16) {
         return poison{};
     } else {
         using Op = ops::scan_op<Out, has_h0, has_len, h0_rows>;
