@@ -1013,6 +1013,7 @@ public:
     bool is_index_input(std::string_view) const { return false; }
     void feed(std::string_view, const T*, const rshape&) {}
     void bind(std::string_view, T*, const rshape&) {}
+    void bind(std::string_view, kernels::bf16_bits*, const rshape&) {}
     void feed(std::string_view, const index_t*, const rshape&) {}
 
     T forward() { return T(0); }
