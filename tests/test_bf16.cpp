@@ -198,11 +198,11 @@ TEST_CASE("bf16 products on every engine equal a float64 product of the rounded 
 
 TEST_CASE("one row times a weight's bf16 copy (a decoding step's product): bias + sum of x_k w_k, in order", "[bf16]") {
     // Widths around the vector (16), the sums kept in registers (up to 4 vectors) and the column
-    // chunk (2,048) edges, and a leading dimension wider than the columns read (a column range of a
+    // chunk (65,536) edges, and a leading dimension wider than the columns read (a column range of a
     // larger weight, as the pool splits one).
     for (const std::size_t N : {std::size_t(1), std::size_t(15), std::size_t(16), std::size_t(17), std::size_t(32),
                                 std::size_t(63), std::size_t(64), std::size_t(79), std::size_t(80), std::size_t(300),
-                                std::size_t(2048), std::size_t(2064), std::size_t(5003)})
+                                std::size_t(2048), std::size_t(2064), std::size_t(5003), std::size_t(65536 + 37)})
         for (const std::size_t K : {std::size_t(1), std::size_t(7), std::size_t(96)})
             for (const bool with_bias : {false, true}) {
                 const std::size_t ldw = N + 5;

@@ -599,11 +599,12 @@ inline gemm_cut bf16_cut(std::size_t M, std::uint64_t flops, std::size_t P) {
 /// bias may be null): a decoding step's product, reading half the bytes of a float weight (and
 /// attention over a bf16 KV cache, ops/kv_cache.hpp). Each sum is bias + x_0 w_0 + x_1 w_1 + ... in
 /// that order (one fused multiply-add per term). bf16 becomes float by a shift.
-// Columns in chunks of 2,048 whose sums stay in L1 (8 KB) while each row of W streams past
-// contiguously (4 KB per visit): kept in registers over 128 columns instead, a GPT-2 head's rows,
-// 100 KB apart, were visited for 256 bytes each, every visit a new page, and decoding from bf16
-// weights ran no faster than from float ones (that head's product: 3.3 GB/s then, 11-15 now,
-// against 14 from a float weight; the machine reads 16.7). Widths of 16 to 79 columns (attention's
+// Four rows a pass over chunks of up to 65,536 columns, whose sums (256 KB at most) stay in L2
+// while the rows stream past: in chunks of 2,048 (sums in L1), a GPT-2 head's rows, 100 KB apart,
+// were read 4 KB at a time, every visit a new page, and that pattern alone reads memory at 12-13
+// GB/s on AMD Zen 4 against 24 for four rows read whole (the head's product: 5.8 -> 3.5 ms, 13 ->
+// 22 GB/s; the layers' products, 768 to 3,072 columns wide, gain 5 %). Kept in registers over 128
+// columns instead, those rows were visited for 256 bytes each (3.3 GB/s on the Intel host). Widths of 16 to 79 columns (attention's
 // weighted sum of one head's values over a bf16 KV cache, a small vocabulary's head) keep their sums
 // in up to four registers over all the rows instead: a chunk's sums went through memory for every
 // four rows, and 32 columns of 257 rows took 0.72 us against 0.32 (64 columns: 0.77 against 0.59;
@@ -614,7 +615,7 @@ inline void combine_rows_bf16(std::size_t K, std::size_t N, const float* x, cons
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
     const auto widen = [](__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); };
     if (!scalar_only()) {
-        constexpr std::size_t chunk = 2048;
+        constexpr std::size_t chunk = 65536;
         const std::size_t whole = N / 16 * 16;
         const auto narrow = [&]<std::size_t NB>(std::integral_constant<std::size_t, NB>) {
             __m512 acc[NB];
