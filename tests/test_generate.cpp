@@ -28,6 +28,17 @@ struct recompute {
     }
 };
 
+/// The largest |got[offset + v] - want[v]| over the vocabulary, and the largest |want[v]| (at least `floor`).
+struct logit_gap {
+    float worst = 0, scale = 0;
+    logit_gap(const std::vector<float>& got, std::size_t offset, const std::vector<float>& want, float floor) : scale(floor) {
+        for (std::size_t v = 0; v < want.size(); ++v) {
+            worst = std::max(worst, std::abs(got[offset + v] - want[v]));
+            scale = std::max(scale, std::abs(want[v]));
+        }
+    }
+};
+
 std::shared_ptr<parameter_store<float>> trained_looking_store() {
     auto store = std::make_shared<parameter_store<float>>();
     nn::gpt_generator<model> probe(store, 1, 1);  // registers the parameters
@@ -54,13 +65,9 @@ TEST_CASE("KV-cache decoding equals a full recompute, prompts of different lengt
         std::vector<int> seq = prompts[b];
         for (std::size_t t = 0; t < 12; ++t) {
             const auto want = full.last_logits(seq);
-            float worst = 0, scale = 0;
-            for (std::size_t v = 0; v < 13; ++v) {
-                worst = std::max(worst, std::abs(logits[b][t * 13 + v] - want[v]));
-                scale = std::max(scale, std::abs(want[v]));
-            }
+            const logit_gap gap(logits[b], t * 13, want, 1.0f);
             INFO("sequence " << b << ", new token " << t);
-            CHECK(worst <= 1e-5f * std::max(1.0f, scale));
+            CHECK(gap.worst <= 1e-5f * gap.scale);
             const int argmax = int(std::max_element(want.begin(), want.end()) - want.begin());
             CHECK(out[b][t] == argmax);
             seq.push_back(out[b][t]);
@@ -261,14 +268,9 @@ TEST_CASE("decoding from a bf16 KV cache stays within bf16's rounding of a full 
     for (std::size_t b = 0; b < 3; ++b) {
         std::vector<int> seq = prompts[b];
         for (std::size_t t = 0; t < 12; ++t) {
-            const auto want = ref.last_logits(seq);
-            float worst = 0, scale = 1;
-            for (std::size_t v = 0; v < 13; ++v) {
-                worst = std::max(worst, std::abs(logits[b][t * 13 + v] - want[v]));
-                scale = std::max(scale, std::abs(want[v]));
-            }
-            worst_ratio = std::max(worst_ratio, worst / scale);
-            largest = std::max(largest, worst);
+            const logit_gap gap(logits[b], t * 13, ref.last_logits(seq), 1.0f);
+            worst_ratio = std::max(worst_ratio, gap.worst / gap.scale);
+            largest = std::max(largest, gap.worst);
             seq.push_back(out[b][t]);
         }
     }
