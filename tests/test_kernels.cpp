@@ -387,6 +387,41 @@ TEST_CASE("combine_rows: SIMD register blocks match the scalar loop", "[kernels]
             }
 }
 
+TEST_CASE("combine_rows: rows of 1 KB and more (sums in memory, four rows a pass) give the register blocks' bits", "[kernels]") {
+    // combine_wide must add each column's terms in the order the 8-batch register blocks do: the
+    // decoding step's products (and exact resume) keep their bits whichever form the width picks.
+    // (Both forms through combine_rows, compiled alike: xsimd 8.1's AVX-512 fma is x * y + z, fused
+    // or not as the compiler's options decide.)
+    using V = kernels::batch<float>;
+    constexpr std::size_t block = 8 * V::size;
+    for (std::size_t width : {std::size_t(1024 / sizeof(float)), 3 * block + 5, std::size_t(768 + 9), 65536 + 2 * block + 3})
+        for (std::size_t count : {1, 3, 4, 9})
+            for (bool with_bias : {false, true}) {
+                const std::size_t stride = width + 1;
+                auto w = random_vector<float>(count, 7), rows = random_vector<float>(count * stride, 8);
+                auto bias = random_vector<float>(width, 9);
+                const float* b = with_bias ? bias.data() : nullptr;
+                std::vector<float> out(width), blocks(width);
+                kernels::combine_rows(count, width, w.data(), rows.data(), stride, out.data(), b);
+                const std::size_t whole = width / block * block;
+                for (std::size_t c = 0; c < whole; c += block)  // one block at a time: under 1 KB, in registers
+                    kernels::combine_rows(count, block, w.data(), rows.data() + c, stride, blocks.data() + c, b ? b + c : nullptr);
+                // (A rest narrower than a batch has the last batch of columns summed again, rows interleaved.)
+                const std::size_t kept = width % V::size ? std::min(whole, width - V::size) : whole;
+                std::size_t differ = 0;
+                for (std::size_t c = 0; c < kept; ++c) differ += out[c] != blocks[c];
+                INFO("width " << width << ", rows " << count << ", bias " << with_bias);
+                CHECK(differ == 0);
+                double worst = 0;  // and the sums are right (the rest of the columns too)
+                for (std::size_t c = 0; c < width; ++c) {
+                    double exact = with_bias ? bias[c] : 0.0;
+                    for (std::size_t r = 0; r < count; ++r) exact += double(w[r]) * rows[r * stride + c];
+                    worst = std::max(worst, std::abs(out[c] - exact) / (1 + std::abs(exact)));
+                }
+                CHECK(worst < 1e-5);
+            }
+}
+
 TEST_CASE("thread pool: a late worker never claims a task of the next job (short jobs, then long ones)", "[kernels][threads]") {
     // A worker still in the last job's claim loop that read the next job's (larger) size could
     // claim an index under the last epoch: that task ran twice and the caller stopped waiting one
