@@ -603,7 +603,10 @@ inline gemm_cut bf16_cut(std::size_t M, std::uint64_t flops, std::size_t P) {
 // while the rows stream past: in chunks of 2,048 (sums in L1), a GPT-2 head's rows, 100 KB apart,
 // were read 4 KB at a time, every visit a new page, and that pattern alone reads memory at 12-13
 // GB/s on AMD Zen 4 against 24 for four rows read whole (the head's product: 5.8 -> 3.5 ms, 13 ->
-// 22 GB/s; the layers' products, 768 to 3,072 columns wide, gain 5 %). Kept in registers over 128
+// 22 GB/s; the layers' products, 768 to 3,072 columns wide, gain 5 %). Over weights too large to
+// stay in cache (kernels::row_prefetch_min_bytes) each pass prefetches the next four rows into L2:
+// the hardware prefetchers alone kept rows of 1.5-6 KB (GPT-2's layers) at 10-16 GB/s, 20-22 with
+// it (1.4-2x; decode-gpt2-cache in bf16 1.6x faster). Kept in registers over 128
 // columns instead, those rows were visited for 256 bytes each (3.3 GB/s on the Intel host). Widths of 16 to 79 columns (attention's
 // weighted sum of one head's values over a bf16 KV cache, a small vocabulary's head) keep their sums
 // in up to four registers over all the rows instead: a chunk's sums went through memory for every
@@ -643,18 +646,23 @@ inline void combine_rows_bf16(std::size_t K, std::size_t N, const float* x, cons
             // and stores the chunk's sums once, where a row a pass did for every row (an L1-bound
             // loop: gpt-s's decoding step 15 % slower or faster with the loop's code alignment).
             auto row_at = [&](std::size_t k) { return reinterpret_cast<const __m256i*>(w + k * ldw + c0); };
-            auto prefetch_rows = [&](std::size_t k0, std::size_t k1) {  // their first lines: new pages to the prefetchers
-                for (std::size_t k = k0; k < std::min(k1, K); ++k)
-                    for (std::size_t b = 0; b < std::min<std::size_t>(2 * n, 1024); b += 64)
-                        _mm_prefetch(reinterpret_cast<const char*>(row_at(k)) + b, _MM_HINT_T0);
-            };
+            // The next four rows into L2 as these are read, when the weight is too large to stay in cache.
+            const bool prefetch = K * ldw * sizeof(bf16_bits) >= row_prefetch_min_bytes;
             std::size_t k = 0;
             for (; k + 4 <= K; k += 4) {
-                prefetch_rows(k + 4, k + 8);
                 const __m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(x[k + 1]), x2 = _mm512_set1_ps(x[k + 2]),
                              x3 = _mm512_set1_ps(x[k + 3]);
                 const __m256i *r0 = row_at(k), *r1 = row_at(k + 1), *r2 = row_at(k + 2), *r3 = row_at(k + 3);
+                const std::size_t ka = k + 8 <= K ? k + 4 : k;  // the next four rows (the last four: these, in cache)
+                const char *a0 = reinterpret_cast<const char*>(row_at(ka)), *a1 = reinterpret_cast<const char*>(row_at(ka + 1)),
+                           *a2 = reinterpret_cast<const char*>(row_at(ka + 2)), *a3 = reinterpret_cast<const char*>(row_at(ka + 3));
                 for (std::size_t j = 0, v = 0; j < n; j += 16, ++v) {
+                    if (prefetch && !(v & 1)) {  // into L2, a line of each of the next four rows for every line of these read
+                        _mm_prefetch(a0 + 2 * j, _MM_HINT_T1);
+                        _mm_prefetch(a1 + 2 * j, _MM_HINT_T1);
+                        _mm_prefetch(a2 + 2 * j, _MM_HINT_T1);
+                        _mm_prefetch(a3 + 2 * j, _MM_HINT_T1);
+                    }
                     __m512 acc = _mm512_loadu_ps(yc + j);
                     acc = _mm512_fmadd_ps(x0, widen(_mm256_loadu_si256(r0 + v)), acc);
                     acc = _mm512_fmadd_ps(x1, widen(_mm256_loadu_si256(r1 + v)), acc);
@@ -664,7 +672,6 @@ inline void combine_rows_bf16(std::size_t K, std::size_t N, const float* x, cons
                 }
             }
             for (; k < K; ++k) {
-                prefetch_rows(k + 1, k + 2);
                 const __m512 xv = _mm512_set1_ps(x[k]);
                 const __m256i* row = row_at(k);
                 for (std::size_t j = 0, v = 0; j < n; j += 16, ++v)

@@ -131,6 +131,12 @@ inline T max(std::size_t n, const T* x) {
     return m;
 }
 
+/// The one-row products (combine_rows, combine_rows_bf16) prefetch the rows they read next into L2
+/// when the rows they read span this much or more: memory then streams at 20-25 GB/s on AMD Zen 4
+/// where the hardware prefetchers alone gave 10-16 for rows of 1.5-6 KB (GPT-2's layers: 1.5-2.7x).
+/// Smaller weights are read from cache from step to step, where the prefetches cost up to 30 %.
+inline constexpr std::size_t row_prefetch_min_bytes = std::size_t(512) << 10;
+
 namespace detail {
 /// One block of combine_rows: NB batches of columns, the rows taken RI at a time into separate
 /// accumulators (RI > 1 when the block is narrow, so the sum is not one chain of dependent FMAs).
@@ -158,27 +164,36 @@ inline void combine_block(std::size_t count, const T* w, const T* rows, std::siz
 
 /// combine_rows over `width` columns (a multiple of the batch) with the sums in memory: four rows a
 /// pass over chunks of up to 256 KB of sums (in L2), each sum still bias + w_0 r_0 + w_1 r_1 + ...
-/// in row order, one FMA per term: the bits of combine_block<V, NB, 1>.
+/// in row order, one FMA per term: the bits of combine_block<V, NB, 1>. Over rows spanning
+/// row_prefetch_min_bytes or more, each pass also prefetches the next four rows into L2.
 template <class V, class T>
 inline void combine_wide(std::size_t count, std::size_t width, const T* w, const T* rows, std::size_t stride, T* out, const T* bias) {
     constexpr std::size_t W = V::size, chunk = (std::size_t(256) << 10) / sizeof(T);
+    const bool prefetch = count * stride * sizeof(T) >= row_prefetch_min_bytes;
+    const auto pass = [&]<bool Prefetch>(std::size_t r, std::size_t c0, std::size_t n, T* o) {
+        const V w0(w[r]), w1(w[r + 1]), w2(w[r + 2]), w3(w[r + 3]);
+        const T *p0 = rows + r * stride + c0, *p1 = p0 + stride, *p2 = p1 + stride, *p3 = p2 + stride;
+        const T* a0 = r + 8 <= count ? p0 + 4 * stride : p0;  // the next four rows (the last four: these)
+        for (std::size_t j = 0; j < n; j += W) {
+            if constexpr (Prefetch)
+                if ((j * sizeof(T)) % 64 == 0)  // prefetcht1: a line of each for every line of these read
+                    for (std::size_t i = 0; i < 4; ++i) __builtin_prefetch(a0 + i * stride + j, 0, 2);
+            V a = V::load_unaligned(o + j);
+            a = xsimd::fma(w0, V::load_unaligned(p0 + j), a);
+            a = xsimd::fma(w1, V::load_unaligned(p1 + j), a);
+            a = xsimd::fma(w2, V::load_unaligned(p2 + j), a);
+            a = xsimd::fma(w3, V::load_unaligned(p3 + j), a);
+            a.store_unaligned(o + j);
+        }
+    };
     for (std::size_t c0 = 0; c0 < width; c0 += chunk) {
         const std::size_t n = std::min(chunk, width - c0);
         T* o = out + c0;
         for (std::size_t j = 0; j < n; j += W) (bias ? V::load_unaligned(bias + c0 + j) : V(T(0))).store_unaligned(o + j);
         std::size_t r = 0;
-        for (; r + 4 <= count; r += 4) {
-            const V w0(w[r]), w1(w[r + 1]), w2(w[r + 2]), w3(w[r + 3]);
-            const T *p0 = rows + r * stride + c0, *p1 = p0 + stride, *p2 = p1 + stride, *p3 = p2 + stride;
-            for (std::size_t j = 0; j < n; j += W) {
-                V a = V::load_unaligned(o + j);
-                a = xsimd::fma(w0, V::load_unaligned(p0 + j), a);
-                a = xsimd::fma(w1, V::load_unaligned(p1 + j), a);
-                a = xsimd::fma(w2, V::load_unaligned(p2 + j), a);
-                a = xsimd::fma(w3, V::load_unaligned(p3 + j), a);
-                a.store_unaligned(o + j);
-            }
-        }
+        for (; r + 4 <= count; r += 4)
+            if (prefetch) pass.template operator()<true>(r, c0, n, o);
+            else pass.template operator()<false>(r, c0, n, o);
         for (; r < count; ++r) {
             const V wr(w[r]);
             const T* p = rows + r * stride + c0;
@@ -192,10 +207,11 @@ inline void combine_wide(std::size_t count, std::size_t width, const T* w, const
 /// weighted sum of `count` rows (a vector-matrix product: a decoding step's layers). Accumulates in
 /// registers or, over rows of 1 KB and more, in L2. Blocks of 8 batches of columns (128 floats)
 /// where the width allows; when there are 1 KB of them a row or more (a decoder's layers and head),
-/// four rows a pass over all those columns with the sums in memory (combine_wide): held in registers
-/// across all the rows, 128 columns at a time, a GPT-2 head's rows (200 KB apart) were visited 512
-/// bytes each, and that read memory at 9-10 GB/s on AMD Zen 4 against 22-25 four whole rows at a
-/// time (768 x 50,257: 16.4 -> 6.9 ms; GPT-2's layers 1.4-2.2x; weights in L2 1.05-1.5x; AVX2 alike).
+/// four rows a pass over all those columns with the sums in memory, the next four rows prefetched
+/// (combine_wide): held in registers across all the rows, 128 columns at a time, a GPT-2 head's rows
+/// (200 KB apart) were visited 512 bytes each, and that read memory at 9-10 GB/s on AMD Zen 4
+/// against 25 now (768 x 50,257: 16.4 -> 6.0 ms; GPT-2's layers 2.0-2.7x, 20-25 GB/s; weights in L2
+/// 1.05-1.5x; AVX2 alike).
 /// Below 1 KB (128 columns: gpt-s's step, the rows contiguous) the register blocks stream better.
 /// Narrower rests (a head's 32 features) in one pass with rows interleaved; a rest narrower than a
 /// batch as the last full batch of columns once more.
