@@ -49,6 +49,12 @@ inline C to_cache(T v) {
     if constexpr (std::is_same_v<C, kernels::bf16_bits>) return kernels::to_bf16(v);
     else return v;
 }
+/// n contiguous values into a cache (rounded to bf16 for a bf16 cache, as to_cache).
+template <class T, class C>
+inline void store_cache_row(std::size_t n, const T* from, C* to) {
+    if constexpr (std::is_same_v<C, kernels::bf16_bits>) kernels::pack_bf16(false, 1, n, from, n, to);
+    else std::copy(from, from + n, to);
+}
 /// out[c] = sum_r w[r] rows[r * stride + c] (c < width) over float or bf16 rows.
 template <class T, class C>
 inline void combine_cache_rows(std::size_t count, std::size_t width, const T* w, const C* rows, std::size_t stride, T* out) {
@@ -90,10 +96,8 @@ struct cache_store_op {
             if constexpr (FeatureMajor) {
                 for (std::size_t t = 0; t < len; ++t)
                     for (std::size_t d = 0; d < D; ++d) dst[(b * D + d) * C + t] = detail::to_cache<E>(src[(b * len + t) * D + d]);
-            } else if constexpr (Bf16) {
-                kernels::pack_bf16(false, 1, len * D, src + b * len * D, len * D, dst + b * C * D);
             } else {
-                std::copy(src + b * len * D, src + (b + 1) * len * D, dst + b * C * D);
+                detail::store_cache_row(len * D, src + b * len * D, dst + b * C * D);
             }
         }
         std::copy(src, src + B * len * D, c.y_data());
@@ -141,8 +145,7 @@ struct cached_attention_op {
             E *kb = kc + b * D * C, *vb = vc + b * C * D;  // keys (D, C), values (C, D)
             const T *k = c.x_data(1) + b * D, *q = c.x_data(0) + b * D, *v = c.x_data(2) + b * D;
             for (std::size_t d = 0; d < D; ++d) kb[d * C + p] = detail::to_cache<E>(k[d]);
-            if constexpr (Bf16) kernels::pack_bf16(false, 1, D, v, D, vb + p * D);
-            else std::copy(v, v + D, vb + p * D);
+            detail::store_cache_row(D, v, vb + p * D);
             for (std::size_t h = 0; h < std::size_t(Heads); ++h) {
                 const std::size_t off = h * dh;
                 // scores[j] = scale * sum_d q[d] k[d, j]: rows of the feature-major keys, combined.
