@@ -364,6 +364,17 @@ TEST_CASE("max and sum reductions handle every length", "[kernels]") {
     }
 }
 
+/// bias[c] + sum_r w[r] rows[r * stride + c] in double (bias may be null): combine_rows' reference.
+std::vector<double> combine_exact(std::size_t count, std::size_t width, const std::vector<float>& w, const std::vector<float>& rows,
+                                  std::size_t stride, const float* bias) {
+    std::vector<double> exact(width);
+    for (std::size_t c = 0; c < width; ++c) {
+        exact[c] = bias ? bias[c] : 0.0;
+        for (std::size_t r = 0; r < count; ++r) exact[c] += double(w[r]) * rows[r * stride + c];
+    }
+    return exact;
+}
+
 TEST_CASE("combine_rows: SIMD register blocks match the scalar loop", "[kernels]") {
     // Widths reach every block: 8-batch blocks, each rest of 1 to 7 batches, scalar tails.
     for (std::size_t width : {1, 15, 16, 32, 48, 64, 65, 80, 96, 112, 128, 200, 255, 257})
@@ -378,10 +389,9 @@ TEST_CASE("combine_rows: SIMD register blocks match the scalar loop", "[kernels]
                 kernels::scalar_only() = true;
                 kernels::combine_rows(count, width, w.data(), rows.data(), stride, slow.data(), b);
                 kernels::scalar_only() = false;
+                const auto exact = combine_exact(count, width, w, rows, stride, b);
                 for (std::size_t c = 0; c < width; ++c) {
-                    double exact = with_bias ? bias[c] : 0.0;
-                    for (std::size_t r = 0; r < count; ++r) exact += double(w[r]) * rows[r * stride + c];
-                    CHECK(slow[c] == Approx(exact).epsilon(1e-5).margin(1e-4));
+                    CHECK(slow[c] == Approx(exact[c]).epsilon(1e-5).margin(1e-4));
                     CHECK(fast[c] == Approx(slow[c]).epsilon(1e-5).margin(1e-5));
                 }
             }
@@ -412,12 +422,9 @@ TEST_CASE("combine_rows: rows of 1 KB and more (sums in memory, four rows a pass
                 for (std::size_t c = 0; c < kept; ++c) differ += out[c] != blocks[c];
                 INFO("width " << width << ", rows " << count << ", bias " << with_bias);
                 CHECK(differ == 0);
-                double worst = 0;  // and the sums are right (the rest of the columns too)
-                for (std::size_t c = 0; c < width; ++c) {
-                    double exact = with_bias ? bias[c] : 0.0;
-                    for (std::size_t r = 0; r < count; ++r) exact += double(w[r]) * rows[r * stride + c];
-                    worst = std::max(worst, std::abs(out[c] - exact) / (1 + std::abs(exact)));
-                }
+                const auto exact = combine_exact(count, width, w, rows, stride, b);  // and the sums are right (every column)
+                double worst = 0;
+                for (std::size_t c = 0; c < width; ++c) worst = std::max(worst, std::abs(out[c] - exact[c]) / (1 + std::abs(exact[c])));
                 CHECK(worst < 1e-5);
             }
 }

@@ -133,7 +133,8 @@ inline T max(std::size_t n, const T* x) {
 
 /// The one-row products (combine_rows, combine_rows_bf16) prefetch the rows they read next into L2
 /// when the rows they read span this much or more: memory then streams at 20-25 GB/s on AMD Zen 4
-/// where the hardware prefetchers alone gave 10-16 for rows of 1.5-6 KB (GPT-2's layers: 1.5-2.7x).
+/// where the hardware prefetchers alone gave 10-16 for rows of 1.5-6 KB (GPT-2's layers: 1.4-2.1x in
+/// bf16, with the four-rows form 1.9-2.4x in float).
 /// Smaller weights are read from cache from step to step, where the prefetches cost up to 30 %.
 inline constexpr std::size_t row_prefetch_min_bytes = std::size_t(512) << 10;
 
@@ -210,8 +211,8 @@ inline void combine_wide(std::size_t count, std::size_t width, const T* w, const
 /// four rows a pass over all those columns with the sums in memory, the next four rows prefetched
 /// (combine_wide): held in registers across all the rows, 128 columns at a time, a GPT-2 head's rows
 /// (200 KB apart) were visited 512 bytes each, and that read memory at 9-10 GB/s on AMD Zen 4
-/// against 25 now (768 x 50,257: 16.4 -> 6.0 ms; GPT-2's layers 2.0-2.7x, 20-25 GB/s; weights in L2
-/// 1.05-1.5x; AVX2 alike).
+/// against 25 now (768 x 50,257: 16.4 -> 6.0 ms; GPT-2's layers 1.9-2.4x, 20-25 GB/s; weights in
+/// cache, without the prefetch, 1.05-1.5x; AVX2 alike).
 /// Below 1 KB (128 columns: gpt-s's step, the rows contiguous) the register blocks stream better.
 /// Narrower rests (a head's 32 features) in one pass with rows interleaved; a rest narrower than a
 /// batch as the last full batch of columns once more.
