@@ -196,6 +196,19 @@ TEST_CASE("bf16 products on every engine equal a float64 product of the rounded 
     }
 }
 
+/// Each column c < n of y against bias + x_0 w_0 + x_1 w_1 + ... in row order, one std::fma per
+/// term: how many differ in any bit.
+std::size_t differing_from_chain(std::size_t K, std::size_t n, const std::vector<float>& x, const std::vector<bf16_bits>& w,
+                                 std::size_t ldw, const float* bias, const float* y) {
+    std::size_t differ = 0;
+    for (std::size_t c = 0; c < n; ++c) {
+        float acc = bias ? bias[c] : 0.0f;
+        for (std::size_t k = 0; k < K; ++k) acc = std::fma(x[k], kernels::from_bf16(w[k * ldw + c]), acc);
+        differ += std::bit_cast<std::uint32_t>(acc) != std::bit_cast<std::uint32_t>(y[c]);
+    }
+    return differ;
+}
+
 TEST_CASE("one row times a weight's bf16 copy (a decoding step's product): bias + sum of x_k w_k, in order", "[bf16]") {
     // Widths around the vector (16), the sums kept in registers (up to 4 vectors) and the column
     // chunk (65,536) edges, and a leading dimension wider than the columns read (a column range of a
@@ -212,17 +225,59 @@ TEST_CASE("one row times a weight's bf16 copy (a decoding step's product): bias 
                 std::vector<bf16_bits> w(K * ldw);
                 kernels::pack_bf16(false, K, ldw, wf.data(), ldw, w.data());
                 std::vector<float> y(N + 1, 7.0f);  // y[N] must stay as it is
-                kernels::combine_rows_bf16(K, N, x.data(), w.data(), ldw, y.data(), with_bias ? bias.data() : nullptr);
+                kernels::combine_rows(K, N, x.data(), w.data(), ldw, y.data(), with_bias ? bias.data() : nullptr);
                 INFO("N " << N << " K " << K << " bias " << with_bias);
-                std::size_t differ = 0;
-                for (std::size_t c = 0; c < N; ++c) {
-                    float acc = with_bias ? bias[c] : 0.0f;  // one fused multiply-add per term, k in order
-                    for (std::size_t k = 0; k < K; ++k) acc = std::fma(x[k], kernels::from_bf16(w[k * ldw + c]), acc);
-                    differ += std::bit_cast<std::uint32_t>(acc) != std::bit_cast<std::uint32_t>(y[c]);
-                }
-                CHECK(differ == 0);
+                CHECK(differing_from_chain(K, N, x, w, ldw, with_bias ? bias.data() : nullptr, y.data()) == 0);
                 CHECK(y[N] == 7.0f);
             }
+}
+
+/// The one-row kernels at instruction set A (whatever this build's own is): the widening load and
+/// both forms of the sums, register blocks and four rows a pass.
+template <class A>
+void check_one_row_kernels_at() {
+    using V = xsimd::batch<float, A>;
+    constexpr std::size_t W = V::size;
+    INFO(A::name() << ", " << W << " lanes");
+    std::vector<bf16_bits> bits(W);
+    for (std::size_t i = 0; i < W; ++i) bits[i] = kernels::to_bf16(float(i) * -1.75f + 0.3f);
+    alignas(64) float lanes[W];
+    kernels::load_lanes<V>(bits.data()).store_aligned(lanes);
+    for (std::size_t i = 0; i < W; ++i) CHECK(lanes[i] == kernels::from_bf16(bits[i]));
+    for (const std::size_t K : {std::size_t(1), std::size_t(5), std::size_t(9)})
+        for (const std::size_t n : {W, 3 * W, 40 * W, 65536 + 2 * W})  // (65,536 floats of sums: a chunk)
+            for (const bool with_bias : {false, true}) {
+                const std::size_t ldw = n + 3;
+                auto x = randoms(K, 21);
+                for (auto& v : x) v = kernels::round_bf16(v);
+                const auto wf = randoms(K * ldw, 22), bias = randoms(n, 23);
+                std::vector<bf16_bits> w(K * ldw);
+                kernels::pack_bf16(false, K, ldw, wf.data(), ldw, w.data());
+                const float* b = with_bias ? bias.data() : nullptr;
+                std::vector<float> wide(n), block(W);
+                kernels::detail::combine_wide<V>(K, n, x.data(), w.data(), ldw, wide.data(), b);
+                kernels::detail::combine_block<V, 1, 1>(K, x.data(), w.data(), ldw, block.data(), b);
+                INFO("K " << K << " n " << n << " bias " << with_bias);
+                CHECK(differing_from_chain(K, n, x, w, ldw, b, wide.data()) == 0);
+                CHECK(differing_from_chain(K, W, x, w, ldw, b, block.data()) == 0);
+            }
+}
+
+TEST_CASE("one row times bf16 rows: the same bits at every instruction set this build can run", "[bf16]") {
+    // A CPU without AVX-512 runs the AVX2 or SSE2 form of these kernels: each is checked here on
+    // any host whose build has it (the generic form, one lane at a time, at a made-up width).
+#if XSIMD_WITH_SSE2
+    check_one_row_kernels_at<xsimd::sse2>();
+#endif
+#if XSIMD_WITH_AVX2
+    check_one_row_kernels_at<xsimd::avx2>();
+#endif
+#if XSIMD_WITH_FMA3_AVX2
+    check_one_row_kernels_at<xsimd::fma3<xsimd::avx2>>();
+#endif
+#if XSIMD_WITH_AVX512BW
+    check_one_row_kernels_at<xsimd::avx512bw>();
+#endif
 }
 
 TEST_CASE("bf16 engines: the environment's choice is checked, and the engines agree", "[bf16]") {

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -397,11 +398,11 @@ TEST_CASE("combine_rows: SIMD register blocks match the scalar loop", "[kernels]
             }
 }
 
-TEST_CASE("combine_rows: rows of 1 KB and more (sums in memory, four rows a pass) give the register blocks' bits", "[kernels]") {
-    // combine_wide must add each column's terms in the order the 8-batch register blocks do: the
-    // decoding step's products (and exact resume) keep their bits whichever form the width picks.
-    // (Both forms through combine_rows, compiled alike: xsimd 8.1's AVX-512 fma is x * y + z, fused
-    // or not as the compiler's options decide.)
+TEST_CASE("combine_rows: rows of 1 KB and more (sums in memory, four rows a pass) add each column's terms in row order", "[kernels]") {
+    // combine_wide and the 8-batch register blocks must both compute bias + w_0 r_0 + w_1 r_1 + ...
+    // in row order, one fused multiply-add per term (kernels::fmadd: the instruction wherever the
+    // target has one, at any optimisation level): the decoding step's products (and exact resume)
+    // keep their bits whichever form the width picks.
     using V = kernels::batch<float>;
     constexpr std::size_t block = 8 * V::size;
     for (std::size_t width : {std::size_t(1024 / sizeof(float)), 3 * block + 5, std::size_t(768 + 9), 65536 + 2 * block + 3})
@@ -418,10 +419,16 @@ TEST_CASE("combine_rows: rows of 1 KB and more (sums in memory, four rows a pass
                     kernels::combine_rows(count, block, w.data(), rows.data() + c, stride, blocks.data() + c, b ? b + c : nullptr);
                 // (A rest narrower than a batch has the last batch of columns summed again, rows interleaved.)
                 const std::size_t kept = width % V::size ? std::min(whole, width - V::size) : whole;
-                std::size_t differ = 0;
-                for (std::size_t c = 0; c < kept; ++c) differ += out[c] != blocks[c];
+                std::size_t differ = 0, differ_blocks = 0;
+                for (std::size_t c = 0; c < kept; ++c) {
+                    float chain = b ? b[c] : 0.0f;
+                    for (std::size_t r = 0; r < count; ++r) chain = kernels::fmadd(w[r], rows[r * stride + c], chain);
+                    differ += std::bit_cast<std::uint32_t>(out[c]) != std::bit_cast<std::uint32_t>(chain);
+                    differ_blocks += std::bit_cast<std::uint32_t>(blocks[c]) != std::bit_cast<std::uint32_t>(chain);
+                }
                 INFO("width " << width << ", rows " << count << ", bias " << with_bias);
                 CHECK(differ == 0);
+                CHECK(differ_blocks == 0);
                 const auto exact = combine_exact(count, width, w, rows, stride, b);  // and the sums are right (every column)
                 double worst = 0;
                 for (std::size_t c = 0; c < width; ++c) worst = std::max(worst, std::abs(out[c] - exact[c]) / (1 + std::abs(exact[c])));

@@ -581,6 +581,14 @@ void gemm_together(std::array<gemm_args<T>, n> g) {  // (not inline: see CTG_SEP
 #endif
 }
 
+/// y (N) = bias + x W for one row x (K floats) and a bf16 matrix W (K x N, leading dimension ldw):
+/// combine_rows over bf16 rows, by its earlier name.
+[[deprecated("ctg::kernels::combine_rows_bf16 is combine_rows(K, N, x, w, ldw, y, bias) over bf16 rows")]]
+inline void combine_rows_bf16(std::size_t K, std::size_t N, const float* x, const bf16_bits* w, std::size_t ldw, float* y,
+                              const float* bias) {
+    combine_rows(K, N, x, w, ldw, y, bias);
+}
+
 namespace detail {
 
 // Row blocks of a bf16 product for P threads: whole blocks of 16 rows, one piece below
@@ -593,116 +601,12 @@ inline gemm_cut bf16_cut(std::size_t M, std::uint64_t flops, std::size_t P) {
     return gemm_cut{true, step, (M + step - 1) / step};
 }
 
-}  // namespace detail
-
-/// y (N) = bias + x W for one row x (K floats) and a bf16 matrix W (K x N, leading dimension ldw;
-/// bias may be null): a decoding step's product, reading half the bytes of a float weight (and
-/// attention over a bf16 KV cache, ops/kv_cache.hpp). Each sum is bias + x_0 w_0 + x_1 w_1 + ... in
-/// that order (one fused multiply-add per term). bf16 becomes float by a shift.
-// Four rows a pass over chunks of up to 65,536 columns, whose sums (256 KB at most) stay in L2
-// while the rows stream past: in chunks of 2,048 (sums in L1), a GPT-2 head's rows, 100 KB apart,
-// were read 4 KB at a time, every visit a new page, and that pattern alone reads memory at 12-13
-// GB/s on AMD Zen 4 against 24 for four rows read whole (the head's product: 5.8 -> 3.5 ms, 13 ->
-// 22 GB/s; the layers' products, 768 to 3,072 columns wide, gain 5 %). Over weights too large to
-// stay in cache (kernels::row_prefetch_min_bytes) each pass prefetches the next four rows into L2:
-// the hardware prefetchers alone kept rows of 1.5-6 KB (GPT-2's layers) at 10-16 GB/s, 20-22 with
-// it (1.4-2x; decode-gpt2-cache in bf16 1.6x faster). Kept in registers over 128
-// columns instead, those rows were visited for 256 bytes each (3.3 GB/s on the Intel host). Widths of 16 to 79 columns (attention's
-// weighted sum of one head's values over a bf16 KV cache, a small vocabulary's head) keep their sums
-// in up to four registers over all the rows instead: a chunk's sums went through memory for every
-// four rows, and 32 columns of 257 rows took 0.72 us against 0.32 (64 columns: 0.77 against 0.59;
-// AMD Zen 4). The same sums in the same order either way.
-inline void combine_rows_bf16(std::size_t K, std::size_t N, const float* x, const bf16_bits* w, std::size_t ldw, float* y,
-                              const float* bias) {
-    std::size_t c = 0;
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-    const auto widen = [](__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); };
-    if (!scalar_only()) {
-        constexpr std::size_t chunk = 65536;
-        const std::size_t whole = N / 16 * 16;
-        const auto narrow = [&]<std::size_t NB>(std::integral_constant<std::size_t, NB>) {
-            __m512 acc[NB];
-            for (std::size_t b = 0; b < NB; ++b) acc[b] = bias ? _mm512_loadu_ps(bias + 16 * b) : _mm512_setzero_ps();
-            for (std::size_t k = 0; k < K; ++k) {
-                const __m512 xv = _mm512_set1_ps(x[k]);
-                const auto* row = reinterpret_cast<const __m256i*>(w + k * ldw);
-                for (std::size_t b = 0; b < NB; ++b) acc[b] = _mm512_fmadd_ps(xv, widen(_mm256_loadu_si256(row + b)), acc[b]);
-            }
-            for (std::size_t b = 0; b < NB; ++b) _mm512_storeu_ps(y + 16 * b, acc[b]);
-        };
-        switch (whole / 16) {
-        case 0: break;
-        case 1: narrow(std::integral_constant<std::size_t, 1>{}); break;
-        case 2: narrow(std::integral_constant<std::size_t, 2>{}); break;
-        case 3: narrow(std::integral_constant<std::size_t, 3>{}); break;
-        case 4: narrow(std::integral_constant<std::size_t, 4>{}); break;
-        default: break;
-        }
-        for (std::size_t c0 = whole <= 64 ? whole : 0; c0 < whole; c0 += chunk) {
-            const std::size_t n = std::min(chunk, whole - c0);
-            float* yc = y + c0;
-            for (std::size_t j = 0; j < n; j += 16) _mm512_storeu_ps(yc + j, bias ? _mm512_loadu_ps(bias + c0 + j) : _mm512_setzero_ps());
-            // Four rows a pass over the sums (their terms still added in row order): each pass loads
-            // and stores the chunk's sums once, where a row a pass did for every row (an L1-bound
-            // loop: gpt-s's decoding step 15 % slower or faster with the loop's code alignment).
-            auto row_at = [&](std::size_t k) { return reinterpret_cast<const __m256i*>(w + k * ldw + c0); };
-            // The next four rows into L2 as these are read, when the weight is too large to stay in cache.
-            const bool prefetch = K * ldw * sizeof(bf16_bits) >= row_prefetch_min_bytes;
-            std::size_t k = 0;
-            for (; k + 4 <= K; k += 4) {
-                const __m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(x[k + 1]), x2 = _mm512_set1_ps(x[k + 2]),
-                             x3 = _mm512_set1_ps(x[k + 3]);
-                const __m256i *r0 = row_at(k), *r1 = row_at(k + 1), *r2 = row_at(k + 2), *r3 = row_at(k + 3);
-                const std::size_t ka = k + 8 <= K ? k + 4 : k;  // the next four rows (the last four: these, in cache)
-                const char *a0 = reinterpret_cast<const char*>(row_at(ka)), *a1 = reinterpret_cast<const char*>(row_at(ka + 1)),
-                           *a2 = reinterpret_cast<const char*>(row_at(ka + 2)), *a3 = reinterpret_cast<const char*>(row_at(ka + 3));
-                for (std::size_t j = 0, v = 0; j < n; j += 16, ++v) {
-                    if (prefetch && !(v & 1)) {  // into L2, a line of each of the next four rows for every line of these read
-                        _mm_prefetch(a0 + 2 * j, _MM_HINT_T1);
-                        _mm_prefetch(a1 + 2 * j, _MM_HINT_T1);
-                        _mm_prefetch(a2 + 2 * j, _MM_HINT_T1);
-                        _mm_prefetch(a3 + 2 * j, _MM_HINT_T1);
-                    }
-                    __m512 acc = _mm512_loadu_ps(yc + j);
-                    acc = _mm512_fmadd_ps(x0, widen(_mm256_loadu_si256(r0 + v)), acc);
-                    acc = _mm512_fmadd_ps(x1, widen(_mm256_loadu_si256(r1 + v)), acc);
-                    acc = _mm512_fmadd_ps(x2, widen(_mm256_loadu_si256(r2 + v)), acc);
-                    acc = _mm512_fmadd_ps(x3, widen(_mm256_loadu_si256(r3 + v)), acc);
-                    _mm512_storeu_ps(yc + j, acc);
-                }
-            }
-            for (; k < K; ++k) {
-                const __m512 xv = _mm512_set1_ps(x[k]);
-                const __m256i* row = row_at(k);
-                for (std::size_t j = 0, v = 0; j < n; j += 16, ++v)
-                    _mm512_storeu_ps(yc + j, _mm512_fmadd_ps(xv, widen(_mm256_loadu_si256(row + v)), _mm512_loadu_ps(yc + j)));
-            }
-        }
-        for (c = whole; c < N; c += 16) {
-            const std::size_t n = std::min<std::size_t>(16, N - c);
-            const __mmask16 m = __mmask16((1u << n) - 1);
-            __m512 acc = bias ? _mm512_maskz_loadu_ps(m, bias + c) : _mm512_setzero_ps();
-            for (std::size_t k = 0; k < K; ++k)
-                acc = _mm512_fmadd_ps(_mm512_set1_ps(x[k]), widen(_mm256_maskz_loadu_epi16(m, w + k * ldw + c)), acc);
-            _mm512_mask_storeu_ps(y + c, m, acc);
-        }
-        return;
-    }
-#endif
-    for (; c < N; ++c) {
-        float acc = bias ? bias[c] : 0.0f;
-        for (std::size_t k = 0; k < K; ++k) acc += x[k] * from_bf16(w[k * ldw + c]);
-        y[c] = acc;
-    }
-}
-
-namespace detail {
 
 // A bf16 product (see gemm()). Operands that are parameters of a store keeping bf16 copies
 // (parameter_store::enable_bf16, as mixed-precision programs do) are read from their copy; others
 // are rounded here. Then, by engine: oneDNN (the operands packed once, row blocks of C as pool
 // tasks, each one single-threaded oneDNN call), or the emulation (float products of the rounded
-// values). One row times a weight with a bf16 copy (a decoding step) is combine_rows_bf16 on any
+// values). One row times a weight with a bf16 copy (a decoding step) is combine_rows on any
 // engine: it reads the copy in place, half the bytes of the float weight.
 // a_converted / b_converted: the operand already converted as it is stored (rows x cols of its
 // op's storage, contiguous), by a caller that shares one conversion between two products.
@@ -732,7 +636,7 @@ inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted, c
         const std::size_t step = range_step(N, pieces, 16);
         auto piece = [&](std::size_t p) {
             const std::size_t c0 = p * step, c1 = std::min(N, c0 + step);
-            if (c0 < c1) combine_rows_bf16(K, c1 - c0, x.data(), b_weight + c0, g.ldb, g.C + c0, g.bias ? g.bias + c0 : nullptr);
+            if (c0 < c1) combine_rows(K, c1 - c0, x.data(), b_weight + c0, g.ldb, g.C + c0, g.bias ? g.bias + c0 : nullptr);
         };
         if (pieces > 1) kernel_pool().run((N + step - 1) / step, piece);
         else piece(0);
@@ -864,10 +768,12 @@ inline void gemm_pair(std::uint64_t flops_each, First&& first, Second&& second) 
     how void gemm_together<float, 2>(std::array<gemm_args<float>, 2>);                                             \
     how void gemm_together<double, 1>(std::array<gemm_args<double>, 1>);                                           \
     how void gemm_together<double, 2>(std::array<gemm_args<double>, 2>);                                           \
-    how void combine_rows<float>(std::size_t, std::size_t, const float*, const float*, std::size_t, float*,       \
-                                 const float*);                                                                    \
-    how void combine_rows<double>(std::size_t, std::size_t, const double*, const double*, std::size_t, double*,   \
-                                  const double*);
+    how void combine_rows<float, float>(std::size_t, std::size_t, const float*, const float*, std::size_t, float*, \
+                                        const float*);                                                             \
+    how void combine_rows<float, bf16_bits>(std::size_t, std::size_t, const float*, const bf16_bits*, std::size_t, \
+                                            float*, const float*);                                                 \
+    how void combine_rows<double, double>(std::size_t, std::size_t, const double*, const double*, std::size_t,     \
+                                          double*, const double*);
 #if defined(CTG_SEPARATE_COMPILATION) && !defined(CTG_GEMM_PROFILE)
 CTG_KERNEL_INSTANCES(extern template)
 #endif

@@ -86,16 +86,16 @@ template <class T, bool A_T>
         const V b0 = V::load_unaligned(B + k * ldb), b1 = V::load_unaligned(B + k * ldb + W);
         for (std::size_t r = 0; r < R; ++r) {
             const V ar(A_T ? A[k * lda + r] : A[r * lda + k]);
-            acc[r][0] = xsimd::fma(ar, b0, acc[r][0]);
-            acc[r][1] = xsimd::fma(ar, b1, acc[r][1]);
+            acc[r][0] = fmadd(ar, b0, acc[r][0]);
+            acc[r][1] = fmadd(ar, b1, acc[r][1]);
         }
     }
     const V bias0 = bias ? V::load_unaligned(bias) : V(T(0)), bias1 = bias ? V::load_unaligned(bias + W) : V(T(0));
     for (std::size_t r = 0; r < R; ++r)
         for (std::size_t v = 0; v < 2; ++v) {
             T* c = C + r * ldc + v * W;
-            V out = xsimd::fma(acc[r][v], V(alpha), v ? bias1 : bias0);
-            if (beta != T(0)) out = xsimd::fma(V(beta), V::load_unaligned(c), out);  // C is not read at beta 0
+            V out = fmadd(acc[r][v], V(alpha), v ? bias1 : bias0);
+            if (beta != T(0)) out = fmadd(V(beta), V::load_unaligned(c), out);  // C is not read at beta 0
             out.store_unaligned(c);
         }
 }

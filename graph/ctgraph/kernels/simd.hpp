@@ -11,7 +11,11 @@
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
+#include "ctgraph/kernels/bf16.hpp"
 #include "ctgraph/kernels/parallel.hpp"
 
 namespace ctg::kernels {
@@ -35,6 +39,52 @@ using simd_arch = xsimd::default_arch;
 
 template <class T>
 using batch = xsimd::batch<T, simd_arch>;
+
+/// x * y + z rounded once (the FMA instruction) wherever the target has one, whatever the
+/// compiler's options: kernels that promise "one fused multiply-add per term" (combine_rows) call
+/// this. xsimd 8.1's fma on AVX-512 batches is x * y + z, which the compiler fuses only where it
+/// contracts (g++ from -O2: a -O1 test unit and a -O3 program computed different bits); on FMA3
+/// targets it is the instruction. Without FMA hardware, x * y + z (no compiler fuses it either).
+template <class T>
+inline T fmadd(T x, T y, T z) {
+#if defined(__FMA__)
+    return std::fma(x, y, z);
+#else
+    return x * y + z;
+#endif
+}
+template <class T, class A>
+inline xsimd::batch<T, A> fmadd(const xsimd::batch<T, A>& x, const xsimd::batch<T, A>& y, const xsimd::batch<T, A>& z) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_base_of_v<xsimd::avx512f, A> && std::is_same_v<T, float>) return _mm512_fmadd_ps(x, y, z);
+    if constexpr (std::is_base_of_v<xsimd::avx512f, A> && std::is_same_v<T, double>) return _mm512_fmadd_pd(x, y, z);
+#endif
+    return xsimd::fma(x, y, z);
+}
+
+/// V's lanes from memory: T's as they are, or bfloat16 bits widened to floats (exactly: a shift).
+template <class V>
+inline V load_lanes(const typename V::value_type* p) { return V::load_unaligned(p); }
+template <class V>
+    requires std::is_same_v<typename V::value_type, float>
+inline V load_lanes(const bf16_bits* p) {
+    using A = typename V::arch_type;
+#if defined(__AVX512F__)
+    if constexpr (std::is_base_of_v<xsimd::avx512f, A>)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+#endif
+#if defined(__AVX2__)
+    if constexpr (std::is_base_of_v<xsimd::avx2, A>)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+#endif
+#if defined(__SSE2__)
+    if constexpr (std::is_base_of_v<xsimd::sse2, A> && V::size == 4)  // bits b into lane i as b << 16
+        return _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+#endif
+    alignas(64) float lanes[V::size];
+    for (std::size_t i = 0; i < V::size; ++i) lanes[i] = from_bf16(p[i]);
+    return V::load_aligned(lanes);
+}
 
 // Helpers that read the same for scalars and batches.
 template <class T>
@@ -131,18 +181,25 @@ inline T max(std::size_t n, const T* x) {
     return m;
 }
 
-/// The one-row products (combine_rows, combine_rows_bf16) prefetch the rows they read next into L2
-/// when the rows they read span this much or more: memory then streams at 20-25 GB/s on AMD Zen 4
-/// where the hardware prefetchers alone gave 10-16 for rows of 1.5-6 KB (GPT-2's layers: 1.4-2.1x in
-/// bf16, with the four-rows form 1.9-2.4x in float).
+/// The one-row products (combine_rows) prefetch the rows they read next into L2 when the rows they
+/// read span this much or more: memory then streams at 20-25 GB/s on AMD Zen 4 where the hardware
+/// prefetchers alone gave 10-16 for rows of 1.5-6 KB (GPT-2's layers: 1.4-2.1x in bf16, with the
+/// four-rows form 1.9-2.4x in float).
 /// Smaller weights are read from cache from step to step, where the prefetches cost up to 30 %.
 inline constexpr std::size_t row_prefetch_min_bytes = std::size_t(512) << 10;
 
 namespace detail {
+/// A row element as the sums' type: a float or double as it is, bf16 bits widened (exactly).
+template <class T, class E>
+inline T row_value(E e) {
+    if constexpr (std::is_same_v<E, bf16_bits> && !std::is_same_v<T, bf16_bits>) return from_bf16(e); else return T(e);
+}
+
 /// One block of combine_rows: NB batches of columns, the rows taken RI at a time into separate
-/// accumulators (RI > 1 when the block is narrow, so the sum is not one chain of dependent FMAs).
-template <class V, std::size_t NB, std::size_t RI, class T>
-inline void combine_block(std::size_t count, const T* w, const T* rows, std::size_t stride, T* out, const T* bias) {
+/// accumulators (RI > 1 when the block is narrow, so the sum is not one chain of dependent FMAs;
+/// RI = 1: each column's terms added in row order).
+template <class V, std::size_t NB, std::size_t RI, class T, class E>
+inline void combine_block(std::size_t count, const T* w, const E* rows, std::size_t stride, T* out, const T* bias) {
     constexpr std::size_t W = V::size;
     V acc[RI][NB];
     for (std::size_t i = 0; i < RI; ++i)
@@ -151,12 +208,12 @@ inline void combine_block(std::size_t count, const T* w, const T* rows, std::siz
     for (; r + RI <= count; r += RI)
         for (std::size_t i = 0; i < RI; ++i) {
             const V wr(w[r + i]);
-            const T* p = rows + (r + i) * stride;
-            for (std::size_t b = 0; b < NB; ++b) acc[i][b] = xsimd::fma(wr, V::load_unaligned(p + b * W), acc[i][b]);
+            const E* p = rows + (r + i) * stride;
+            for (std::size_t b = 0; b < NB; ++b) acc[i][b] = fmadd(wr, load_lanes<V>(p + b * W), acc[i][b]);
         }
     for (; r < count; ++r) {
         const V wr(w[r]);
-        for (std::size_t b = 0; b < NB; ++b) acc[0][b] = xsimd::fma(wr, V::load_unaligned(rows + r * stride + b * W), acc[0][b]);
+        for (std::size_t b = 0; b < NB; ++b) acc[0][b] = fmadd(wr, load_lanes<V>(rows + r * stride + b * W), acc[0][b]);
     }
     for (std::size_t i = 1; i < RI; ++i)
         for (std::size_t b = 0; b < NB; ++b) acc[0][b] += acc[i][b];
@@ -164,26 +221,30 @@ inline void combine_block(std::size_t count, const T* w, const T* rows, std::siz
 }
 
 /// combine_rows over `width` columns (a multiple of the batch) with the sums in memory: four rows a
-/// pass over chunks of up to 256 KB of sums (in L2), each sum still bias + w_0 r_0 + w_1 r_1 + ...
-/// in row order, one FMA per term: the bits of combine_block<V, NB, 1>. Over rows spanning
-/// row_prefetch_min_bytes or more, each pass also prefetches the next four rows into L2.
-template <class V, class T>
-inline void combine_wide(std::size_t count, std::size_t width, const T* w, const T* rows, std::size_t stride, T* out, const T* bias) {
+/// pass over chunks of up to 256 KB of sums (in L2) while the rows stream past, each sum still
+/// bias + w_0 r_0 + w_1 r_1 + ... in row order, one FMA per term: the bits of combine_block<V, NB, 1>.
+/// Each pass loads and stores the chunk's sums once, where a row a pass did for every row (an
+/// L1-bound loop). In chunks of 2,048 columns instead (sums in L1), a GPT-2 head's rows, 100 KB
+/// apart in bf16, were read 4 KB at a time, every visit a new page: 12-13 GB/s on AMD Zen 4 against
+/// 24 for four rows read whole. Over rows spanning row_prefetch_min_bytes or more, each pass also
+/// prefetches the next four rows into L2 (prefetcht1, a line of each for every line of these read).
+template <class V, class T, class E>
+inline void combine_wide(std::size_t count, std::size_t width, const T* w, const E* rows, std::size_t stride, T* out, const T* bias) {
     constexpr std::size_t W = V::size, chunk = (std::size_t(256) << 10) / sizeof(T);
-    const bool prefetch = count * stride * sizeof(T) >= row_prefetch_min_bytes;
+    const bool prefetch = count * stride * sizeof(E) >= row_prefetch_min_bytes;
     const auto pass = [&]<bool Prefetch>(std::size_t r, std::size_t c0, std::size_t n, T* o) {
         const V w0(w[r]), w1(w[r + 1]), w2(w[r + 2]), w3(w[r + 3]);
-        const T *p0 = rows + r * stride + c0, *p1 = p0 + stride, *p2 = p1 + stride, *p3 = p2 + stride;
-        const T* a0 = r + 8 <= count ? p0 + 4 * stride : p0;  // the next four rows (the last four: these)
+        const E *p0 = rows + r * stride + c0, *p1 = p0 + stride, *p2 = p1 + stride, *p3 = p2 + stride;
+        const E* a0 = r + 8 <= count ? p0 + 4 * stride : p0;  // the next four rows (the last four: these)
         for (std::size_t j = 0; j < n; j += W) {
             if constexpr (Prefetch)
-                if ((j * sizeof(T)) % 64 == 0)  // prefetcht1: a line of each for every line of these read
+                if ((j * sizeof(E)) % 64 == 0)
                     for (std::size_t i = 0; i < 4; ++i) __builtin_prefetch(a0 + i * stride + j, 0, 2);
             V a = V::load_unaligned(o + j);
-            a = xsimd::fma(w0, V::load_unaligned(p0 + j), a);
-            a = xsimd::fma(w1, V::load_unaligned(p1 + j), a);
-            a = xsimd::fma(w2, V::load_unaligned(p2 + j), a);
-            a = xsimd::fma(w3, V::load_unaligned(p3 + j), a);
+            a = fmadd(w0, load_lanes<V>(p0 + j), a);
+            a = fmadd(w1, load_lanes<V>(p1 + j), a);
+            a = fmadd(w2, load_lanes<V>(p2 + j), a);
+            a = fmadd(w3, load_lanes<V>(p3 + j), a);
             a.store_unaligned(o + j);
         }
     };
@@ -197,57 +258,86 @@ inline void combine_wide(std::size_t count, std::size_t width, const T* w, const
             else pass.template operator()<false>(r, c0, n, o);
         for (; r < count; ++r) {
             const V wr(w[r]);
-            const T* p = rows + r * stride + c0;
-            for (std::size_t j = 0; j < n; j += W) xsimd::fma(wr, V::load_unaligned(p + j), V::load_unaligned(o + j)).store_unaligned(o + j);
+            const E* p = rows + r * stride + c0;
+            for (std::size_t j = 0; j < n; j += W) fmadd(wr, load_lanes<V>(p + j), V::load_unaligned(o + j)).store_unaligned(o + j);
         }
     }
 }
 }  // namespace detail
 
 /// out[c] = bias[c] + sum_r w[r] * rows[r * stride + c] for c < width (bias may be null): a
-/// weighted sum of `count` rows (a vector-matrix product: a decoding step's layers). Accumulates in
-/// registers or, over rows of 1 KB and more, in L2. Blocks of 8 batches of columns (128 floats)
-/// where the width allows; when there are 1 KB of them a row or more (a decoder's layers and head),
-/// four rows a pass over all those columns with the sums in memory, the next four rows prefetched
-/// (combine_wide): held in registers across all the rows, 128 columns at a time, a GPT-2 head's rows
-/// (200 KB apart) were visited 512 bytes each, and that read memory at 9-10 GB/s on AMD Zen 4
-/// against 25 now (768 x 50,257: 16.4 -> 6.0 ms; GPT-2's layers 1.9-2.4x, 20-25 GB/s; weights in
-/// cache, without the prefetch, 1.05-1.5x; AVX2 alike).
-/// Below 1 KB (128 columns: gpt-s's step, the rows contiguous) the register blocks stream better.
-/// Narrower rests (a head's 32 features) in one pass with rows interleaved; a rest narrower than a
-/// batch as the last full batch of columns once more.
-template <class T>
-void combine_rows(std::size_t count, std::size_t width, const T* w, const T* rows, std::size_t stride, T* out,
+/// weighted sum of `count` rows (a vector-matrix product: a decoding step's layers; attention over
+/// a KV cache). The rows are T's or bf16 bits (a weight's bf16 copy, a bf16 KV cache: half the
+/// bytes read; widened exactly, by a shift). Accumulates in registers or, over wide rows, in L2.
+///
+/// float or double rows: blocks of 8 batches of columns (128 floats) where the width allows; when
+/// there are 1 KB of them a row or more (a decoder's layers and head), four rows a pass over all
+/// those columns with the sums in memory, the next four rows prefetched (combine_wide): held in
+/// registers across all the rows, 128 columns at a time, a GPT-2 head's rows (200 KB apart) were
+/// visited 512 bytes each, and that read memory at 9-10 GB/s on AMD Zen 4 against 25 now (768 x
+/// 50,257: 16.4 -> 6.0 ms; GPT-2's layers 1.9-2.4x, 20-25 GB/s; weights in cache, without the
+/// prefetch, 1.05-1.5x; AVX2 alike). Below 1 KB (128 columns: gpt-s's step, the rows contiguous)
+/// the register blocks stream better. Narrower rests (a head's 32 features) in one pass with rows
+/// interleaved; a rest narrower than a batch as the last full batch of columns once more.
+///
+/// bf16 rows: every column's sum is bias + w_0 r_0 + w_1 r_1 + ... in row order, one fused
+/// multiply-add per term, whatever the width (so a product split into column ranges over threads
+/// computes the same bits at any thread count). Up to 4 batches of columns (attention's weighted
+/// sum of one head's values over a bf16 KV cache, a small vocabulary's head) in registers over all
+/// the rows (through memory, 32 columns of 257 rows took 0.72 us against 0.32; 64: 0.77 against
+/// 0.59; AMD Zen 4); wider, combine_wide (kept in registers over 128 columns instead, GPT-2's rows
+/// were visited 256 bytes each: 3.3 GB/s on an Intel Xeon); a rest narrower than a batch as the
+/// last full batch once more (the same sums).
+template <class T, class E>
+void combine_rows(std::size_t count, std::size_t width, const T* w, const E* rows, std::size_t stride, T* out,
                   const T* bias = nullptr) {  // (not inline: CTG_SEPARATE_COMPILATION in gemm.hpp)
+    static_assert(std::is_same_v<E, T> || (std::is_same_v<E, bf16_bits> && std::is_same_v<T, float>),
+                  "ctg::kernels::combine_rows: rows of the sums' type, or bf16 rows for float sums");
     std::size_t c = 0;
     if (!scalar_only()) {
         using V = batch<T>;
         constexpr std::size_t W = V::size;
         const auto at = [&](std::size_t col) { return bias ? bias + col : nullptr; };
-        if (const std::size_t blocks = width / (8 * W) * (8 * W); blocks * sizeof(T) >= 1024) {
-            detail::combine_wide<V>(count, blocks, w, rows, stride, out, bias);  // the same sums as the blocks below
-            c = blocks;
-        }
-        for (; c + 8 * W <= width; c += 8 * W) detail::combine_block<V, 8, 1>(count, w, rows + c, stride, out + c, at(c));
-        switch ((width - c) / W) {
-        case 0: break;
-        case 1: detail::combine_block<V, 1, 4>(count, w, rows + c, stride, out + c, at(c)); break;
-        case 2: detail::combine_block<V, 2, 2>(count, w, rows + c, stride, out + c, at(c)); break;
-        case 3: detail::combine_block<V, 3, 2>(count, w, rows + c, stride, out + c, at(c)); break;
-        case 4: detail::combine_block<V, 4, 1>(count, w, rows + c, stride, out + c, at(c)); break;
-        case 5: detail::combine_block<V, 5, 1>(count, w, rows + c, stride, out + c, at(c)); break;
-        case 6: detail::combine_block<V, 6, 1>(count, w, rows + c, stride, out + c, at(c)); break;
-        default: detail::combine_block<V, 7, 1>(count, w, rows + c, stride, out + c, at(c)); break;
-        }
-        c += (width - c) / W * W;
-        if (c < width && width >= W) {  // the last W columns again (the scalar tail reads each row per column)
-            detail::combine_block<V, 1, 4>(count, w, rows + (width - W), stride, out + (width - W), at(width - W));
-            c = width;
+        if constexpr (std::is_same_v<E, T>) {
+            if (const std::size_t blocks = width / (8 * W) * (8 * W); blocks * sizeof(T) >= 1024) {
+                detail::combine_wide<V>(count, blocks, w, rows, stride, out, bias);  // the same sums as the blocks below
+                c = blocks;
+            }
+            for (; c + 8 * W <= width; c += 8 * W) detail::combine_block<V, 8, 1>(count, w, rows + c, stride, out + c, at(c));
+            switch ((width - c) / W) {
+            case 0: break;
+            case 1: detail::combine_block<V, 1, 4>(count, w, rows + c, stride, out + c, at(c)); break;
+            case 2: detail::combine_block<V, 2, 2>(count, w, rows + c, stride, out + c, at(c)); break;
+            case 3: detail::combine_block<V, 3, 2>(count, w, rows + c, stride, out + c, at(c)); break;
+            case 4: detail::combine_block<V, 4, 1>(count, w, rows + c, stride, out + c, at(c)); break;
+            case 5: detail::combine_block<V, 5, 1>(count, w, rows + c, stride, out + c, at(c)); break;
+            case 6: detail::combine_block<V, 6, 1>(count, w, rows + c, stride, out + c, at(c)); break;
+            default: detail::combine_block<V, 7, 1>(count, w, rows + c, stride, out + c, at(c)); break;
+            }
+            c += (width - c) / W * W;
+            if (c < width && width >= W) {  // the last W columns again (the scalar tail reads each row per column)
+                detail::combine_block<V, 1, 4>(count, w, rows + (width - W), stride, out + (width - W), at(width - W));
+                c = width;
+            }
+        } else {
+            switch (width / W) {
+            case 0: break;
+            case 1: detail::combine_block<V, 1, 1>(count, w, rows, stride, out, bias); break;
+            case 2: detail::combine_block<V, 2, 1>(count, w, rows, stride, out, bias); break;
+            case 3: detail::combine_block<V, 3, 1>(count, w, rows, stride, out, bias); break;
+            case 4: detail::combine_block<V, 4, 1>(count, w, rows, stride, out, bias); break;
+            default: detail::combine_wide<V>(count, width / W * W, w, rows, stride, out, bias); break;
+            }
+            c = width / W * W;
+            if (c < width && width >= W) {  // the last W columns again, in row order as everywhere
+                detail::combine_block<V, 1, 1>(count, w, rows + (width - W), stride, out + (width - W), at(width - W));
+                c = width;
+            }
         }
     }
     for (; c < width; ++c) {
         T a = bias ? bias[c] : T(0);
-        for (std::size_t r = 0; r < count; ++r) a += w[r] * rows[r * stride + c];
+        for (std::size_t r = 0; r < count; ++r) a = fmadd(w[r], detail::row_value<T>(rows[r * stride + c]), a);
         out[c] = a;
     }
 }

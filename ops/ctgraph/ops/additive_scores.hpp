@@ -48,7 +48,7 @@ struct additive_scores_op {
         if (!kernels::scalar_only() && a >= L) {
             V acc(T(0));
             for (; c + L <= a; c += L)
-                acc = xsimd::fma(V::load_unaligned(w + c), xsimd::tanh(V::load_unaligned(q + c) + V::load_unaligned(k + c)), acc);
+                acc = kernels::fmadd(V::load_unaligned(w + c), xsimd::tanh(V::load_unaligned(q + c) + V::load_unaligned(k + c)), acc);
             s = xsimd::hadd(acc);
         }
         for (; c < a; ++c) s += w[c] * std::tanh(q[c] + k[c]);
@@ -67,7 +67,7 @@ struct additive_scores_op {
                 const V u = gv * V::load_unaligned(w + c) * (one - t * t);
                 if (gq) (V::load_unaligned(gq + c) + u).store_unaligned(gq + c);
                 if (gk) (V::load_unaligned(gk + c) + u).store_unaligned(gk + c);
-                if (gw) xsimd::fma(gv, t, V::load_unaligned(gw + c)).store_unaligned(gw + c);
+                if (gw) kernels::fmadd(gv, t, V::load_unaligned(gw + c)).store_unaligned(gw + c);
             }
         }
         for (; c < a; ++c) {

@@ -21,7 +21,7 @@
 // A cache may be a bf16_input (in a float program): the keys and values are stored rounded to
 // bfloat16 (nearest, ties to even: what a bf16 product reads) and read back exactly, half the bytes
 // a decoded token reads from the cache. Scores and weighted sums still accumulate in float
-// (kernels::combine_rows_bf16); the query, the softmax and the output stay float.
+// (kernels::combine_rows over bf16 rows); the query, the softmax and the output stay float.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -54,12 +54,6 @@ template <class T, class C>
 inline void store_cache_row(std::size_t n, const T* from, C* to) {
     if constexpr (std::is_same_v<C, kernels::bf16_bits>) kernels::pack_bf16(false, 1, n, from, n, to);
     else std::copy(from, from + n, to);
-}
-/// out[c] = sum_r w[r] rows[r * stride + c] (c < width) over float or bf16 rows.
-template <class T, class C>
-inline void combine_cache_rows(std::size_t count, std::size_t width, const T* w, const C* rows, std::size_t stride, T* out) {
-    if constexpr (std::is_same_v<C, kernels::bf16_bits>) kernels::combine_rows_bf16(count, width, w, rows, stride, out, nullptr);
-    else kernels::combine_rows(count, width, w, rows, stride, out);
 }
 }  // namespace detail
 
@@ -150,7 +144,7 @@ struct cached_attention_op {
                 const std::size_t off = h * dh;
                 // scores[j] = scale * sum_d q[d] k[d, j]: rows of the feature-major keys, combined.
                 for (std::size_t d = 0; d < dh; ++d) qs[d] = scale * q[off + d];
-                detail::combine_cache_rows(dh, n, static_cast<const T*>(qs), static_cast<const E*>(kb + off * C), C, scores);
+                kernels::combine_rows(dh, n, static_cast<const T*>(qs), static_cast<const E*>(kb + off * C), C, scores);
                 const T mx = kernels::max(n, static_cast<const T*>(scores));
                 kernels::map(n, scores, [mx](auto v) {
                     using std::exp;
@@ -159,7 +153,7 @@ struct cached_attention_op {
                 const T inv = T(1) / kernels::sum(n, static_cast<const T*>(scores));
                 // The weights' normalisation applied to the dh outputs instead of the n weights.
                 T* out = y + b * D + off;
-                detail::combine_cache_rows(n, dh, static_cast<const T*>(scores), static_cast<const E*>(vb + off), D, out);
+                kernels::combine_rows(n, dh, static_cast<const T*>(scores), static_cast<const E*>(vb + off), D, out);
                 kernels::map(dh, out, [inv](auto v) { return v * decltype(v)(inv); }, static_cast<const T*>(out));
             }
         }
