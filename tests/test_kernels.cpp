@@ -539,6 +539,37 @@ TEMPLATE_TEST_CASE("GEMM split over two threads matches the reference loop and t
                 }
 }
 
+TEMPLATE_TEST_CASE("GEMM of one row (a decoding step's product) split into column pieces: the same bits at 1, 2 and 3 threads", "[kernels][threads]", float, double) {
+    // Pieces of whole 128-column blocks: wide rows (sums in memory), 8-batch blocks, rests of 1 to 7
+    // batches and rests narrower than a batch must each sum a column as one thread does. Widths
+    // whose last piece would be narrower than a batch are not cut (257 on 2 threads).
+    for (std::size_t N : {std::size_t(256), std::size_t(257), std::size_t(300), std::size_t(777), std::size_t(2304 + 5),
+                          std::size_t(4096 + 129), std::size_t(20000 + 3)})
+        for (std::size_t K : {std::size_t(64), std::size_t(203)})
+            for (bool with_bias : {false, true}) {
+                const std::size_t ldb = N + 7;
+                auto A = random_vector<TestType>(K, 11), Bm = random_vector<TestType>(K * ldb, 12), bias_values = random_vector<TestType>(N, 13);
+                const TestType* bias = with_bias ? bias_values.data() : nullptr;
+                std::vector<TestType> C1(N + 1, TestType(7)), C2 = C1, C3 = C1, Cref = C1;
+                const auto run = [&](int threads, std::vector<TestType>& C) {
+                    pool_threads pool(threads);
+                    kernels::gemm(false, false, 1, N, K, TestType(1), A.data(), K, Bm.data(), ldb, TestType(0), C.data(), N, bias);
+                };
+                run(1, C1);
+                run(2, C2);
+                run(3, C3);
+                kernels::gemm_reference(false, false, 1, N, K, TestType(1), A.data(), K, Bm.data(), ldb, TestType(0), Cref.data(), N, bias);
+                INFO("N " << N << " K " << K << " bias " << with_bias);
+                std::size_t differ = 0;
+                for (std::size_t j = 0; j < N; ++j) {
+                    differ += C2[j] != C1[j] || C3[j] != C1[j];
+                    CHECK(C1[j] == Approx(Cref[j]).epsilon(1e-5).margin((std::is_same_v<TestType, float> ? 1e-5 : 1e-13) * double(K)));
+                }
+                CHECK(differ == 0);
+                CHECK((C1[N] == TestType(7) && C2[N] == TestType(7) && C3[N] == TestType(7)));  // nothing past the row
+            }
+}
+
 TEMPLATE_TEST_CASE("gemm_together: products cut into pieces of one job equal each product alone", "[kernels][threads]", float, double) {
     // A linear layer's two VJPs of unequal cost (dX = dY W^T, dW = x^T dY), large enough to be cut
     // into several pieces each, and small ones (one task each); a product without C is skipped.

@@ -356,6 +356,15 @@ gemm_cut cut_of(const gemm_args<T>& g, std::size_t pieces) {
     };
     if (pieces > 1 && g.M >= g.N && g.M >= 2 * row_align) return cut(true, g.M, row_align);
     if (pieces > 1 && g.M > 1 && g.N >= 2 * col_align) return cut(false, g.N, col_align);
+    // One row times B (combine_rows: a decoding step's layers and head, which read memory faster
+    // from two threads than from one): column pieces of whole 128-column blocks, the last at least
+    // a batch wide. combine_rows picks a column's form by its place among 128-column blocks and the
+    // width's rest only, so each column is summed as on one thread: the same bits at any count.
+    constexpr std::size_t one_row_align = 128;
+    if (pieces > 1 && g.M == 1 && !g.trans_a && !g.trans_b && g.alpha == T(1) && g.beta == T(0) && g.N >= 2 * one_row_align) {
+        const gemm_cut c = cut(false, g.N, one_row_align);
+        if (g.N - (c.count - 1) * c.step >= batch<T>::size) return c;
+    }
     return {};
 }
 
