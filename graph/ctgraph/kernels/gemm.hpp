@@ -714,6 +714,8 @@ inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted, c
 /// (see gemm_piece_flops), each one thread's product; every element of C is computed by one
 /// thread from the same operands, so the result does not depend on a race.
 ///
+/// K = 0 is an empty sum: C = beta * C plus the bias (beta = 0 writes zeros, whatever C held).
+///
 /// bf16 = true (float only; ignored for double): op(A) and op(B) are rounded to bfloat16 and the
 /// products accumulated in float (mixed precision: options{.precision = precision::bf16}), on
 /// oneDNN's bf16 kernels or emulated (kernels/onednn.hpp). A16 / B16 (bf16 products only, may be
@@ -724,8 +726,17 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
           const std::type_identity_t<T>* bias = nullptr, bool bf16 = false, const bf16_bits* A16 = nullptr,
           const bf16_bits* B16 = nullptr) {  // (not inline: see CTG_KERNEL_INSTANCES below)
     if (M == 0 || N == 0) return;
+    if (K == 0) {  // an empty sum (attention's rows that see no key): C = beta C + bias, as in BLAS
+        for (std::size_t i = 0; i < M; ++i)
+            for (std::size_t j = 0; j < N; ++j)
+                C[i * ldc + j] = (beta == T(0) ? T(0) : beta * C[i * ldc + j]) + (bias ? bias[j] : T(0));
+        return;
+    }
     if constexpr (std::is_same_v<T, float>)
         if (bf16) {
+#if defined(CTG_GEMM_PROFILE)  // (bf16 products: the register-kernel column says no)
+            const profile::gemm_timer timer({false, trans_a, trans_b, M, N, K});
+#endif
             detail::gemm_bf16(gemm_args<float>{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, true, A16, B16});
             return;
         }
