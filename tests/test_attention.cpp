@@ -194,6 +194,51 @@ TEST_CASE("fused scaled-dot weights equal the composed graph, values and gradien
                         matmul(masked_softmax(matmul(matmul(Q{}, W{}), transpose(K{})), local_window<1>{}), V{}), 1e-12, 6);
 }
 
+TEST_CASE("fused scaled-dot weights in row blocks equal the composed graph: heads, padding, n != m", "[attention]") {
+    // The fused op computes only the blocks of each score matrix that its rows may see; here with
+    // several blocks per matrix, a length per sequence (keys no row sees), two heads per sequence,
+    // n < m and n > m (causal rows that see nothing).
+    constexpr dim N = dyn('N'), Mk = dyn('M');
+    constexpr int H = 2, dk = 8, dval = 3;
+    using Qh = input<"q", B, H, N, dk>;
+    using Kh = input<"k", B, H, Mk, dk>;
+    using Vh = input<"v", B, H, Mk, dval>;
+    using G = input<"g", B, H, N, dval>;
+    const auto mask = causal{} && key_padding(Len{});
+    auto fused = compile<double, options{.input_grads = true}>(sum(mul(attention(Qh{}, Kh{}, Vh{}, mask), G{})));
+    auto composed = compile<double, options{.input_grads = true}>(
+        sum(mul(matmul(masked_softmax(scaled_dot_score::scores(Qh{}, Kh{}), mask), Vh{}), G{})));
+    struct size_case {
+        std::size_t n, m;
+        std::vector<index_t> len;
+    };
+    for (const size_case& c : {size_case{200, 200, {200, 67}}, size_case{130, 300, {300, 1}}, size_case{300, 130, {100, 130}}}) {
+        INFO("n " << c.n << ", m " << c.m);
+        const auto q = random_values(2 * H * c.n * dk, 31), k = random_values(2 * H * c.m * dk, 32),
+                   v = random_values(2 * H * c.m * dval, 33), g = random_values(2 * H * c.n * dval, 34);
+        const auto feed = [&](auto& p) {
+            p.feed("q", q.data(), rshape{4, {2, H, c.n, dk}});
+            p.feed("k", k.data(), rshape{4, {2, H, c.m, dk}});
+            p.feed("v", v.data(), rshape{4, {2, H, c.m, dval}});
+            p.feed("g", g.data(), rshape{4, {2, H, c.n, dval}});
+            p.feed("len", c.len.data(), rshape{1, {2}});
+        };
+        feed(fused);
+        feed(composed);
+        CHECK(fused.forward() == Approx(composed.forward()).epsilon(1e-12));
+        fused.backward();
+        composed.backward();
+        const auto same = [](const auto& a, const auto& b) {
+            double worst = 0;
+            for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a.data()[i] - b.data()[i]));
+            return worst;
+        };
+        CHECK(same(fused.input_grad<"q">(), composed.input_grad<"q">()) <= 1e-12);
+        CHECK(same(fused.input_grad<"k">(), composed.input_grad<"k">()) <= 1e-12);
+        CHECK(same(fused.input_grad<"v">(), composed.input_grad<"v">()) <= 1e-12);
+    }
+}
+
 TEST_CASE("fused additive scores equal the composed n x m x a tanh graph, values and gradients", "[attention]") {
     // The composed form materialises tanh(qp_i + kp_j) for every pair: qp (B, n, a) is repeated over
     // the m keys and kp (B, m, a) over the n queries (with matmuls by rows of ones), then contracted with w.

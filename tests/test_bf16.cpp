@@ -22,6 +22,7 @@
 #include <ctgraph/train.hpp>
 
 #include "allocation_counter.hpp"
+#include "attention_fixture.hpp"
 #include "pool_threads.hpp"
 
 using namespace ctg;
@@ -836,4 +837,173 @@ TEST_CASE("a VJP reading its value rounded (options::bf16_saved) computes what i
         }
         CHECK(std::any_of(gq_a.begin(), gq_a.end(), [](float v) { return v != 0; }));
     }
+}
+
+namespace {
+// Attention weights P = masked softmax(c Q K^T) and the VJP's gQ, gK run by the op (double, or float
+// with bf16 products on `engine`) against float64 sums over the same (rounded) operands. The op
+// computes only the score blocks the mask leaves visible: the sizes give 1 to 17 row blocks, block
+// edges off the 64-row grid, n < m (an offset) and n > m (causal rows that see nothing).
+// The value product O = P V of those weights (attention_values_op, on the same blocks) and its VJP:
+// gV in full, gP where a row may see (elsewhere the op may leave 0: P's producer never reads it).
+template <class T, class Mask>
+void check_values_on_blocks(const std::function<bool(long long, long long)>& visible, bool bf16, std::size_t n, std::size_t m,
+                            std::vector<T>& p) {
+    using op = ops::attention_values_op<Mask>;
+    constexpr std::size_t F = 2, dv = 6;
+    const rshape ps{3, {F, n, m}}, vs{3, {F, m, dv}}, os{3, {F, n, dv}};
+    const auto vf = randoms(F * m * dv, 81), gof = randoms(F * n * dv, 82);
+    std::vector<T> v(vf.begin(), vf.end()), go(gof.begin(), gof.end()), o(F * n * dv, T(7)), gp(p.size()), gv(v.size());
+    std::vector<bf16_bits> vb(v.size());
+    const auto seen = [bf16](auto x) { return bf16 ? double(kernels::from_bf16(kernels::to_bf16(float(x)))) : double(x); };
+    for (std::size_t i = 0; i < v.size(); ++i) vb[i] = kernels::to_bf16(float(v[i]));
+    op_io<T, 2> io;
+    io.y = view{o.data(), os};
+    io.x[0] = view{p.data(), ps};
+    io.x[1] = view{v.data(), vs};
+    if constexpr (std::is_same_v<T, float>)
+        if (bf16) io.xb = {nullptr, vb.data()};  // P rounded by the product itself
+    io.run.bf16 = bf16;
+    io.gy = view{go.data(), os};
+    io.gx = {view{gp.data(), ps}, view{gv.data(), vs}};
+    io.assign = {true, true};
+    op::template forward<T>(io);
+    op::template backward<T>(io);
+    std::vector<double> orf(o.size(), 0.0), gvr(v.size(), 0.0);
+    double worst_p = 0, scale_p = 0;
+    std::size_t hidden_nonzero = 0;
+    const long long offset = (long long)m - (long long)n;
+    for (std::size_t f = 0; f < F; ++f)
+        for (std::size_t i = 0; i < n; ++i)
+            for (std::size_t j = 0; j < m; ++j) {
+                const double pij = seen(p[(f * n + i) * m + j]);
+                double gpij = 0;
+                for (std::size_t t = 0; t < dv; ++t) {
+                    orf[(f * n + i) * dv + t] += pij * seen(v[(f * m + j) * dv + t]);
+                    gvr[(f * m + j) * dv + t] += pij * seen(go[(f * n + i) * dv + t]);
+                    gpij += seen(go[(f * n + i) * dv + t]) * seen(v[(f * m + j) * dv + t]);
+                }
+                scale_p = std::max(scale_p, std::abs(gpij));
+                if (visible((long long)i + offset, (long long)j)) worst_p = std::max(worst_p, std::abs(double(gp[(f * n + i) * m + j]) - gpij));
+                else hidden_nonzero += p[(f * n + i) * m + j] != T(0);  // (what the op relies on)
+            }
+    const auto worst = [](const auto& got, const std::vector<double>& want) {
+        double w = 0, sc = 0;
+        for (std::size_t i = 0; i < want.size(); ++i) w = std::max(w, std::abs(double(got[i]) - want[i])), sc = std::max(sc, std::abs(want[i]));
+        return std::pair{w, sc};
+    };
+    const double rel = std::is_same_v<T, float> ? 1e-5 : 1e-13;  // (float sums of the same rounded products)
+    const auto [wo, so] = worst(o, orf);
+    const auto [wv, sv] = worst(gv, gvr);
+    CHECK(wo <= rel * so);
+    CHECK(wv <= rel * sv);
+    CHECK(worst_p <= rel * scale_p);
+    CHECK(hidden_nonzero == 0);
+}
+
+template <class T, class Mask>
+void check_visible_blocks(const std::function<bool(long long, long long)>& visible, bool bf16, std::size_t n, std::size_t m) {
+    using op = ops::scaled_dot_weights_op<cval(0.25), Mask>;
+    constexpr std::size_t F = 2, d = 8;
+    const rshape qs{3, {F, n, d}}, ks{3, {F, m, d}}, ps{3, {F, n, m}};
+    const auto qf = randoms(F * n * d, 71), kf = randoms(F * m * d, 72), gpf = randoms(F * n * m, 73);
+    std::vector<T> q(qf.begin(), qf.end()), k(kf.begin(), kf.end()), gp(gpf.begin(), gpf.end());
+    std::vector<bf16_bits> qb(q.size()), kb(k.size());
+    std::vector<double> qr(q.size()), kr(k.size());  // the operands as the products see them
+    for (std::size_t i = 0; i < q.size(); ++i) qb[i] = kernels::to_bf16(float(q[i])), qr[i] = bf16 ? kernels::from_bf16(qb[i]) : double(q[i]);
+    for (std::size_t i = 0; i < k.size(); ++i) kb[i] = kernels::to_bf16(float(k[i])), kr[i] = bf16 ? kernels::from_bf16(kb[i]) : double(k[i]);
+    std::vector<T> p(F * n * m, T(7)), gq(q.size()), gk(k.size()), scratch(n * m);
+    op_io<T, 2> io;
+    io.y = view{p.data(), ps};
+    io.x[0] = view{q.data(), qs};
+    io.x[1] = view{k.data(), ks};
+    if constexpr (std::is_same_v<T, float>)
+        if (bf16) io.xb = {qb.data(), kb.data()};
+    io.run.bf16 = bf16;
+    io.gy = view{gp.data(), ps};
+    io.gx = {view{gq.data(), qs}, view{gk.data(), ks}};
+    io.scratch = view{scratch.data(), rshape{1, {n * m}}};
+    op::template forward<T>(io);
+    // The reference.
+    std::vector<double> sc(F * n * m, 0.0);
+    for (std::size_t f = 0; f < F; ++f)
+        for (std::size_t i = 0; i < n; ++i)
+            for (std::size_t j = 0; j < m; ++j) {
+                double acc = 0;
+                for (std::size_t t = 0; t < d; ++t) acc += qr[(f * n + i) * d + t] * kr[(f * m + j) * d + t];
+                sc[(f * n + i) * m + j] = 0.25 * acc;
+            }
+    const long long offset = (long long)m - (long long)n;
+    const auto pr = testing::attn::reference_weights(sc, F, n, m, [&](std::size_t, std::size_t i, std::size_t j) {
+        return visible((long long)i + offset, (long long)j);
+    });
+    std::vector<double> gqr(q.size(), 0.0), gkr(k.size(), 0.0);
+    for (std::size_t f = 0; f < F; ++f)
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::size_t row = (f * n + i) * m;
+            double dot = 0;
+            for (std::size_t j = 0; j < m; ++j) dot += double(gp[row + j]) * pr[row + j];
+            for (std::size_t j = 0; j < m; ++j) {
+                const double gs = pr[row + j] * (double(gp[row + j]) - dot);
+                for (std::size_t t = 0; t < d; ++t) {
+                    gqr[(f * n + i) * d + t] += 0.25 * gs * kr[(f * m + j) * d + t];
+                    gkr[(f * m + j) * d + t] += 0.25 * gs * qr[(f * n + i) * d + t];
+                }
+            }
+        }
+    const auto scale = [](const std::vector<double>& v) {
+        double s = 0;
+        for (double x : v) s = std::max(s, std::abs(x));
+        return s;
+    };
+    // The largest difference and where: float runs exp and the sums in float (P); bf16 products round
+    // gS too (gQ, gK).
+    const auto worst = [](const auto& got, const std::vector<double>& want, double base) {
+        std::pair<double, std::size_t> w{0.0, 0};
+        for (std::size_t i = 0; i < want.size(); ++i) w = std::max(w, std::pair{std::abs(double(got[i]) - base - want[i]), i});
+        return w;
+    };
+    const double rel = bf16 ? 1e-2 : std::is_same_v<T, float> ? 1e-5 : 1e-12;
+    const auto wp = worst(p, pr, 0.0);
+    INFO("P element " << wp.second);
+    REQUIRE(wp.first <= (std::is_same_v<T, float> ? 1e-5 : 1e-14));
+    // Fresh adjoints, then accumulated onto ones: rows and keys the mask hides get 0, then keep 1.
+    for (const bool fresh : {true, false}) {
+        INFO((fresh ? "fresh" : "accumulated"));
+        const double base = fresh ? 0.0 : 1.0;
+        std::fill(gq.begin(), gq.end(), fresh ? T(-5) : T(1));
+        std::fill(gk.begin(), gk.end(), fresh ? T(-5) : T(1));
+        io.assign = {fresh, fresh};
+        op::template backward<T>(io);
+        const auto wq = worst(gq, gqr, base), wk = worst(gk, gkr, base);
+        INFO("gQ element " << wq.second << ", gK element " << wk.second);
+        REQUIRE(wq.first <= rel * scale(gqr));
+        REQUIRE(wk.first <= rel * scale(gkr));
+    }
+    CHECK(scale(gqr) > 0);
+    check_values_on_blocks<T, Mask>(visible, bf16, n, m, p);
+}
+
+template <class T>
+void check_visible_blocks_all(bool bf16) {
+    const std::pair<std::size_t, std::size_t> sizes[] = {{70, 70}, {200, 200}, {1100, 1100}, {130, 300}, {300, 130}};
+    for (const auto& [n, m] : sizes) {
+        INFO("n " << n << ", m " << m);
+        check_visible_blocks<T, causal>([](long long p, long long j) { return j <= p; }, bf16, n, m);
+        check_visible_blocks<T, local_window<40>>([](long long p, long long j) { return std::abs(j - p) <= 40; }, bf16, n, m);
+        check_visible_blocks<T, local_window<100, window::past>>([](long long p, long long j) { return p - 100 <= j && j <= p; }, bf16, n, m);
+        check_visible_blocks<T, no_mask>([](long long, long long) { return true; }, bf16, n, m);
+    }
+}
+}  // namespace
+
+TEST_CASE("attention's products on the blocks a mask leaves visible equal float64 sums over all keys", "[bf16][attention]") {
+    check_visible_blocks_all<double>(false);
+    engine_scope restore;
+    for (const kernels::bf16_engine engine : runnable_engines()) {
+        kernels::set_bf16_engine(engine);
+        INFO(kernels::bf16_engine_name(engine));
+        check_visible_blocks_all<float>(true);
+    }
+    check_visible_blocks_all<float>(false);
 }

@@ -22,7 +22,9 @@
 //
 // A score may also provide weights(q, k, mask), a fused equivalent of masked_softmax(scores(q, k),
 // mask): the dot-product scores use ops/scaled_dot_weights.hpp, additive_score computes its scores
-// with ops/additive_scores.hpp. Masks: ops/masks.hpp.
+// with ops/additive_scores.hpp (a user's weights() must likewise be 0 where the mask hides a key).
+// Masks: ops/masks.hpp. With a mask, the value product is ops/attention_values.hpp: P V computed
+// only on the blocks of P whose rows may see their keys (a causal mask's lower triangle).
 //
 // Reading the weights after forward: the weights are a node like any other, and the same
 // expression is the same node, so prog.value_of(attention_weights(Q, K, score, mask)) is the
@@ -37,6 +39,7 @@
 #include "ctgraph/ops/masks.hpp"
 #include "ctgraph/ops/matmul.hpp"
 #include "ctgraph/ops/scale.hpp"
+#include "ctgraph/ops/attention_values.hpp"
 #include "ctgraph/ops/scaled_dot_weights.hpp"
 #include "ctgraph/ops/transpose.hpp"
 
@@ -205,7 +208,8 @@ constexpr auto attention(Q q, K k, V v, Score score = {}, Mask mask = {}) {
                   "ctg::attention: keys (..., m, d_k) and values (..., m, d_v) need the same leading dimensions and "
                   "the same length m");
     if constexpr (!kv_ok) return poison{};
-    else return matmul(attention_weights(q, k, score, mask), v);
+    else if constexpr (std::is_same_v<Mask, no_mask>) return matmul(attention_weights(q, k, score, mask), v);
+    else return detail::make_attention_values<Mask>(attention_weights(q, k, score, mask), v, typename Mask::operands{});
 }
 /// Scaled dot-product attention with a mask: attention(Q, K, V, causal{}).
 template <expr Q, expr K, expr V, attention_mask Mask>

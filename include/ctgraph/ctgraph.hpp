@@ -55,6 +55,7 @@
 #include "ctgraph/ops/reshape.hpp"
 #include "ctgraph/ops/reverse_time.hpp"
 #include "ctgraph/ops/scale.hpp"
+#include "ctgraph/ops/attention_values.hpp"
 #include "ctgraph/ops/scaled_dot_weights.hpp"
 #include "ctgraph/ops/sigmoid.hpp"
 #include "ctgraph/ops/slice.hpp"

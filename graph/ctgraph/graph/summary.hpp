@@ -208,7 +208,7 @@ consteval flop_rule flop_rule_of() {
         return flop_rule::elements;
     } else {
         constexpr std::string_view name = Op::name;
-        if (name == "matmul") return flop_rule::matmul;
+        if (name == "matmul" || name == "attention_values") return flop_rule::matmul;  // (the whole P V)
         if (name == "matmul_transposed") return flop_rule::matmul_transposed;
         if (name == "affine") return flop_rule::affine;
         if (name == "scaled_dot_weights") return flop_rule::scaled_dot;

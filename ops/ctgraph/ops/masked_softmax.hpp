@@ -21,6 +21,23 @@
 namespace ctg {
 namespace ops {
 
+/// A part of one score matrix: rows [r0, r1) by key columns [c0, c1), counted within the matrix.
+struct score_block {
+    /// @{ the rows and the columns
+    std::size_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
+    /// @}
+};
+/// The parts of a score matrix that attention's products compute (masked_rows::row_blocks): at most
+/// max_row_blocks row blocks, or twice as many and one more column blocks.
+struct score_blocks {
+    static constexpr std::size_t max_row_blocks = 16;  ///< so that a matrix's blocks need no allocation
+    static constexpr std::size_t block_rows = 64;  ///< rows per block, unless there would be more blocks
+    /// @{ the blocks, in order
+    std::array<score_block, 2 * max_row_blocks + 1> at{};
+    std::size_t count = 0;
+    /// @}
+};
+
 /// The rows of a (..., n, m) tensor with their batch index, query index and visible range.
 template <class Mask, class T, std::size_t K>
 struct masked_rows {
@@ -48,6 +65,58 @@ struct masked_rows {
         const col_range c = Mask::cols(args, batch_of(r), query_of(r));
         const long long lo = std::max(0LL, c.lo), hi = std::min((long long)args.m, c.hi);
         return hi > lo ? std::pair{std::size_t(lo), std::size_t(hi)} : std::pair{std::size_t(0), std::size_t(0)};
+    }
+
+    /// Score matrix f (rows f n .. f n + n - 1) cut into row blocks, each with the columns its rows
+    /// may see (the union of their ranges: each row's own lies inside), neighbours with the same
+    /// columns merged: a causal mask's 256 x 256 matrix in blocks [0, 64) x [0, 64), [64, 128) x
+    /// [0, 128), ...; without a mask, or with key lengths alone, one block. Attention's products need
+    /// only these parts: P is 0 outside them, and masked softmax reads S and gP only inside. A block
+    /// whose rows see nothing has no columns (c0 = c1).
+    score_blocks row_blocks(std::size_t f) const {
+        score_blocks out;
+        const std::size_t n = args.n, blocks = std::min(score_blocks::max_row_blocks, std::max<std::size_t>(1, (n + score_blocks::block_rows - 1) / score_blocks::block_rows));
+        const std::size_t step = (n + blocks - 1) / blocks;
+        for (std::size_t i0 = 0; i0 < n; i0 += step) {
+            score_block b{i0, std::min(n, i0 + step), args.m, 0};
+            for (std::size_t i = b.r0; i < b.r1; ++i) {
+                const auto [lo, hi] = range(f * n + i);
+                if (hi > lo) b.c0 = std::min(b.c0, lo), b.c1 = std::max(b.c1, hi);
+            }
+            if (b.c1 <= b.c0) b.c0 = b.c1 = 0;
+            score_block* last = out.count ? &out.at[out.count - 1] : nullptr;
+            if (last && last->c0 == b.c0 && last->c1 == b.c1) last->r1 = b.r1;
+            else out.at[out.count++] = b;
+        }
+        return out;
+    }
+    /// The same parts as column blocks (row_blocks' result `rows`), each with the rows that may see
+    /// its columns, neighbours with the same rows merged; columns no row sees have no rows (r0 = r1).
+    /// For products that sum over the rows into each key's row: gK = gS^T Q, gV = P^T gO.
+    score_blocks column_blocks(const score_blocks& rows) const {
+        std::array<std::size_t, 2 * score_blocks::max_row_blocks + 2> cuts{};
+        std::size_t k = 0;
+        const auto add = [&](std::size_t c) {  // sorted, distinct
+            std::size_t j = 0;
+            while (j < k && cuts[j] < c) ++j;
+            if (j < k && cuts[j] == c) return;
+            for (std::size_t t = k; t > j; --t) cuts[t] = cuts[t - 1];
+            cuts[j] = c, ++k;
+        };
+        add(0), add(args.m);
+        for (std::size_t b = 0; b < rows.count; ++b)
+            if (rows.at[b].c1 > rows.at[b].c0) add(rows.at[b].c0), add(rows.at[b].c1);
+        score_blocks out;
+        for (std::size_t j = 0; j + 1 < k; ++j) {
+            score_block c{args.n, 0, cuts[j], cuts[j + 1]};
+            for (std::size_t b = 0; b < rows.count; ++b)
+                if (rows.at[b].c0 <= c.c0 && c.c1 <= rows.at[b].c1) c.r0 = std::min(c.r0, rows.at[b].r0), c.r1 = std::max(c.r1, rows.at[b].r1);
+            if (c.r1 <= c.r0) c.r0 = c.r1 = 0;
+            score_block* last = out.count ? &out.at[out.count - 1] : nullptr;
+            if (last && last->r0 == c.r0 && last->r1 == c.r1) last->c1 = c.c1;
+            else out.at[out.count++] = c;
+        }
+        return out;
     }
 
     /// y = masked softmax of row r of x (m elements each).

@@ -4,13 +4,17 @@
 // composed masked_softmax(scale<c>(matmul(Q, transpose(K))), mask), but the scores are never kept:
 // they are written into P's buffer and turned into P in place, so forward keeps only the n x m
 // probabilities for backward (the composed graph keeps S and P).
-// VJP, per score matrix, from gP (the adjoint of P, e.g. gO V^T from the matmul that follows):
+// VJP, per score matrix, from gP (the adjoint of P, gO V^T from the value product that follows, ops/attention_values.hpp):
 //   gS = P * (gP - rowsum(gP * P))        (in op scratch: one n x m matrix, reused)
 //   gQ += c gS K,   gK += c gS^T Q
+// The products run only on the blocks of each matrix whose rows may see their keys
+// (masked_rows::row_blocks): a causal matrix of 256 rows costs four row blocks of 64 rows times the
+// keys up to each block's last, about 5/8 of the whole; gK sums over the rows by column blocks.
 // In a mixed-precision program P may be kept in bf16 only (options::bf16_saved): forward then writes
 // P's bf16 shadow a matrix at a time from its thread's scratch and keeps no float P at all, and the
 // VJP reads P rounded (the value product's VJP reads that shadow anyway).
 #pragma once
+#include <algorithm>
 #include <string>
 #include <string_view>
 
@@ -75,8 +79,13 @@ struct scaled_dot_weights_op {
             kernels::scratch<T> own(p ? 0 : nm);  // one matrix of P, when only its shadow is kept
             for (std::size_t f = f0; f < f1; ++f) {
                 T* pf = p ? p + f * nm : own.data();
-                kernels::gemm(false, true, s.n, s.m, s.d, T(c), at(q, f * s.n * s.d), s.d, at(k, f * s.m * s.d), s.d, T(0), pf, s.m, nullptr,
-                              io.run.bf16, at(io.xb[0], f * s.n * s.d), at(io.xb[1], f * s.m * s.d));
+                const score_blocks parts = rows.row_blocks(f);  // (no mask: one product of the whole matrix)
+                for (std::size_t b = 0; b < parts.count; ++b) {  // the scores the mask leaves visible, by row block
+                    const score_block& x = parts.at[b];
+                    kernels::gemm(false, true, x.r1 - x.r0, x.c1 - x.c0, s.d, T(c), at(q, (f * s.n + x.r0) * s.d), s.d,
+                                  at(k, (f * s.m + x.c0) * s.d), s.d, T(0), pf + x.r0 * s.m + x.c0, s.m, nullptr, io.run.bf16,
+                                  at(io.xb[0], (f * s.n + x.r0) * s.d), at(io.xb[1], (f * s.m + x.c0) * s.d));
+                }
                 for (std::size_t i = 0; i < s.n; ++i) rows.forward_row(f * s.n + i, pf + i * s.m, pf + i * s.m);
                 if constexpr (std::is_same_v<T, float>)  // the shadow, while the matrix is in cache
                     if (io.yb) kernels::pack_bf16(false, 1, nm, pf, nm, io.yb + f * nm);
@@ -104,12 +113,24 @@ struct scaled_dot_weights_op {
                     if (!p) kernels::pack_bf16(false, 1, nm, io.yb + off, nm, rounded.data());
                 for (std::size_t i = 0; i < s.n; ++i)  // gS written whole (fresh): no clearing pass
                     rows.backward_row(f * s.n + i, pf + i * s.m, gp + off + i * s.m, gs + i * s.m, true);
-                if (gq)  // (n x d) += c (n x m)(m x d)
-                    kernels::gemm(false, false, s.n, s.d, s.m, T(c), gs, s.m, at(k, f * s.m * s.d), s.d, io.fresh(0) ? T(0) : T(1),
-                                  gq + f * s.n * s.d, s.d, nullptr, io.run.bf16, nullptr, at(io.xb[1], f * s.m * s.d));
-                if (gk)  // (m x d) += c (m x n)(n x d)
-                    kernels::gemm(true, false, s.m, s.d, s.n, T(c), gs, s.m, at(q, f * s.n * s.d), s.d, io.fresh(1) ? T(0) : T(1),
-                                  gk + f * s.m * s.d, s.d, nullptr, io.run.bf16, nullptr, at(io.xb[0], f * s.n * s.d));
+                // gS is 0 outside the blocks forward computed: the products read only inside them.
+                const score_blocks parts = rows.row_blocks(f);
+                if (gq)  // (n x d) += c (n x m)(m x d), by row block
+                    for (std::size_t b = 0; b < parts.count; ++b) {
+                        const score_block& x = parts.at[b];
+                        kernels::gemm(false, false, x.r1 - x.r0, s.d, x.c1 - x.c0, T(c), gs + x.r0 * s.m + x.c0, s.m,
+                                      at(k, (f * s.m + x.c0) * s.d), s.d, io.fresh(0) ? T(0) : T(1), gq + (f * s.n + x.r0) * s.d, s.d,
+                                      nullptr, io.run.bf16, nullptr, at(io.xb[1], (f * s.m + x.c0) * s.d));
+                    }
+                if (gk) {  // (m x d) += c (m x n)(n x d), by column block
+                    const score_blocks cols = rows.column_blocks(parts);
+                    for (std::size_t b = 0; b < cols.count; ++b) {
+                        const score_block& x = cols.at[b];
+                        kernels::gemm(true, false, x.c1 - x.c0, s.d, x.r1 - x.r0, T(c), gs + x.r0 * s.m + x.c0, s.m,
+                                      at(q, (f * s.n + x.r0) * s.d), s.d, io.fresh(1) ? T(0) : T(1), gk + (f * s.m + x.c0) * s.d, s.d,
+                                      nullptr, io.run.bf16, nullptr, at(io.xb[0], (f * s.n + x.r0) * s.d));
+                    }
+                }
             }
         });
     }
