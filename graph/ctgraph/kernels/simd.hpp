@@ -192,7 +192,7 @@ namespace detail {
 /// A row element as the sums' type: a float or double as it is, bf16 bits widened (exactly).
 template <class T, class E>
 inline T row_value(E e) {
-    if constexpr (std::is_same_v<E, bf16_bits> && !std::is_same_v<T, bf16_bits>) return from_bf16(e); else return T(e);
+    if constexpr (std::is_same_v<E, bf16_bits>) return from_bf16(e); else return T(e);
 }
 
 /// One block of combine_rows: NB batches of columns, the rows taken RI at a time into separate
