@@ -194,6 +194,81 @@ TEST_CASE("fused scaled-dot weights equal the composed graph, values and gradien
                         matmul(masked_softmax(matmul(matmul(Q{}, W{}), transpose(K{})), local_window<1>{}), V{}), 1e-12, 6);
 }
 
+namespace {
+// Every score a row may see lies in its row block and in a column block whose rows hold the row;
+// returns the scores the blocks compute.
+template <class Mask>
+std::size_t covered_scores(std::size_t n, std::size_t m) {
+    const op_io<double, 2> io;  // (these masks have no operands)
+    const ops::masked_rows<Mask, double, 2> rows(io, rshape{3, {2, n, m}});
+    const ops::score_blocks r = rows.row_blocks(1), c = rows.column_blocks(r);
+    REQUIRE(r.count >= 1);
+    REQUIRE(r.count <= ops::score_blocks::max_row_blocks);
+    std::size_t computed = 0, next_row = 0, next_col = 0;
+    for (std::size_t b = 0; b < r.count; ++b) {
+        const ops::score_block& x = r.at[b];
+        CHECK(x.r0 == next_row);  // the row blocks tile the rows, in order
+        next_row = x.r1;
+        computed += (x.r1 - x.r0) * (x.c1 - x.c0);
+        for (std::size_t i = x.r0; i < x.r1; ++i) {
+            const auto [lo, hi] = rows.range(n + i);
+            if (hi > lo) CHECK((x.c0 <= lo && hi <= x.c1));
+        }
+    }
+    CHECK(next_row == n);
+    for (std::size_t b = 0; b < c.count; ++b) {
+        CHECK(c.at[b].c0 == next_col);  // the column blocks tile the keys
+        next_col = c.at[b].c1;
+    }
+    CHECK(next_col == m);
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto [lo, hi] = rows.range(n + i);
+        for (std::size_t b = 0; b < c.count; ++b)
+            if (std::max(lo, c.at[b].c0) < std::min(hi, c.at[b].c1)) CHECK((c.at[b].r0 <= i && i < c.at[b].r1));
+    }
+    return computed;
+}
+}  // namespace
+
+TEST_CASE("masked rows: attention's blocks hold every score a row may see and skip what the mask hides", "[attention]") {
+    // A causal 256 x 256 matrix: four row blocks of 64 rows, 5/8 of the scores.
+    const op_io<double, 2> io;
+    const ops::masked_rows<causal, double, 2> square(io, rshape{3, {2, 256, 256}});
+    const ops::score_blocks r = square.row_blocks(0), c = square.column_blocks(r);
+    REQUIRE(r.count == 4);
+    REQUIRE(c.count == 4);
+    for (std::size_t b = 0; b < 4; ++b) {
+        CHECK((r.at[b].r0 == 64 * b && r.at[b].r1 == 64 * (b + 1) && r.at[b].c0 == 0 && r.at[b].c1 == 64 * (b + 1)));
+        CHECK((c.at[b].c0 == 64 * b && c.at[b].c1 == 64 * (b + 1) && c.at[b].r0 == 64 * b && c.at[b].r1 == 256));
+    }
+    CHECK(covered_scores<causal>(256, 256) == 256 * 256 * 5 / 8);
+    // 300 queries on 130 keys: queries 0-169 see nothing (one block without columns), and each key
+    // is summed over the rows from the first block that sees it.
+    const ops::masked_rows<causal, double, 2> tall(io, rshape{2, {300, 130}});
+    const ops::score_blocks t = tall.row_blocks(0), tc = tall.column_blocks(t);
+    REQUIRE(t.count == 4);
+    CHECK((t.at[0].r0 == 0 && t.at[0].r1 == 120 && t.at[0].c1 == t.at[0].c0));
+    CHECK((t.at[1].r0 == 120 && t.at[1].c0 == 0 && t.at[1].c1 == 10));
+    CHECK((t.at[2].r0 == 180 && t.at[2].c1 == 70));
+    CHECK((t.at[3].r0 == 240 && t.at[3].r1 == 300 && t.at[3].c1 == 130));
+    REQUIRE(tc.count == 3);
+    CHECK((tc.at[0].c1 == 10 && tc.at[0].r0 == 120 && tc.at[1].c1 == 70 && tc.at[1].r0 == 180 && tc.at[2].r0 == 240));
+    // Without a mask: the whole matrix, one block.
+    CHECK(covered_scores<no_mask>(200, 300) == 200 * 300);
+    const op_io<double, 2> none;
+    CHECK(ops::masked_rows<no_mask, double, 2>(none, rshape{3, {2, 200, 300}}).row_blocks(0).count == 1);
+    // Other shapes and masks: covered, and fewer scores than the whole where the mask hides many.
+    for (const auto& [nq, mk] : {std::pair<std::size_t, std::size_t>{70, 70}, {1100, 1100}, {130, 300}, {300, 130}, {1, 257}}) {
+        INFO("n " << nq << ", m " << mk);
+        CHECK(covered_scores<causal>(nq, mk) <= nq * mk);
+        CHECK(covered_scores<local_window<40>>(nq, mk) <= nq * mk);
+        CHECK(covered_scores<local_window<100, window::past>>(nq, mk) <= nq * mk);
+        CHECK(covered_scores<visible_if<even_or_self>>(nq, mk) == nq * mk);
+    }
+    CHECK(covered_scores<causal>(1100, 1100) < 1100 * 1100 * 6 / 10);
+    CHECK(covered_scores<local_window<40>>(1100, 1100) < 1100 * 1100 / 4);
+}
+
 TEST_CASE("fused scaled-dot weights in row blocks equal the composed graph: heads, padding, n != m", "[attention]") {
     // The fused op computes only the blocks of each score matrix that its rows may see; here with
     // several blocks per matrix, a length per sequence (keys no row sees), two heads per sequence,
