@@ -853,7 +853,9 @@ void check_values_on_blocks(const std::function<bool(long long, long long)>& vis
     constexpr std::size_t F = 2, dv = 6;
     const rshape ps{3, {F, n, m}}, vs{3, {F, m, dv}}, os{3, {F, n, dv}};
     const auto vf = randoms(F * m * dv, 81), gof = randoms(F * n * dv, 82);
-    std::vector<T> v(vf.begin(), vf.end()), go(gof.begin(), gof.end()), o(F * n * dv, T(7)), gp(p.size()), gv(v.size());
+    // (gP and gV start as NaN: a fresh adjoint must be written whole, hidden scores included)
+    std::vector<T> v(vf.begin(), vf.end()), go(gof.begin(), gof.end()), o(F * n * dv, T(7)),
+        gp(p.size(), std::numeric_limits<T>::quiet_NaN()), gv(v.size(), std::numeric_limits<T>::quiet_NaN());
     std::vector<bf16_bits> vb(v.size());
     const auto seen = [bf16](auto x) { return bf16 ? double(kernels::from_bf16(kernels::to_bf16(float(x)))) : double(x); };
     for (std::size_t i = 0; i < v.size(); ++i) vb[i] = kernels::to_bf16(float(v[i]));
@@ -871,7 +873,7 @@ void check_values_on_blocks(const std::function<bool(long long, long long)>& vis
     op::template backward<T>(io);
     std::vector<double> orf(o.size(), 0.0), gvr(v.size(), 0.0);
     double worst_p = 0, scale_p = 0;
-    std::size_t hidden_nonzero = 0;
+    std::size_t hidden_nonzero = 0, hidden_unwritten = 0;
     const long long offset = (long long)m - (long long)n;
     for (std::size_t f = 0; f < F; ++f)
         for (std::size_t i = 0; i < n; ++i)
@@ -884,12 +886,21 @@ void check_values_on_blocks(const std::function<bool(long long, long long)>& vis
                     gpij += seen(go[(f * n + i) * dv + t]) * seen(v[(f * m + j) * dv + t]);
                 }
                 scale_p = std::max(scale_p, std::abs(gpij));
-                if (visible((long long)i + offset, (long long)j)) worst_p = std::max(worst_p, std::abs(double(gp[(f * n + i) * m + j]) - gpij));
-                else hidden_nonzero += p[(f * n + i) * m + j] != T(0);  // (what the op relies on)
+                const double got = double(gp[(f * n + i) * m + j]);
+                if (visible((long long)i + offset, (long long)j)) {
+                    worst_p = std::isnan(got) ? std::numeric_limits<double>::infinity() : std::max(worst_p, std::abs(got - gpij));
+                } else {
+                    hidden_nonzero += p[(f * n + i) * m + j] != T(0);  // (what the op relies on)
+                    hidden_unwritten += !(got == 0 || std::abs(got - gpij) <= 1e-3 * (1 + std::abs(gpij)));  // 0, or gO V^T there
+                }
             }
     const auto worst = [](const auto& got, const std::vector<double>& want) {
         double w = 0, sc = 0;
-        for (std::size_t i = 0; i < want.size(); ++i) w = std::max(w, std::abs(double(got[i]) - want[i])), sc = std::max(sc, std::abs(want[i]));
+        for (std::size_t i = 0; i < want.size(); ++i) {
+            const double e = std::abs(double(got[i]) - want[i]);
+            w = std::isnan(e) ? std::numeric_limits<double>::infinity() : std::max(w, e);  // (NaN: an element never written)
+            sc = std::max(sc, std::abs(want[i]));
+        }
         return std::pair{w, sc};
     };
     const double rel = std::is_same_v<T, float> ? 1e-5 : 1e-13;  // (float sums of the same rounded products)
@@ -899,6 +910,7 @@ void check_values_on_blocks(const std::function<bool(long long, long long)>& vis
     CHECK(wv <= rel * sv);
     CHECK(worst_p <= rel * scale_p);
     CHECK(hidden_nonzero == 0);
+    CHECK(hidden_unwritten == 0);
 }
 
 template <class T, class Mask>

@@ -87,9 +87,14 @@ struct attention_values_op {
             for (std::size_t f = f0; f < f1; ++f) {
                 const score_blocks parts = rows.row_blocks(f);
                 if (gp) {  // (n x m) = or += (n x dv)(dv x m) inside the blocks
-                    if (io.fresh(0)) std::fill(gp + f * nm, gp + (f + 1) * nm, T(0));
                     for (std::size_t b = 0; b < parts.count; ++b) {
                         const score_block& x = parts.at[b];
+                        if (io.fresh(0))  // a fresh adjoint is written whole: 0 beside the block
+                            for (std::size_t i = x.r0; i < x.r1; ++i) {
+                                T* row = gp + f * nm + i * s.m;
+                                std::fill(row, row + x.c0, T(0));
+                                std::fill(row + x.c1, row + s.m, T(0));
+                            }
                         kernels::gemm(false, true, x.r1 - x.r0, x.c1 - x.c0, s.dv, T(1), go + (f * s.n + x.r0) * s.dv, s.dv,
                                       at(v, (f * s.m + x.c0) * s.dv), s.dv, io.fresh(0) ? T(0) : T(1), gp + f * nm + x.r0 * s.m + x.c0,
                                       s.m, nullptr, io.run.bf16, nullptr, at(io.xb[1], (f * s.m + x.c0) * s.dv));
