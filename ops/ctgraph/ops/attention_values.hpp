@@ -12,6 +12,7 @@
 // So the op is matmul(P, V) for any P that is 0 where the mask hides a key, and its adjoints are
 // matmul's wherever the producer of such a P reads them.
 #pragma once
+#include <algorithm>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,7 @@
 #include "ctgraph/kernels/gemm.hpp"
 #include "ctgraph/op.hpp"
 #include "ctgraph/ops/masked_softmax.hpp"
+#include "ctgraph/ops/matmul.hpp"
 
 namespace ctg {
 namespace ops {
@@ -30,53 +32,41 @@ struct attention_values_op {
     static constexpr std::uint32_t bf16_operands_only = 0b11;  // read nowhere but in the products (see op.hpp)
     static constexpr std::uint32_t backward_reads = 0b11;  // P and V, not O (see op.hpp)
 
+    // Its shapes are matmul's for batched operands: (..., n, m) x (..., m, d_v) -> (..., n, d_v).
     template <class P, class V, class... Ops>
     static consteval bool check() {
-        if constexpr (P::rank < 2 || P::rank != V::rank) {
-            return false;
-        } else {
-            for (std::size_t i = 0; i + 2 < P::rank; ++i)
-                if (!(P::dims[i] == V::dims[i])) return false;
-            return P::dims[P::rank - 1] == V::dims[V::rank - 2];
-        }
+        if constexpr (P::rank < 2 || P::rank != V::rank) return false;
+        else return matmul_op::check<P, V>();
     }
     template <class P, class V, class... Ops>
-    static consteval auto dims() {
-        auto r = P::dims;
-        r[P::rank - 1] = V::dims[V::rank - 1];
-        return r;
-    }
+    static consteval auto dims() { return matmul_op::dims<P, V>(); }
 
     struct sizes {
         std::size_t matrices, n, m, dv;
         std::size_t work() const { return 2 * matrices * n * m * dv; }  // flops of the whole products
     };
     static sizes sizes_of(const rshape& p, const rshape& v) { return {p.rows() / p[-2], p[-2], p[-1], v[-1]}; }
-    // A matrix of an operand or of its shadow (null: none; P or V kept in bf16 only come null, see op.hpp).
-    template <class X>
-    static X* at(X* x, std::size_t off) { return x ? x + off : nullptr; }
 
     template <class T, std::size_t K>
     static void forward(op_io<T, K>& io) {
+        using ctg::detail::offset_or_null;
         const sizes s = sizes_of(io.x[0].shape, io.x[1].shape);
         const masked_rows<Mask, T, K> rows(io, io.x[0].shape);
         const T *p = io.x_data(0), *v = io.x_data(1);
         T* o = io.y_data();
+        const std::size_t nm = s.n * s.m;
         // One task per block of (batch, head) matrices, as matmul's batches.
         kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
-            for (std::size_t f = f0; f < f1; ++f) {
-                const score_blocks parts = rows.row_blocks(f);
-                for (std::size_t b = 0; b < parts.count; ++b) {  // (n x dv) = (n x m)(m x dv); rows that see nothing: 0
-                    const score_block& x = parts.at[b];
-                    const std::size_t pa = f * s.n * s.m + x.r0 * s.m + x.c0, va = (f * s.m + x.c0) * s.dv;
-                    kernels::gemm(false, false, x.r1 - x.r0, s.dv, x.c1 - x.c0, T(1), at(p, pa), s.m, at(v, va), s.dv, T(0),
-                                  o + (f * s.n + x.r0) * s.dv, s.dv, nullptr, io.run.bf16, at(io.xb[0], pa), at(io.xb[1], va));
-                }
-            }
+            const score_blocks first = rows.row_blocks(f0);
+            for (std::size_t f = f0; f < f1; ++f)  // (n x dv) = (n x m)(m x dv); rows that see nothing: 0
+                block_sum(sum_over::keys, rows.same_blocks || f == f0 ? first : rows.row_blocks(f), s.m, s.dv, T(1), offset_or_null(p, f * nm),
+                          offset_or_null(io.xb[0], f * nm), offset_or_null(v, f * s.m * s.dv),
+                          offset_or_null(io.xb[1], f * s.m * s.dv), T(0), o + f * s.n * s.dv, io.run.bf16);
         });
     }
     template <class T, std::size_t K>
     static void backward(op_io<T, K>& io) {
+        using ctg::detail::offset_or_null;
         T *gp = io.gx_data(0), *gv = io.gx_data(1);
         if (!gp && !gv) return;
         const sizes s = sizes_of(io.x[0].shape, io.x[1].shape);
@@ -84,32 +74,26 @@ struct attention_values_op {
         const T *p = io.x_data(0), *v = io.x_data(1), *go = io.gy_data();
         const std::size_t nm = s.n * s.m;
         kernels::for_items(s.matrices, 2 * s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
+            const score_blocks first = rows.row_blocks(f0), first_cols = rows.column_blocks(first);
             for (std::size_t f = f0; f < f1; ++f) {
-                const score_blocks parts = rows.row_blocks(f);
+                const bool same = rows.same_blocks || f == f0;
+                const score_blocks parts = same ? first : rows.row_blocks(f);
+                const T* gof = go + f * s.n * s.dv;
                 if (gp) {  // (n x m) = or += (n x dv)(dv x m) inside the blocks
-                    for (std::size_t b = 0; b < parts.count; ++b) {
-                        const score_block& x = parts.at[b];
-                        if (io.fresh(0))  // a fresh adjoint is written whole: 0 beside the block
-                            for (std::size_t i = x.r0; i < x.r1; ++i) {
+                    if (io.fresh(0))  // a fresh adjoint is written whole: 0 beside each block
+                        for (std::size_t b = 0; b < parts.count; ++b)
+                            for (std::size_t i = parts.at[b].r0; i < parts.at[b].r1; ++i) {
                                 T* row = gp + f * nm + i * s.m;
-                                std::fill(row, row + x.c0, T(0));
-                                std::fill(row + x.c1, row + s.m, T(0));
+                                std::fill(row, row + parts.at[b].c0, T(0));
+                                std::fill(row + parts.at[b].c1, row + s.m, T(0));
                             }
-                        kernels::gemm(false, true, x.r1 - x.r0, x.c1 - x.c0, s.dv, T(1), go + (f * s.n + x.r0) * s.dv, s.dv,
-                                      at(v, (f * s.m + x.c0) * s.dv), s.dv, io.fresh(0) ? T(0) : T(1), gp + f * nm + x.r0 * s.m + x.c0,
-                                      s.m, nullptr, io.run.bf16, nullptr, at(io.xb[1], (f * s.m + x.c0) * s.dv));
-                    }
+                    block_scores(parts, s.m, s.dv, T(1), gof, nullptr, offset_or_null(v, f * s.m * s.dv),
+                                 offset_or_null(io.xb[1], f * s.m * s.dv), io.fresh(0) ? T(0) : T(1), gp + f * nm, io.run.bf16);
                 }
-                if (gv) {  // (m x dv) = or += (m x n)(n x dv), by column block
-                    const score_blocks cols = rows.column_blocks(parts);
-                    for (std::size_t b = 0; b < cols.count; ++b) {
-                        const score_block& x = cols.at[b];
-                        const std::size_t pa = f * nm + x.r0 * s.m + x.c0;
-                        kernels::gemm(true, false, x.c1 - x.c0, s.dv, x.r1 - x.r0, T(1), at(p, pa), s.m, go + (f * s.n + x.r0) * s.dv,
-                                      s.dv, io.fresh(1) ? T(0) : T(1), gv + (f * s.m + x.c0) * s.dv, s.dv, nullptr, io.run.bf16,
-                                      at(io.xb[0], pa));
-                    }
-                }
+                if (gv)  // (m x dv) = or += (m x n)(n x dv), by column block
+                    block_sum(sum_over::queries, same ? first_cols : rows.column_blocks(parts), s.m, s.dv, T(1), offset_or_null(p, f * nm),
+                              offset_or_null(io.xb[0], f * nm), gof, nullptr, io.fresh(1) ? T(0) : T(1),
+                              gv + f * s.m * s.dv, io.run.bf16);
             }
         });
     }

@@ -16,27 +16,11 @@
 #include "ctgraph/graph/node.hpp"
 #include "ctgraph/kernels/softmax.hpp"
 #include "ctgraph/op.hpp"
+#include "ctgraph/ops/detail/score_blocks.hpp"
 #include "ctgraph/ops/masks.hpp"
 
 namespace ctg {
 namespace ops {
-
-/// A part of one score matrix: rows [r0, r1) by key columns [c0, c1), counted within the matrix.
-struct score_block {
-    /// @{ the rows and the columns
-    std::size_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
-    /// @}
-};
-/// The parts of a score matrix that attention's products compute (masked_rows::row_blocks): at most
-/// max_row_blocks row blocks, or twice as many and one more column blocks.
-struct score_blocks {
-    static constexpr std::size_t max_row_blocks = 16;  ///< so that a matrix's blocks need no allocation
-    static constexpr std::size_t block_rows = 64;  ///< rows per block, unless there would be more blocks
-    /// @{ the blocks, in order
-    std::array<score_block, 2 * max_row_blocks + 1> at{};
-    std::size_t count = 0;
-    /// @}
-};
 
 /// The rows of a (..., n, m) tensor with their batch index, query index and visible range.
 template <class Mask, class T, std::size_t K>
@@ -58,6 +42,9 @@ struct masked_rows {
         const std::size_t matrices = args.n ? rows / args.n : 0;
         per_batch = args.batches ? std::max<std::size_t>(1, matrices / args.batches) : 1;
     }
+    /// Whether every matrix has the same blocks (row_blocks): a mask without runtime tensors
+    /// depends on no batch.
+    static constexpr bool same_blocks = Mask::operands::size == 0;
     std::size_t batch_of(std::size_t r) const { return (r / args.n) / per_batch; }
     std::size_t query_of(std::size_t r) const { return r % args.n; }
     /// Visible columns of row r, clamped to [0, m].

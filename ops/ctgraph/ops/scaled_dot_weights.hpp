@@ -14,7 +14,6 @@
 // P's bf16 shadow a matrix at a time from its thread's scratch and keeps no float P at all, and the
 // VJP reads P rounded (the value product's VJP reads that shadow anyway).
 #pragma once
-#include <algorithm>
 #include <string>
 #include <string_view>
 
@@ -77,15 +76,12 @@ struct scaled_dot_weights_op {
         // One task per block of (batch, head) matrices: their products are too small to split well.
         kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
             kernels::scratch<T> own(p ? 0 : nm);  // one matrix of P, when only its shadow is kept
+            const score_blocks first = rows.row_blocks(f0);  // (no mask: one product of the whole matrix)
             for (std::size_t f = f0; f < f1; ++f) {
                 T* pf = p ? p + f * nm : own.data();
-                const score_blocks parts = rows.row_blocks(f);  // (no mask: one product of the whole matrix)
-                for (std::size_t b = 0; b < parts.count; ++b) {  // the scores the mask leaves visible, by row block
-                    const score_block& x = parts.at[b];
-                    kernels::gemm(false, true, x.r1 - x.r0, x.c1 - x.c0, s.d, T(c), at(q, (f * s.n + x.r0) * s.d), s.d,
-                                  at(k, (f * s.m + x.c0) * s.d), s.d, T(0), pf + x.r0 * s.m + x.c0, s.m, nullptr, io.run.bf16,
-                                  at(io.xb[0], (f * s.n + x.r0) * s.d), at(io.xb[1], (f * s.m + x.c0) * s.d));
-                }
+                const score_blocks parts = rows.same_blocks || f == f0 ? first : rows.row_blocks(f);
+                block_scores(parts, s.m, s.d, T(c), at(q, f * s.n * s.d), at(io.xb[0], f * s.n * s.d), at(k, f * s.m * s.d),
+                             at(io.xb[1], f * s.m * s.d), T(0), pf, io.run.bf16);  // the scores the mask leaves visible
                 for (std::size_t i = 0; i < s.n; ++i) rows.forward_row(f * s.n + i, pf + i * s.m, pf + i * s.m);
                 if constexpr (std::is_same_v<T, float>)  // the shadow, while the matrix is in cache
                     if (io.yb) kernels::pack_bf16(false, 1, nm, pf, nm, io.yb + f * nm);
@@ -106,6 +102,7 @@ struct scaled_dot_weights_op {
             const bool whole = f0 == 0 && f1 == s.matrices;
             kernels::scratch<T> own(whole ? 0 : nm), rounded(p ? 0 : nm);  // (rounded: P read from its shadow)
             T* gs = whole ? io.scratch.template as<T>() : own.data();
+            const score_blocks first = rows.row_blocks(f0), first_cols = rows.column_blocks(first);
             for (std::size_t f = f0; f < f1; ++f) {
                 const std::size_t off = f * nm;
                 const T* pf = p ? p + off : rounded.data();
@@ -114,23 +111,14 @@ struct scaled_dot_weights_op {
                 for (std::size_t i = 0; i < s.n; ++i)  // gS written whole (fresh): no clearing pass
                     rows.backward_row(f * s.n + i, pf + i * s.m, gp + off + i * s.m, gs + i * s.m, true);
                 // gS is 0 outside the blocks forward computed: the products read only inside them.
-                const score_blocks parts = rows.row_blocks(f);
-                if (gq)  // (n x d) += c (n x m)(m x d), by row block
-                    for (std::size_t b = 0; b < parts.count; ++b) {
-                        const score_block& x = parts.at[b];
-                        kernels::gemm(false, false, x.r1 - x.r0, s.d, x.c1 - x.c0, T(c), gs + x.r0 * s.m + x.c0, s.m,
-                                      at(k, (f * s.m + x.c0) * s.d), s.d, io.fresh(0) ? T(0) : T(1), gq + (f * s.n + x.r0) * s.d, s.d,
-                                      nullptr, io.run.bf16, nullptr, at(io.xb[1], (f * s.m + x.c0) * s.d));
-                    }
-                if (gk) {  // (m x d) += c (m x n)(n x d), by column block
-                    const score_blocks cols = rows.column_blocks(parts);
-                    for (std::size_t b = 0; b < cols.count; ++b) {
-                        const score_block& x = cols.at[b];
-                        kernels::gemm(true, false, x.c1 - x.c0, s.d, x.r1 - x.r0, T(c), gs + x.r0 * s.m + x.c0, s.m,
-                                      at(q, (f * s.n + x.r0) * s.d), s.d, io.fresh(1) ? T(0) : T(1), gk + (f * s.m + x.c0) * s.d, s.d,
-                                      nullptr, io.run.bf16, nullptr, at(io.xb[0], (f * s.n + x.r0) * s.d));
-                    }
-                }
+                const bool same = rows.same_blocks || f == f0;
+                const score_blocks parts = same ? first : rows.row_blocks(f);
+                if (gq)  // (n x d) += c (n x m)(m x d)
+                    block_sum(sum_over::keys, parts, s.m, s.d, T(c), gs, nullptr, at(k, f * s.m * s.d), at(io.xb[1], f * s.m * s.d),
+                              io.fresh(0) ? T(0) : T(1), gq + f * s.n * s.d, io.run.bf16);
+                if (gk)  // (m x d) += c (m x n)(n x d)
+                    block_sum(sum_over::queries, same ? first_cols : rows.column_blocks(parts), s.m, s.d, T(c), gs, nullptr, at(q, f * s.n * s.d),
+                              at(io.xb[0], f * s.n * s.d), io.fresh(1) ? T(0) : T(1), gk + f * s.m * s.d, io.run.bf16);
             }
         });
     }

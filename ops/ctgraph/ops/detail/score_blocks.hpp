@@ -1,0 +1,78 @@
+// ctgraph/ops/detail/score_blocks.hpp: the parts of an attention score matrix that a mask leaves
+// visible (masked_rows::row_blocks and column_blocks, ops/masked_softmax.hpp), and the three kinds
+// of product attention runs over them, each on the blocks alone:
+//   block_scores       S = alpha A B^T + beta S     (n x m)   Q K^T, gP = gO V^T
+//   block_sum(keys)    C = alpha S B + beta C       (n x d)   P V, gQ = gS K
+//   block_sum(queries) C = alpha S^T A + beta C     (m x d)   gV = P^T gO, gK = gS^T Q
+// S is one n x m matrix (leading dimension m); A has a row per query, B a row per key, C as said,
+// all with d columns. Each operand may come with its bf16 shadow (laid out as it, or null), read by
+// bf16 products (kernels::gemm).
+#pragma once
+#include <array>
+#include <cstddef>
+
+#include "ctgraph/kernels/gemm.hpp"
+
+namespace ctg {
+namespace detail {
+/// p + off, or null for a missing operand or shadow.
+template <class P>
+P* offset_or_null(P* p, std::size_t off) { return p ? p + off : nullptr; }
+}  // namespace detail
+
+namespace ops {
+
+/// A part of one score matrix: rows [r0, r1) by key columns [c0, c1), counted within the matrix.
+struct score_block {
+    /// @{ the rows and the columns
+    std::size_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
+    /// @}
+};
+/// The parts of a score matrix that attention's products compute (masked_rows::row_blocks): at most
+/// max_row_blocks row blocks, or twice as many and one more column blocks.
+struct score_blocks {
+    static constexpr std::size_t max_row_blocks = 16;  ///< so that a matrix's blocks need no allocation
+    static constexpr std::size_t block_rows = 64;  ///< rows per block, unless there would be more blocks
+    /// @{ the blocks, in order
+    std::array<score_block, 2 * max_row_blocks + 1> at{};
+    std::size_t count = 0;
+    /// @}
+};
+
+/// S = alpha A B^T + beta S on each of the row blocks `rows`; S outside them is not touched.
+template <class T>
+void block_scores(const score_blocks& rows, std::size_t m, std::size_t d, T alpha, const T* a, const kernels::bf16_bits* a16,
+                  const T* b, const kernels::bf16_bits* b16, T beta, T* s, bool bf16) {
+    using ctg::detail::offset_or_null;
+    for (std::size_t i = 0; i < rows.count; ++i) {
+        const score_block& x = rows.at[i];
+        kernels::gemm(false, true, x.r1 - x.r0, x.c1 - x.c0, d, alpha, offset_or_null(a, x.r0 * d), d, offset_or_null(b, x.c0 * d), d,
+                      beta, s + x.r0 * m + x.c0, m, nullptr, bf16, offset_or_null(a16, x.r0 * d), offset_or_null(b16, x.c0 * d));
+    }
+}
+/// Which way a block sum runs over S (block_sum).
+enum class sum_over {
+    keys,    ///< C = alpha S B + beta C by row blocks: each query's row sums over its block's keys
+    queries  ///< C = alpha S^T A + beta C by column blocks: each key's row sums over the queries that see it
+};
+/// C = alpha op(S) X + beta C on the blocks `parts` (row blocks to sum over keys, X = B; column
+/// blocks, masked_rows::column_blocks, to sum over queries, X = A). A block with nothing to sum
+/// gives alpha times an empty sum.
+template <class T>
+void block_sum(sum_over over, const score_blocks& parts, std::size_t m, std::size_t d, T alpha, const T* s,
+               const kernels::bf16_bits* s16, const T* x, const kernels::bf16_bits* x16, T beta, T* c, bool bf16) {
+    using ctg::detail::offset_or_null;
+    const bool by_keys = over == sum_over::keys;
+    for (std::size_t i = 0; i < parts.count; ++i) {
+        const score_block& b = parts.at[i];
+        // out: the rows of C this block writes; in: the rows of X it sums over.
+        const std::size_t out0 = by_keys ? b.r0 : b.c0, out1 = by_keys ? b.r1 : b.c1;
+        const std::size_t in0 = by_keys ? b.c0 : b.r0, in1 = by_keys ? b.c1 : b.r1;
+        const std::size_t at = b.r0 * m + b.c0;
+        kernels::gemm(!by_keys, false, out1 - out0, d, in1 - in0, alpha, offset_or_null(s, at), m, offset_or_null(x, in0 * d), d, beta,
+                      c + out0 * d, d, nullptr, bf16, offset_or_null(s16, at), offset_or_null(x16, in0 * d));
+    }
+}
+
+}  // namespace ops
+}  // namespace ctg
