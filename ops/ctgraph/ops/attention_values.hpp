@@ -59,7 +59,7 @@ struct attention_values_op {
         kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
             const score_blocks first = rows.row_blocks(f0);
             for (std::size_t f = f0; f < f1; ++f)  // (n x dv) = (n x m)(m x dv); rows that see nothing: 0
-                block_sum(sum_over::keys, rows.same_blocks || f == f0 ? first : rows.row_blocks(f), s.m, s.dv, T(1), offset_or_null(p, f * nm),
+                block_sum(sum_over::keys, rows.row_blocks(f, f0, first), s.m, s.dv, T(1), offset_or_null(p, f * nm),
                           offset_or_null(io.xb[0], f * nm), offset_or_null(v, f * s.m * s.dv),
                           offset_or_null(io.xb[1], f * s.m * s.dv), T(0), o + f * s.n * s.dv, io.run.bf16);
         });
@@ -76,8 +76,8 @@ struct attention_values_op {
         kernels::for_items(s.matrices, 2 * s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
             const score_blocks first = rows.row_blocks(f0), first_cols = rows.column_blocks(first);
             for (std::size_t f = f0; f < f1; ++f) {
-                const bool same = rows.same_blocks || f == f0;
-                const score_blocks parts = same ? first : rows.row_blocks(f);
+                const score_blocks parts = rows.row_blocks(f, f0, first);
+                const bool same = rows.same_blocks || f == f0;  // then its column blocks are first's too
                 const T* gof = go + f * s.n * s.dv;
                 if (gp) {  // (n x m) = or += (n x dv)(dv x m) inside the blocks
                     if (io.fresh(0))  // a fresh adjoint is written whole: 0 beside each block

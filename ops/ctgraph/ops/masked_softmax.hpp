@@ -8,6 +8,7 @@
 #pragma once
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -43,7 +44,7 @@ struct masked_rows {
         per_batch = args.batches ? std::max<std::size_t>(1, matrices / args.batches) : 1;
     }
     /// Whether every matrix has the same blocks (row_blocks): a mask without runtime tensors
-    /// depends on no batch.
+    /// depends on no batch (the mask contract, ops/masks.hpp).
     static constexpr bool same_blocks = Mask::operands::size == 0;
     std::size_t batch_of(std::size_t r) const { return (r / args.n) / per_batch; }
     std::size_t query_of(std::size_t r) const { return r % args.n; }
@@ -76,6 +77,17 @@ struct masked_rows {
             else out.at[out.count++] = b;
         }
         return out;
+    }
+    /// Matrix f's row blocks for a task whose first matrix f0 has `first` (row_blocks(f0)): those
+    /// again when every matrix has the same blocks, else computed. Debug builds check the former.
+    score_blocks row_blocks(std::size_t f, std::size_t f0, const score_blocks& first) const {
+        if (f == f0) return first;
+        if constexpr (same_blocks) {
+            assert(row_blocks(f) == first && "a mask without operands gave matrices different columns: see ops/masks.hpp");
+            return first;
+        } else {
+            return row_blocks(f);
+        }
     }
     /// The same parts as column blocks (row_blocks' result `rows`), each with the rows that may see
     /// its columns, neighbours with the same rows merged; columns no row sees have no rows (r0 = r1).

@@ -26,6 +26,8 @@
 //   static bool visible(const mask_args&, b, i, j);    (dense masks only)
 //   static std::string describe();
 // b is the score matrix's index along the first axis (the batch), i the query, j the key.
+// A mask without operands gives every b the same ranges: attention's products compute the parts
+// of one score matrix and use them for all (masked_rows::same_blocks; Debug builds check it).
 #pragma once
 #include <algorithm>
 #include <cstddef>

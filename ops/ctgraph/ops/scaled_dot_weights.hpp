@@ -79,7 +79,7 @@ struct scaled_dot_weights_op {
             const score_blocks first = rows.row_blocks(f0);  // (no mask: one product of the whole matrix)
             for (std::size_t f = f0; f < f1; ++f) {
                 T* pf = p ? p + f * nm : own.data();
-                const score_blocks parts = rows.same_blocks || f == f0 ? first : rows.row_blocks(f);
+                const score_blocks parts = rows.row_blocks(f, f0, first);
                 block_scores(parts, s.m, s.d, T(c), at(q, f * s.n * s.d), at(io.xb[0], f * s.n * s.d), at(k, f * s.m * s.d),
                              at(io.xb[1], f * s.m * s.d), T(0), pf, io.run.bf16);  // the scores the mask leaves visible
                 for (std::size_t i = 0; i < s.n; ++i) rows.forward_row(f * s.n + i, pf + i * s.m, pf + i * s.m);
@@ -111,8 +111,8 @@ struct scaled_dot_weights_op {
                 for (std::size_t i = 0; i < s.n; ++i)  // gS written whole (fresh): no clearing pass
                     rows.backward_row(f * s.n + i, pf + i * s.m, gp + off + i * s.m, gs + i * s.m, true);
                 // gS is 0 outside the blocks forward computed: the products read only inside them.
-                const bool same = rows.same_blocks || f == f0;
-                const score_blocks parts = same ? first : rows.row_blocks(f);
+                const score_blocks parts = rows.row_blocks(f, f0, first);
+                const bool same = rows.same_blocks || f == f0;  // then its column blocks are first's too
                 if (gq)  // (n x d) += c (n x m)(m x d)
                     block_sum(sum_over::keys, parts, s.m, s.d, T(c), gs, nullptr, at(k, f * s.m * s.d), at(io.xb[1], f * s.m * s.d),
                               io.fresh(0) ? T(0) : T(1), gq + f * s.n * s.d, io.run.bf16);

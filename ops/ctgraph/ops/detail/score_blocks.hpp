@@ -27,6 +27,7 @@ struct score_block {
     /// @{ the rows and the columns
     std::size_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
     /// @}
+    bool operator==(const score_block&) const = default;  ///< the same rows and columns
 };
 /// The parts of a score matrix that attention's products compute (masked_rows::row_blocks): at most
 /// max_row_blocks row blocks, or twice as many and one more column blocks.
@@ -37,6 +38,13 @@ struct score_blocks {
     std::array<score_block, 2 * max_row_blocks + 1> at{};
     std::size_t count = 0;
     /// @}
+    /// The same blocks in the same order.
+    friend bool operator==(const score_blocks& x, const score_blocks& y) {
+        if (x.count != y.count) return false;
+        for (std::size_t i = 0; i < x.count; ++i)
+            if (!(x.at[i] == y.at[i])) return false;
+        return true;
+    }
 };
 
 /// S = alpha A B^T + beta S on each of the row blocks `rows`; S outside them is not touched.
