@@ -1,5 +1,6 @@
 // gemm-shapes: one thread's matrix-product rate on the shapes of the reference workloads, OpenBLAS
-// against ctgraph's register kernel, side by side, and oneDNN's float and bf16 kernels (medians of 31 timings of 20 calls each). It is
+// against ctgraph's register kernel, side by side, and oneDNN's float and bf16 kernels, the latter
+// also with B in oneDNN's blocked layout (medians of 31 timings of 20 calls each). It is
 // the measurement behind kernels::use_register_gemm, which chooses between them in gemm(): rerun
 // it on a new machine before moving that crossover. Its first line names the policy the process
 // chose for this machine (kernels::register_gemm_policy; CTG_REGISTER_GEMM=table|everywhere|onednn sets it).
@@ -35,6 +36,32 @@ double median_us(F&& f) {
     return t[t.size() / 2];
 }
 
+#if defined(CTG_WITH_ONEDNN)
+// oneDNN's bf16 kernel with B in the blocked layout oneDNN picks for the shape (format any,
+// reordered once beforehand, as a weight's bf16 copy could be kept), against the plain row-major
+// B ctgraph passes: what the plain layout costs on this machine (docs/mixed-precision.md).
+double onednn_bf16_blocked_b_us(const shape& s, const ctg::kernels::bf16_bits* a, const ctg::kernels::bf16_bits* b, float* c) {
+    using dt = dnnl::memory::data_type;
+    using dims = dnnl::memory::dims;
+    const auto M = dnnl::memory::dim(s.M), N = dnnl::memory::dim(s.N), K = dnnl::memory::dim(s.K);
+    dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+    dnnl::stream st(eng);
+    const dnnl::memory::desc a_md(dims{M, K}, dt::bf16, s.ta ? dims{1, M} : dims{K, 1}),
+        b_plain(dims{K, N}, dt::bf16, s.tb ? dims{1, K} : dims{N, 1}), b_any(dims{K, N}, dt::bf16, dnnl::memory::format_tag::any),
+        c_md(dims{M, N}, dt::f32, dims{N, 1});
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), eng);
+    dnnl::memory am(a_md, eng, const_cast<ctg::kernels::bf16_bits*>(a)), bp(b_plain, eng, const_cast<ctg::kernels::bf16_bits*>(b)),
+        bm(pd.weights_desc(), eng), cm(c_md, eng, c);
+    dnnl::reorder(bp, bm).execute(st, bp, bm);
+    st.wait();
+    const dnnl::matmul product(pd);
+    return median_us([&] {
+        product.execute(st, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+        st.wait();
+    });
+}
+#endif
+
 void measure(const shape& s) {
     std::mt19937 gen(7);
     std::normal_distribution<float> normal;
@@ -57,7 +84,7 @@ void measure(const shape& s) {
     const double tb = median_us(blas), tr = median_us(reg);
     // oneDNN's float and bf16 kernels on the same shape (bf16: operands converted beforehand, as a
     // weight's bf16 copy is; kernels/onednn.hpp), for the engine table of the docs.
-    double tdf = 0, tdb = 0;
+    double tdf = 0, tdb = 0, tdk = 0;
 #if defined(CTG_WITH_ONEDNN)
     {
         auto& m = ctg::kernels::detail::onednn_matmuls::here();
@@ -67,15 +94,16 @@ void measure(const shape& s) {
             ctg::kernels::pack_bf16(false, 1, A.size(), A.data(), A.size(), a.data());
             ctg::kernels::pack_bf16(false, 1, B.size(), B.data(), B.size(), b.data());
             tdb = median_us([&] { m.run(s.ta, s.tb, s.M, s.N, s.K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, C.data(), s.N, nullptr); });
+            tdk = onednn_bf16_blocked_b_us(s, a.data(), b.data(), C.data());  // (after m: one oneDNN thread)
         }
     }
 #endif
     const auto gf = [&](double us) { return us > 0 ? mflop * 1e3 / us : 0.0; };
     std::printf("%c%c %5zu %5zu %5zu  %-22s  OpenBLAS %8.2f us %6.1f GF/s   register %8.2f us %6.1f GF/s   %5.2fx  %s  (max err %.1e)"
-                "   oneDNN f32 %6.1f GF/s  bf16 %6.1f GF/s\n",
+                "   oneDNN f32 %6.1f GF/s  bf16 %6.1f GF/s  bf16 blocked B %6.1f GF/s\n",
                 s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.M, s.N, s.K, s.where, tb, mflop * 1e3 / tb, tr, mflop * 1e3 / tr,
                 tb / tr, ctg::kernels::use_register_gemm<float>(s.ta, s.tb, s.M, s.N, s.K) ? "use_register_gemm: yes" : "use_register_gemm: no",
-                err, gf(tdf), gf(tdb));
+                err, gf(tdf), gf(tdb), gf(tdk));
 }
 
 }  // namespace
