@@ -257,13 +257,20 @@ TEST_CASE("masked rows: attention's blocks hold every score a row may see and sk
     CHECK(covered_scores<no_mask>(200, 300) == 200 * 300);
     const op_io<double, 2> none;
     CHECK(ops::masked_rows<no_mask, double, 2>(none, rshape{3, {2, 200, 300}}).row_blocks(0).count == 1);
-    // Other shapes and masks: every visible score covered (the checks inside covered_scores); a
-    // mask known only by visible() keeps the whole matrix.
+    // Other shapes and masks: every visible score covered (the checks inside covered_scores), and
+    // fewer scores computed than the whole matrix, except where every block's rows together see
+    // every key: causal with one query (the last position), and a 40-key window over 70 x 70 (two
+    // blocks of 35 rows, each reaching 40 keys both ways). A mask known only by visible() keeps the
+    // whole matrix.
     for (const auto& [nq, mk] : {std::pair<std::size_t, std::size_t>{70, 70}, {1100, 1100}, {130, 300}, {300, 130}, {1, 257}}) {
         INFO("n " << nq << ", m " << mk);
-        covered_scores<causal>(nq, mk);
-        covered_scores<local_window<40>>(nq, mk);
-        covered_scores<local_window<100, window::past>>(nq, mk);
+        const std::size_t whole = nq * mk, causal_scores = covered_scores<causal>(nq, mk),
+                          window_scores = covered_scores<local_window<40>>(nq, mk);
+        if (nq == 1) CHECK(causal_scores == whole);
+        else CHECK(causal_scores < whole);
+        if (nq == 70) CHECK(window_scores == whole);
+        else CHECK(window_scores < whole);
+        CHECK(covered_scores<local_window<100, window::past>>(nq, mk) < nq * mk);
         CHECK(covered_scores<visible_if<even_or_self>>(nq, mk) == nq * mk);
     }
     CHECK(covered_scores<causal>(1100, 1100) < 1100 * 1100 * 6 / 10);

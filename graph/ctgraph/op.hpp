@@ -112,6 +112,13 @@ struct layer_hook {
     void operator()(std::size_t layer) const { fn(ctx, layer); }
 };
 
+namespace detail {
+/// p + off, or null for a missing operand or shadow: where batch or matrix `off` of an operand or
+/// of its bf16 shadow starts (an operand kept in bf16 only comes as null, see above).
+template <class P>
+P* offset_or_null(P* p, std::size_t off) { return p ? p + off : nullptr; }
+}  // namespace detail
+
 /// The bit of op::backward_reads that stands for the op's own result and scratch (see above).
 inline constexpr std::uint32_t reads_result = 1u << 31;
 

@@ -77,7 +77,6 @@ struct attention_values_op {
             const score_blocks first = rows.row_blocks(f0), first_cols = rows.column_blocks(first);
             for (std::size_t f = f0; f < f1; ++f) {
                 const score_blocks parts = rows.row_blocks(f, f0, first);
-                const bool same = rows.same_blocks || f == f0;  // then its column blocks are first's too
                 const T* gof = go + f * s.n * s.dv;
                 if (gp) {  // (n x m) = or += (n x dv)(dv x m) inside the blocks
                     if (io.fresh(0))  // a fresh adjoint is written whole: 0 beside each block
@@ -91,7 +90,7 @@ struct attention_values_op {
                                  offset_or_null(io.xb[1], f * s.m * s.dv), io.fresh(0) ? T(0) : T(1), gp + f * nm, io.run.bf16);
                 }
                 if (gv)  // (m x dv) = or += (m x n)(n x dv), by column block
-                    block_sum(sum_over::queries, same ? first_cols : rows.column_blocks(parts), s.m, s.dv, T(1), offset_or_null(p, f * nm),
+                    block_sum(sum_over::queries, rows.column_blocks(f, f0, first_cols, parts), s.m, s.dv, T(1), offset_or_null(p, f * nm),
                               offset_or_null(io.xb[0], f * nm), gof, nullptr, io.fresh(1) ? T(0) : T(1),
                               gv + f * s.m * s.dv, io.run.bf16);
             }

@@ -89,6 +89,11 @@ struct masked_rows {
             return row_blocks(f);
         }
     }
+    /// Matrix f's column blocks, given its row blocks `parts` (row_blocks(f, f0, first)) and
+    /// `first_cols` = column_blocks(first): those again where the row blocks are first's.
+    score_blocks column_blocks(std::size_t f, std::size_t f0, const score_blocks& first_cols, const score_blocks& parts) const {
+        return same_blocks || f == f0 ? first_cols : column_blocks(parts);
+    }
     /// The same parts as column blocks (row_blocks' result `rows`), each with the rows that may see
     /// its columns, neighbours with the same rows merged; columns no row sees have no rows (r0 = r1).
     /// For products that sum over the rows into each key's row: gK = gS^T Q, gV = P^T gO.

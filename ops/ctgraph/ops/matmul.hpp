@@ -24,11 +24,6 @@ struct matmul_op {
     static constexpr std::uint32_t bf16_operands_only = 0b11;  // read nowhere but in the products (see op.hpp)
     static constexpr std::uint32_t backward_reads = 0b11;  // a and b, not y (see op.hpp)
 
-    // Where batch i of an operand or of its bf16 shadow starts (null: none; an operand kept in bf16
-    // only comes as a null pointer, see op.hpp).
-    template <class P>
-    static P* at(P* p, std::size_t off) { return p ? p + off : nullptr; }
-
     template <class A, class B>
     static consteval bool check() {
         if constexpr (A::rank == 0 || B::rank == 0) {
@@ -71,31 +66,34 @@ struct matmul_op {
 
     template <class T>
     static void forward(op_io<T, 2>& c) {
+        using ctg::detail::offset_or_null;
         const sizes s = sizes_of(c.x[0].shape, c.x[1].shape);
         const T *a = c.x_data(0), *b = c.x_data(1);
         T* y = c.y_data();
         // Batched products (attention heads) as tasks, a block of batches each.
         kernels::for_items(s.batches, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t i0, std::size_t i1) {
             for (std::size_t i = i0; i < i1; ++i)
-                kernels::gemm(false, false, s.M, s.N, s.K, T(1), at(a, i * s.sa), s.K, at(b, i * s.sb), s.N, T(0), y + i * s.sy, s.N,
-                              nullptr, c.run.bf16, at(c.xb[0], i * s.sa), at(c.xb[1], i * s.sb));
+                kernels::gemm(false, false, s.M, s.N, s.K, T(1), offset_or_null(a, i * s.sa), s.K, offset_or_null(b, i * s.sb), s.N,
+                              T(0), y + i * s.sy, s.N, nullptr, c.run.bf16, offset_or_null(c.xb[0], i * s.sa),
+                              offset_or_null(c.xb[1], i * s.sb));
         });
     }
     template <class T>
     static void backward(op_io<T, 2>& c) {
+        using ctg::detail::offset_or_null;
         const sizes s = sizes_of(c.x[0].shape, c.x[1].shape);
         const T *a = c.x_data(0), *b = c.x_data(1), *gy = c.gy_data();
         T *ga = c.gx_data(0), *gb = c.gx_data(1);
         // beta = 0 writes a fresh adjoint; a shared weight's (sb == 0) sums over the batches.
         auto grad_a = [&](std::size_t i) {  // (M x K) += (M x N)(N x K)
             const T beta_a = c.fresh(0) && (i == 0 || s.sa) ? T(0) : T(1);
-            kernels::gemm(false, true, s.M, s.K, s.N, T(1), gy + i * s.sy, s.N, at(b, i * s.sb), s.N, beta_a, ga + i * s.sa, s.K,
-                          nullptr, c.run.bf16, nullptr, at(c.xb[1], i * s.sb));
+            kernels::gemm(false, true, s.M, s.K, s.N, T(1), gy + i * s.sy, s.N, offset_or_null(b, i * s.sb), s.N, beta_a,
+                          ga + i * s.sa, s.K, nullptr, c.run.bf16, nullptr, offset_or_null(c.xb[1], i * s.sb));
         };
         auto grad_b = [&](std::size_t i) {  // (K x N) += (K x M)(M x N)
             const T beta_b = c.fresh(1) && (i == 0 || s.sb) ? T(0) : T(1);
-            kernels::gemm(true, false, s.K, s.N, s.M, T(1), at(a, i * s.sa), s.K, gy + i * s.sy, s.N, beta_b, gb + i * s.sb, s.N,
-                          nullptr, c.run.bf16, at(c.xb[0], i * s.sa));
+            kernels::gemm(true, false, s.K, s.N, s.M, T(1), offset_or_null(a, i * s.sa), s.K, gy + i * s.sy, s.N, beta_b,
+                          gb + i * s.sb, s.N, nullptr, c.run.bf16, offset_or_null(c.xb[0], i * s.sa));
         };
         auto batches = [&](std::size_t i0, std::size_t i1) {
             for (std::size_t i = i0; i < i1; ++i) {

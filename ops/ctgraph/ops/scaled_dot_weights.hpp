@@ -61,12 +61,9 @@ struct scaled_dot_weights_op {
         std::size_t work() const { return 2 * matrices * n * m * d; }  // flops of the products
     };
     static sizes sizes_of(const rshape& q, const rshape& k) { return {q.rows() / q[-2], q[-2], k[-2], q[-1]}; }
-    // A matrix of q, k or their shadows (null: none; q or k kept in bf16 only come null, see op.hpp).
-    template <class P>
-    static P* at(P* p, std::size_t off) { return p ? p + off : nullptr; }
-
     template <class T, std::size_t K>
     static void forward(op_io<T, K>& io) {
+        using ctg::detail::offset_or_null;
         const sizes s = sizes_of(io.x[0].shape, io.x[1].shape);
         const masked_rows<Mask, T, K> rows(io, io.y.shape);
         Mask::validate(rows.args);
@@ -80,8 +77,9 @@ struct scaled_dot_weights_op {
             for (std::size_t f = f0; f < f1; ++f) {
                 T* pf = p ? p + f * nm : own.data();
                 const score_blocks parts = rows.row_blocks(f, f0, first);
-                block_scores(parts, s.m, s.d, T(c), at(q, f * s.n * s.d), at(io.xb[0], f * s.n * s.d), at(k, f * s.m * s.d),
-                             at(io.xb[1], f * s.m * s.d), T(0), pf, io.run.bf16);  // the scores the mask leaves visible
+                // the scores the mask leaves visible
+                block_scores(parts, s.m, s.d, T(c), offset_or_null(q, f * s.n * s.d), offset_or_null(io.xb[0], f * s.n * s.d),
+                             offset_or_null(k, f * s.m * s.d), offset_or_null(io.xb[1], f * s.m * s.d), T(0), pf, io.run.bf16);
                 for (std::size_t i = 0; i < s.n; ++i) rows.forward_row(f * s.n + i, pf + i * s.m, pf + i * s.m);
                 if constexpr (std::is_same_v<T, float>)  // the shadow, while the matrix is in cache
                     if (io.yb) kernels::pack_bf16(false, 1, nm, pf, nm, io.yb + f * nm);
@@ -90,6 +88,7 @@ struct scaled_dot_weights_op {
     }
     template <class T, std::size_t K>
     static void backward(op_io<T, K>& io) {
+        using ctg::detail::offset_or_null;
         T *gq = io.gx_data(0), *gk = io.gx_data(1);
         if (!gq && !gk) return;
         const sizes s = sizes_of(io.x[0].shape, io.x[1].shape);
@@ -112,13 +111,13 @@ struct scaled_dot_weights_op {
                     rows.backward_row(f * s.n + i, pf + i * s.m, gp + off + i * s.m, gs + i * s.m, true);
                 // gS is 0 outside the blocks forward computed: the products read only inside them.
                 const score_blocks parts = rows.row_blocks(f, f0, first);
-                const bool same = rows.same_blocks || f == f0;  // then its column blocks are first's too
                 if (gq)  // (n x d) += c (n x m)(m x d)
-                    block_sum(sum_over::keys, parts, s.m, s.d, T(c), gs, nullptr, at(k, f * s.m * s.d), at(io.xb[1], f * s.m * s.d),
-                              io.fresh(0) ? T(0) : T(1), gq + f * s.n * s.d, io.run.bf16);
+                    block_sum(sum_over::keys, parts, s.m, s.d, T(c), gs, nullptr, offset_or_null(k, f * s.m * s.d),
+                              offset_or_null(io.xb[1], f * s.m * s.d), io.fresh(0) ? T(0) : T(1), gq + f * s.n * s.d, io.run.bf16);
                 if (gk)  // (m x d) += c (m x n)(n x d)
-                    block_sum(sum_over::queries, same ? first_cols : rows.column_blocks(parts), s.m, s.d, T(c), gs, nullptr, at(q, f * s.n * s.d),
-                              at(io.xb[0], f * s.n * s.d), io.fresh(1) ? T(0) : T(1), gk + f * s.m * s.d, io.run.bf16);
+                    block_sum(sum_over::queries, rows.column_blocks(f, f0, first_cols, parts), s.m, s.d, T(c), gs, nullptr,
+                              offset_or_null(q, f * s.n * s.d), offset_or_null(io.xb[0], f * s.n * s.d), io.fresh(1) ? T(0) : T(1),
+                              gk + f * s.m * s.d, io.run.bf16);
             }
         });
     }

@@ -12,14 +12,9 @@
 #include <cstddef>
 
 #include "ctgraph/kernels/gemm.hpp"
+#include "ctgraph/op.hpp"
 
 namespace ctg {
-namespace detail {
-/// p + off, or null for a missing operand or shadow.
-template <class P>
-P* offset_or_null(P* p, std::size_t off) { return p ? p + off : nullptr; }
-}  // namespace detail
-
 namespace ops {
 
 /// A part of one score matrix: rows [r0, r1) by key columns [c0, c1), counted within the matrix.
