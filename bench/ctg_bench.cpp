@@ -27,6 +27,7 @@
 #include <numeric>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -565,7 +566,10 @@ int dispatch(const args& a) {
         using W64 = typename Template::template apply<double>::type;
         using WB = typename Template::template apply<bench::bf16_mixed>::type;
         if (!a.check_dir.empty()) {
-            if (a.precision == "bf16") rc = run_check<WB>(a);
+            if (a.precision == "bf16") {
+                std::printf("bf16 products: %s\n", kernels::bf16_engine_name(kernels::get_bf16_engine()));
+                rc = run_check<WB>(a);
+            }
             else rc = a.dtype == "float64" ? run_check<W64>(a) : run_check<W32>(a);
         } else {
             rc = a.precision == "bf16" ? run_timing<WB>(a) : run_timing<W32>(a);
@@ -582,7 +586,7 @@ int main(int argc, char** argv) try {
     const int rc = dispatch(a);
     if (rc < 0) usage("unknown workload '" + a.workload + "'");
     return rc;
-} catch (const ctg::error& e) {
+} catch (const std::exception& e) {  // ctg::error, and a bad environment (CTG_BF16_ENGINE) or option value
     std::fprintf(stderr, "ctg-bench: %s\n", e.what());
     return 2;
 }

@@ -148,9 +148,17 @@ TEST_CASE("transposing bf16 packing: the bits of to_bf16 and of the portable til
         for (std::size_t i = 0; i < x.size(); ++i) xb[i] = bf16_bits(0x8000u ^ (i * 2654435761u >> 7));  // every bit pattern moves
         kernels::scratch<bf16_bits> moved(s.R * s.C);
         kernels::pack_bf16(true, s.C, s.R, xb.data(), s.ld, moved.data());
+        // ... and as the floats those bits stand for (the emulated engine reading a weight's copy),
+        // transposed and plain.
+        kernels::scratch<float> widened(s.R * s.C), widened_plain(s.R * s.ld);
+        kernels::pack_bf16(true, s.C, s.R, xb.data(), s.ld, widened.data());
+        kernels::pack_bf16(false, s.R, s.C, xb.data(), s.ld, widened_plain.data());
         std::size_t misplaced = 0;
         for (std::size_t r = 0; r < s.C; ++r)
-            for (std::size_t c = 0; c < s.R; ++c) misplaced += moved.data()[r * s.R + c] != xb[c * s.ld + r];
+            for (std::size_t c = 0; c < s.R; ++c)
+                misplaced += moved.data()[r * s.R + c] != xb[c * s.ld + r] ||
+                             std::bit_cast<std::uint32_t>(widened.data()[r * s.R + c]) != std::uint32_t(xb[c * s.ld + r]) << 16 ||
+                             std::bit_cast<std::uint32_t>(widened_plain.data()[c * s.C + r]) != std::uint32_t(xb[c * s.ld + r]) << 16;
         CHECK(misplaced == 0);
     }
 }
@@ -288,8 +296,15 @@ TEST_CASE("bf16 engines: the environment's choice is checked, and the engines ag
     ::setenv("CTG_BF16_ENGINE", "emulated", 1);
     CHECK(kernels::detail::choose_bf16_engine() == kernels::bf16_engine::emulated);
     ::unsetenv("CTG_BF16_ENGINE");
-    CHECK(kernels::detail::choose_bf16_engine() ==
-          (kernels::onednn_has_bf16() ? kernels::bf16_engine::onednn : kernels::bf16_engine::emulated));
+    // The default by the machine: oneDNN where its bf16 kernels run on AMX or on a CPU that is not
+    // Intel's (AMD Zen 4/5: bf16 dot products at twice the float rate); the emulation on Intel
+    // without AMX (bf16 dot products at half the float rate) and where oneDNN has no bf16 kernels.
+    const bool intel = kernels::detail::this_cpu_vendor() == kernels::detail::cpu_vendor::intel;
+    const auto by_machine = !kernels::onednn_has_bf16()                  ? kernels::bf16_engine::emulated
+                            : kernels::onednn_has_amx() || !intel ? kernels::bf16_engine::onednn
+                                                                         : kernels::bf16_engine::emulated;
+    CHECK(kernels::detail::choose_bf16_engine() == by_machine);
+    CHECK((kernels::detail::why_bf16_emulated_by_default() != nullptr) == (by_machine == kernels::bf16_engine::emulated));
     // ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16 (ctest bf16.below_bf16_isa) leaves oneDNN without bf16
     // kernels: the default is then the emulation, as on a CPU without bf16 instructions.
     if (const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA"); isa && (std::string(isa) == "AVX512_CORE" || std::string(isa) == "AVX2")) {

@@ -93,6 +93,17 @@ inline void transpose_16x16_epi32(__m512i r[16]) {
     }
 }
 
+// Stores one row of a transposed tile (below): the first nc of the 32 bf16 values in v, as bf16
+// bits or as the floats they stand for (each shifted into the top half of a float).
+inline void store_tile_row(bf16_bits* o, std::size_t, __mmask32 store_mask, __m512i v) {
+    _mm512_mask_storeu_epi16(o, store_mask, v);
+}
+inline void store_tile_row(float* o, std::size_t nc, __mmask32 store_mask, __m512i v) {
+    const auto widen = [](__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); };
+    _mm512_mask_storeu_ps(o, __mmask16(store_mask), widen(_mm512_castsi512_si256(v)));
+    if (nc > 16) _mm512_mask_storeu_ps(o + 16, __mmask16(store_mask >> 16), widen(_mm512_extracti64x4_epi64(v, 1)));
+}
+
 // The walk shared by the transposing packs below: tiles of 32 rows of X (c0) by 16 of its columns
 // (r0). pair(c, r0, load_mask) gives rows c and c + 1 of X at columns r0.. as bf16 (low half row
 // c, high half row c + 1; zero past X's last row); they are interleaved so each 32-bit lane holds
@@ -148,23 +159,19 @@ inline void pack_bf16_transposed(std::size_t rows, std::size_t cols, const float
         [&](std::size_t r0, std::size_t c0, std::size_t nr, std::size_t nc, __mmask32 store_mask, const __m512i* v) {
             for (std::size_t j = 0; j < nr; ++j) {
                 Out* o = out + (r0 + j) * cols + c0;
-                if constexpr (std::is_same_v<Out, bf16_bits>) {
-                    if (stream) _mm512_stream_si512(reinterpret_cast<__m512i*>(o), v[j]);
-                    else _mm512_mask_storeu_epi16(o, store_mask, v[j]);
-                } else {  // the rounded floats: each bf16 shifted into the top half
-                    const auto widen = [](__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); };
-                    _mm512_mask_storeu_ps(o, __mmask16(store_mask), widen(_mm512_castsi512_si256(v[j])));
-                    if (nc > 16) _mm512_mask_storeu_ps(o + 16, __mmask16(store_mask >> 16), widen(_mm512_extracti64x4_epi64(v[j], 1)));
-                }
+                if (stream) _mm512_stream_si512(reinterpret_cast<__m512i*>(o), v[j]);
+                else store_tile_row(o, nc, store_mask, v[j]);
             }
         });
     if (stream) _mm_sfence();  // the streamed lines are visible before a product reads them
 }
 
 // out (rows x cols, contiguous) = X^T, X of bf16 values (cols x rows, leading dimension ld), by
-// the same tiles with the loads already bf16: a value kept in bf16 only that a product reads
-// transposed (the attention weights in the value product's weight gradient).
-inline void transpose_bf16(std::size_t rows, std::size_t cols, const bf16_bits* x, std::size_t ld, bf16_bits* out) {
+// the same tiles with the loads already bf16, written as bf16 bits or as floats: a value kept in
+// bf16 only that a product reads transposed (the attention weights in the value product's weight
+// gradient), or a weight's bf16 copy read transposed by the emulated engine.
+template <class Out>
+inline void transpose_bf16(std::size_t rows, std::size_t cols, const bf16_bits* x, std::size_t ld, Out* out) {
     for_transposed_tiles(
         rows, cols,
         [&](std::size_t c, std::size_t r0, __mmask16 load_mask) {
@@ -173,8 +180,8 @@ inline void transpose_bf16(std::size_t rows, std::size_t cols, const bf16_bits* 
             return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
         },
         [](std::size_t, std::size_t) {},
-        [&](std::size_t r0, std::size_t c0, std::size_t nr, std::size_t, __mmask32 store_mask, const __m512i* v) {
-            for (std::size_t j = 0; j < nr; ++j) _mm512_mask_storeu_epi16(out + (r0 + j) * cols + c0, store_mask, v[j]);
+        [&](std::size_t r0, std::size_t c0, std::size_t nr, std::size_t nc, __mmask32 store_mask, const __m512i* v) {
+            for (std::size_t j = 0; j < nr; ++j) store_tile_row(out + (r0 + j) * cols + c0, nc, store_mask, v[j]);
         });
 }
 #endif
@@ -282,19 +289,21 @@ private:
     std::mutex mutex_;
 };
 
-/// op(X) of bf16 values X (leading dimension ld) as floats, row-major and contiguous: the emulated
-/// engine's operand read from a weight's bf16 copy.
-inline void pack_bf16(bool trans, std::size_t rows, std::size_t cols, const bf16_bits* x, std::size_t ld, float* out) {
-    for (std::size_t r = 0; r < rows; ++r)
-        for (std::size_t c = 0; c < cols; ++c) out[r * cols + c] = from_bf16(trans ? x[c * ld + r] : x[r * ld + c]);
-}
-
-/// op(X) of bf16 values X (leading dimension ld), row-major and contiguous, still bf16: a small
-/// transposed operand kept in bf16 only (no float to convert from; the same bits as converting the
-/// float transposed). Transposes tiles of 16 x 16.
-inline void pack_bf16(bool trans, std::size_t rows, std::size_t cols, const bf16_bits* x, std::size_t ld, bf16_bits* out) {
+/// op(X) of bf16 values X (rows x cols, leading dimension ld) row-major and contiguous, as bf16
+/// bits (Out = bf16_bits: a small transposed operand kept in bf16 only, the same bits as converting
+/// its floats transposed) or as the floats they stand for (Out = float: the emulated engine's
+/// operand read from a weight's bf16 copy or a value kept in bf16). The transposing form moves
+/// tiles of 16 x 16 (vector transposes where the build has AVX512-BF16).
+template <class Out>
+inline void pack_bf16(bool trans, std::size_t rows, std::size_t cols, const bf16_bits* x, std::size_t ld, Out* out) {
+    static_assert(std::is_same_v<Out, bf16_bits> || std::is_same_v<Out, float>);
+    const auto value = [](bf16_bits b) {
+        if constexpr (std::is_same_v<Out, float>) return from_bf16(b);
+        else return b;
+    };
     if (!trans) {
-        for (std::size_t r = 0; r < rows; ++r) std::copy(x + r * ld, x + r * ld + cols, out + r * cols);
+        for (std::size_t r = 0; r < rows; ++r)
+            for (std::size_t c = 0; c < cols; ++c) out[r * cols + c] = value(x[r * ld + c]);
         return;
     }
 #ifdef CTG_BF16_TRANSPOSE_AVX512
@@ -305,7 +314,7 @@ inline void pack_bf16(bool trans, std::size_t rows, std::size_t cols, const bf16
         for (std::size_t r0 = 0; r0 < rows; r0 += tile) {
             const std::size_t c1 = std::min(cols, c0 + tile), r1 = std::min(rows, r0 + tile);
             for (std::size_t c = c0; c < c1; ++c)
-                for (std::size_t r = r0; r < r1; ++r) out[r * cols + c] = x[c * ld + r];
+                for (std::size_t r = r0; r < r1; ++r) out[r * cols + c] = value(x[c * ld + r]);
         }
 }
 

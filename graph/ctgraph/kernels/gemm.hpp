@@ -108,15 +108,26 @@ struct gemm_machine {
     bool onednn_avx512 = false;      // this build has oneDNN and it dispatches AVX-512 (or better) kernels here
 };
 
+// The CPU's vendor, from CPUID leaf 0 ("GenuineIntel", "AuthenticAMD").
+enum class cpu_vendor { intel, amd, other };
+inline cpu_vendor this_cpu_vendor() {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    __get_cpuid(0, &eax, &ebx, &ecx, &edx);
+    if (ebx == 0x756e6547u) return cpu_vendor::intel;  // "Genu"
+    if (ebx == 0x68747541u) return cpu_vendor::amd;    // "Auth"
+#endif
+    return cpu_vendor::other;
+}
+
 inline gemm_machine this_machine() {
     gemm_machine m;
     if (openblas_get_corename) m.blas_core = openblas_get_corename();
 #if defined(__AVX512F__) && (defined(__x86_64__) || defined(__i386__))
     m.avx512_build = true;
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    __get_cpuid(0, &eax, &ebx, &ecx, &edx);
-    const bool amd = ebx == 0x68747541u;  // "Auth" of "AuthenticAMD"
-    m.intel = ebx == 0x756e6547u;         // "Genu" of "GenuineIntel"
+    const bool amd = this_cpu_vendor() == cpu_vendor::amd;
+    m.intel = this_cpu_vendor() == cpu_vendor::intel;
     m.onednn_avx512 = onednn_has_avx512();
     __get_cpuid(1, &eax, &ebx, &ecx, &edx);
     const unsigned family = ((eax >> 8) & 0xfu) + (((eax >> 8) & 0xfu) == 0xfu ? (eax >> 20) & 0xffu : 0u);
@@ -435,8 +446,9 @@ inline std::size_t piece_count(std::uint64_t flops, std::uint64_t flops_together
 //             call inside the library (its argument map and scratchpad wrappers; ctgraph's own code
 //             allocates nothing): kernels::onednn_executions() counts the calls.
 //   emulated  float products of the bf16-rounded operands (exact products, float sums): CPUs
-//             without bf16 instructions (or ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16). Said once
-//             on stderr.
+//             without bf16 instructions (or ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16), and Intel
+//             CPUs with AVX512-BF16 but no AMX, where it is the faster engine (default_bf16_engine).
+//             Said once on stderr.
 // CTG_BF16_ENGINE=onednn|emulated overrides the default (onednn where it cannot run is an error),
 // as set_bf16_engine() does in a test. The choice depends only on the machine and the environment,
 // never on a timing: every process on a machine computes the same bits.
@@ -451,8 +463,25 @@ inline const char* bf16_engine_name(bf16_engine e) {
 }
 
 namespace detail {
+// Why the default is the emulation here, or nullptr where it is oneDNN.
+inline const char* why_bf16_emulated_by_default() {
+    if (!onednn_has_bf16()) return "oneDNN has no bf16 kernels for this CPU";
+    // oneDNN's engine where its bf16 kernels outrun float products of the same operands: on AMX
+    // tiles, and on AMD Zen 4/5's AVX512-BF16, whose VDPBF16PS runs at twice the float FMA rate
+    // (Zen 4: 175-340 GFLOP/s on gpt-m's products against 100-120 in float). Intel cores without
+    // AMX issue VDPBF16PS at half the FMA rate: on a Xeon of model 207 whose hypervisor hides AMX,
+    // a register-only loop ran 80-86 GFLOP/s in VDPBF16PS against 166-174 in VFMADD231PS, oneDNN's
+    // bf16 kernels 60-87 on gpt-m's and gpt-s's shapes against its float ones 83-164, and gpt-m's
+    // bf16 step 1,409 ms on oneDNN against 871 emulated (float: 971). (Cooper Lake, the other
+    // Intel CPU with AVX512-BF16 and no AMX, was not measured; it takes the same rule.) The rule
+    // reads the CPU and oneDNN's ISA only, never a timing: every process on a machine computes
+    // the same bits (ONEDNN_MAX_CPU_ISA below AMX on an AMX host gives the emulation too).
+    if (!onednn_has_amx() && this_cpu_vendor() == cpu_vendor::intel)
+        return "this Intel CPU has no AMX, and its bf16 dot product runs at half its float rate";
+    return nullptr;
+}
 inline bf16_engine default_bf16_engine() {
-    return onednn_has_bf16() ? bf16_engine::onednn : bf16_engine::emulated;
+    return why_bf16_emulated_by_default() ? bf16_engine::emulated : bf16_engine::onednn;
 }
 inline bf16_engine choose_bf16_engine() {
     const char* v = std::getenv("CTG_BF16_ENGINE");
@@ -490,8 +519,8 @@ inline void note_bf16_emulation() {
         std::fprintf(stderr,
                      "ctgraph: bf16 products run as float products of bf16-rounded operands (%s): same rounding, "
                      "float speed\n",
-                     detail::default_bf16_engine() == bf16_engine::emulated ? "oneDNN has no bf16 kernels for this CPU"
-                                                : "as chosen by CTG_BF16_ENGINE or set_bf16_engine");
+                     detail::why_bf16_emulated_by_default() ? detail::why_bf16_emulated_by_default()
+                                                            : "as chosen by CTG_BF16_ENGINE or set_bf16_engine");
 }
 
 namespace detail {

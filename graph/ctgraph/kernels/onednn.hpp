@@ -61,6 +61,21 @@ inline bool onednn_has_bf16() {
 #endif
 }
 
+/// Whether oneDNN dispatches AMX kernels here (honours ONEDNN_MAX_CPU_ISA); false in a build
+/// without oneDNN.
+inline bool onednn_has_amx() {
+#if defined(CTG_WITH_ONEDNN)
+    static const bool has = [] {
+        const auto isa = unsigned(dnnl::get_effective_cpu_isa());
+        const auto amx = unsigned(dnnl::cpu_isa::avx512_core_amx);
+        return (isa & amx) == amx;
+    }();
+    return has;
+#else
+    return false;
+#endif
+}
+
 /// Whether oneDNN dispatches AVX-512 (or better) kernels here (honours ONEDNN_MAX_CPU_ISA): its f32
 /// kernels are then a candidate for float products (kernels::register_gemm_policy::onednn).
 inline bool onednn_has_avx512() {
