@@ -472,7 +472,7 @@ inline const char* why_bf16_emulated_by_default() {
     // AMX issue VDPBF16PS at half the FMA rate: on a Xeon of model 207 whose hypervisor hides AMX,
     // a register-only loop ran 80-86 GFLOP/s in VDPBF16PS against 166-174 in VFMADD231PS, oneDNN's
     // bf16 kernels 60-87 on gpt-m's and gpt-s's shapes against its float ones 83-164, and gpt-m's
-    // bf16 step 1,409 ms on oneDNN against 871 emulated (float: 971). (Cooper Lake, the other
+    // bf16 step 1,303 ms on oneDNN against 845 emulated (float: 751). (Cooper Lake, the other
     // Intel CPU with AVX512-BF16 and no AMX, was not measured; it takes the same rule.) The rule
     // reads the CPU and oneDNN's ISA only, never a timing: every process on a machine computes
     // the same bits (ONEDNN_MAX_CPU_ISA below AMX on an AMX host gives the emulation too).
