@@ -172,20 +172,28 @@ TEST_CASE("bf16 products on every engine equal a float64 product of the rounded 
         kernels::set_bf16_engine(engine);
         for (const shape s : {shape{1, 1, 1}, shape{3, 5, 7}, shape{1, 384, 96}, shape{9, 33, 17}, shape{64, 48, 40},
                               shape{200, 130, 77}, shape{256, 64, 256},
-                              shape{300, 8, 1000}})  // A^T: converted transposed (small A) and read through strides (this one)
+                              shape{300, 8, 1000},  // A^T: converted transposed (small A) and read through strides (this one)
+                              // the emulation's blocks (an operand over 2^20 floats): op(A) by rows, op(B) by columns
+                              shape{1100, 8, 1000}, shape{8, 1100, 1000}})
             for (int ta = 0; ta < 2; ++ta)
                 for (int tb = 0; tb < 2; ++tb)
-                    for (int mode = 0; mode < 3; ++mode) {
+                    for (int mode = 0; mode < 4; ++mode) {
                         const std::size_t M = s.M, N = s.N, K = s.K;
                         const auto A = randoms(M * K, 1), B = randoms(K * N, 2), bias = randoms(N, 3), C0 = randoms(M * N, 4);
                         std::vector<float> C = C0;
-                        // mode 0: C = A B + bias; 1: C = 0.5 A B + C; 2: C = 2 A B - 0.5 C + bias
-                        const float alpha = mode == 0 ? 1.0f : mode == 1 ? 0.5f : 2.0f;
-                        const float beta = mode == 0 ? 0.0f : mode == 1 ? 1.0f : -0.5f;
+                        // mode 0: C = A B + bias; 1: C = 0.5 A B + C; 2: C = 2 A B - 0.5 C + bias;
+                        // 3: as 0, with A and B given only as their bf16 values (values kept in bf16 only)
+                        const float alpha = mode == 1 ? 0.5f : mode == 2 ? 2.0f : 1.0f;
+                        const float beta = mode == 1 ? 1.0f : mode == 2 ? -0.5f : 0.0f;
                         const float* b = mode == 1 ? nullptr : bias.data();
-                        if (mode == 0) std::fill(C.begin(), C.end(), std::numeric_limits<float>::quiet_NaN());  // never read
-                        kernels::gemm<float>(ta, tb, M, N, K, alpha, A.data(), ta ? M : K, B.data(), tb ? K : N, beta, C.data(), N,
-                                             b, true);
+                        if (beta == 0.0f) std::fill(C.begin(), C.end(), std::numeric_limits<float>::quiet_NaN());  // never read
+                        std::vector<bf16_bits> A16(A.size()), B16(B.size());
+                        kernels::pack_bf16(false, 1, A.size(), A.data(), A.size(), A16.data());
+                        kernels::pack_bf16(false, 1, B.size(), B.data(), B.size(), B16.data());
+                        const bool only16 = mode == 3;
+                        kernels::gemm<float>(ta, tb, M, N, K, alpha, only16 ? nullptr : A.data(), ta ? M : K,
+                                             only16 ? nullptr : B.data(), tb ? K : N, beta, C.data(), N, b, true,
+                                             only16 ? A16.data() : nullptr, only16 ? B16.data() : nullptr);
                         double worst = 0, scale = 0;
                         for (std::size_t i = 0; i < M; ++i)
                             for (std::size_t j = 0; j < N; ++j) {

@@ -472,7 +472,7 @@ inline const char* why_bf16_emulated_by_default() {
     // AMX issue VDPBF16PS at half the FMA rate: on a Xeon of model 207 whose hypervisor hides AMX,
     // a register-only loop ran 80-86 GFLOP/s in VDPBF16PS against 166-174 in VFMADD231PS, oneDNN's
     // bf16 kernels 60-87 on gpt-m's and gpt-s's shapes against its float ones 83-164, and gpt-m's
-    // bf16 step 1,303 ms on oneDNN against 845 emulated (float: 751). (Cooper Lake, the other
+    // bf16 step 1,368 ms on oneDNN against 798 emulated (float: 770). (Cooper Lake, the other
     // Intel CPU with AVX512-BF16 and no AMX, was not measured; it takes the same rule.) The rule
     // reads the CPU and oneDNN's ISA only, never a timing: every process on a machine computes
     // the same bits (ONEDNN_MAX_CPU_ISA below AMX on an AMX host gives the emulation too).
@@ -629,6 +629,10 @@ inline void combine_rows_bf16(std::size_t K, std::size_t N, const float* x, cons
 
 namespace detail {
 
+// The emulated engine converts its larger operand by blocks of about this many floats (1 MiB:
+// half of an L2 of 2 MiB), see gemm_bf16.
+inline constexpr std::size_t emulation_block_floats = std::size_t(1) << 18;
+
 // Row blocks of a bf16 product for P threads: whole blocks of 16 rows, one piece below
 // parallel_gemm_min_flops (the cut of a float product by rows, cut_of; no column cuts: the
 // operands are packed once for all pieces).
@@ -688,10 +692,38 @@ inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted, c
     };
     if (engine == bf16_engine::emulated) {
         note_bf16_emulation();
-        scratch<float> a(M * K), b(K * N);
-        pack(g.trans_a, M, K, g.A, g.lda, a_copy ? a_copy : a_only, a.data());
-        pack(g.trans_b, K, N, g.B, g.ldb, b_copy, b.data());
-        gemm_together<float, 1>({gemm_args<float>{false, false, M, N, K, g.alpha, a.data(), K, b.data(), N, g.beta, g.C, g.ldc, g.bias}});
+        // The smaller of op(A) and op(B) converted whole; the larger too up to 4 blocks' worth (4
+        // MiB), else by blocks of its rows (op(A)) or columns (op(B)) of about
+        // emulation_block_floats, each multiplied while its floats are still in cache. gpt-m's
+        // 12.6 MB operands then take a block's scratch: its bf16 step's peak memory 370 -> 344 MiB
+        // (float: 505). Blocks for smaller operands too cost gpt-s 5 MiB more (45 -> 50) and saved
+        // nothing measurable. Every element of C is still one
+        // product's sum over all of K; the blocks depend on the shape only.
+        const bf16_bits* a16 = a_copy ? a_copy : a_only;
+        const bool by_rows = M >= N;
+        const std::size_t long_side = by_rows ? M : N;
+        const std::size_t larger = long_side * K;
+        const std::size_t pieces = larger <= 4 * emulation_block_floats ? 1 : (larger + emulation_block_floats - 1) / emulation_block_floats;
+        const std::size_t step = range_step(long_side, std::max<std::size_t>(pieces, 1), 16);
+        scratch<float> whole(by_rows ? K * N : M * K), part(std::min(step, long_side) * K);
+        if (by_rows) pack(g.trans_b, K, N, g.B, g.ldb, b_copy, whole.data());
+        else pack(g.trans_a, M, K, g.A, g.lda, a16, whole.data());
+        const auto at = [](auto* p, bool trans, std::size_t i, std::size_t ld, bool along_rows) {
+            // op(X)'s row i (along_rows) or column i, of X stored with leading dimension ld
+            return p ? p + (trans == along_rows ? i : i * ld) : p;
+        };
+        for (std::size_t i0 = 0; i0 < long_side; i0 += step) {
+            const std::size_t n = std::min(step, long_side - i0);
+            if (by_rows) {
+                pack(g.trans_a, n, K, at(g.A, g.trans_a, i0, g.lda, true), g.lda, at(a16, g.trans_a, i0, g.lda, true), part.data());
+                gemm_together<float, 1>({gemm_args<float>{false, false, n, N, K, g.alpha, part.data(), K, whole.data(), N, g.beta,
+                                                          g.C + i0 * g.ldc, g.ldc, g.bias}});
+            } else {
+                pack(g.trans_b, K, n, at(g.B, g.trans_b, i0, g.ldb, false), g.ldb, at(b_copy, g.trans_b, i0, g.ldb, false), part.data());
+                gemm_together<float, 1>({gemm_args<float>{false, false, M, n, K, g.alpha, whole.data(), K, part.data(), n, g.beta,
+                                                          g.C + i0, g.ldc, g.bias ? g.bias + i0 : nullptr}});
+            }
+        }
         return;
     }
 #if defined(CTG_WITH_ONEDNN)
