@@ -665,8 +665,8 @@ inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted, c
     const bf16_bits* a_only = g.A ? nullptr : g.A16;  // A kept in bf16 only
     if (!a_copy && g.A16 && !(g.trans_a && M * K <= (std::size_t(1) << 18))) a_copy = g.A16;
     const bf16_bits* b_copy = b_weight ? b_weight : g.B16;
-    const bool a_given = !a_copy && a_converted && get_bf16_engine() == bf16_engine::onednn;
-    const bool b_given = !b_copy && b_converted && get_bf16_engine() == bf16_engine::onednn;
+    [[maybe_unused]] const bool a_given = !a_copy && a_converted && get_bf16_engine() == bf16_engine::onednn;
+    [[maybe_unused]] const bool b_given = !b_copy && b_converted && get_bf16_engine() == bf16_engine::onednn;
     const std::uint64_t flops = g.flops();
     const std::size_t P = std::size_t(kernel_pool().threads_here());
     if (M == 1 && K > 0 && b_weight && !g.trans_b && g.alpha == 1.0f && g.beta == 0.0f) {

@@ -46,50 +46,36 @@
 
 namespace ctg::kernels {
 
-/// Whether oneDNN has bf16 kernels for this CPU (honours ONEDNN_MAX_CPU_ISA); false in a build
-/// without oneDNN.
-inline bool onednn_has_bf16() {
+namespace detail {
+// The instruction sets below, by what ctgraph asks of oneDNN.
+enum class onednn_isa { avx512_core, avx512_core_bf16, avx512_core_amx };
+
+// Whether oneDNN's effective ISA (which ONEDNN_MAX_CPU_ISA lowers; read once) includes `want`;
+// false in a build without oneDNN.
+inline bool onednn_dispatches([[maybe_unused]] onednn_isa want) {
 #if defined(CTG_WITH_ONEDNN)
-    static const bool has = [] {
-        const auto isa = unsigned(dnnl::get_effective_cpu_isa());
-        const auto bf16 = unsigned(dnnl::cpu_isa::avx512_core_bf16);
-        return (isa & bf16) == bf16;  // ISA values are nested bit masks
-    }();
-    return has;
+    static const unsigned effective = unsigned(dnnl::get_effective_cpu_isa());
+    const unsigned isa = unsigned(want == onednn_isa::avx512_core_amx    ? dnnl::cpu_isa::avx512_core_amx
+                                  : want == onednn_isa::avx512_core_bf16 ? dnnl::cpu_isa::avx512_core_bf16
+                                                                         : dnnl::cpu_isa::avx512_core);
+    return (effective & isa) == isa;  // ISA values are nested bit masks
 #else
     return false;
 #endif
 }
+}  // namespace detail
+
+/// Whether oneDNN has bf16 kernels for this CPU (honours ONEDNN_MAX_CPU_ISA); false in a build
+/// without oneDNN.
+inline bool onednn_has_bf16() { return detail::onednn_dispatches(detail::onednn_isa::avx512_core_bf16); }
 
 /// Whether oneDNN dispatches AMX kernels here (honours ONEDNN_MAX_CPU_ISA); false in a build
 /// without oneDNN.
-inline bool onednn_has_amx() {
-#if defined(CTG_WITH_ONEDNN)
-    static const bool has = [] {
-        const auto isa = unsigned(dnnl::get_effective_cpu_isa());
-        const auto amx = unsigned(dnnl::cpu_isa::avx512_core_amx);
-        return (isa & amx) == amx;
-    }();
-    return has;
-#else
-    return false;
-#endif
-}
+inline bool onednn_has_amx() { return detail::onednn_dispatches(detail::onednn_isa::avx512_core_amx); }
 
 /// Whether oneDNN dispatches AVX-512 (or better) kernels here (honours ONEDNN_MAX_CPU_ISA): its f32
 /// kernels are then a candidate for float products (kernels::register_gemm_policy::onednn).
-inline bool onednn_has_avx512() {
-#if defined(CTG_WITH_ONEDNN)
-    static const bool has = [] {
-        const auto isa = unsigned(dnnl::get_effective_cpu_isa());
-        const auto avx512 = unsigned(dnnl::cpu_isa::avx512_core);
-        return (isa & avx512) == avx512;
-    }();
-    return has;
-#else
-    return false;
-#endif
-}
+inline bool onednn_has_avx512() { return detail::onednn_dispatches(detail::onednn_isa::avx512_core); }
 
 /// The name of the ISA oneDNN dispatches to ("avx512_core_bf16", "avx512_core_amx", ...), for reports.
 inline std::string onednn_isa_name() {
