@@ -126,8 +126,9 @@ inline gemm_machine this_machine() {
 #if defined(__AVX512F__) && (defined(__x86_64__) || defined(__i386__))
     m.avx512_build = true;
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    const bool amd = this_cpu_vendor() == cpu_vendor::amd;
-    m.intel = this_cpu_vendor() == cpu_vendor::intel;
+    const cpu_vendor vendor = this_cpu_vendor();
+    const bool amd = vendor == cpu_vendor::amd;
+    m.intel = vendor == cpu_vendor::intel;
     m.onednn_avx512 = onednn_has_avx512();
     __get_cpuid(1, &eax, &ebx, &ecx, &edx);
     const unsigned family = ((eax >> 8) & 0xfu) + (((eax >> 8) & 0xfu) == 0xfu ? (eax >> 20) & 0xffu : 0u);
@@ -697,8 +698,8 @@ inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted, c
         // emulation_block_floats, each multiplied while its floats are still in cache. gpt-m's
         // 12.6 MB operands then take a block's scratch: its bf16 step's peak memory 370 -> 344 MiB
         // (float: 505). Blocks for smaller operands too cost gpt-s 5 MiB more (45 -> 50) and saved
-        // nothing measurable. Every element of C is still one
-        // product's sum over all of K; the blocks depend on the shape only.
+        // nothing measurable. Every element of C is still one product's sum over all of K; the
+        // blocks depend on the shape only.
         const bf16_bits* a16 = a_copy ? a_copy : a_only;
         const bool by_rows = M >= N;
         const std::size_t long_side = by_rows ? M : N;
