@@ -36,21 +36,25 @@ using visibility = std::function<bool(std::size_t, std::size_t, std::size_t)>;
 inline long long position(std::size_t i, std::size_t nq, std::size_t mk) { return (long long)i + (long long)mk - (long long)nq; }
 
 /// softmax(S + M) with M = 0 / -inf per `vis`, rows with nothing visible all zero. s: (batches, nq, mk).
-inline std::vector<double> reference_weights(const std::vector<double>& s, std::size_t batches, std::size_t nq,
-                                             std::size_t mk, const visibility& vis) {
+/// (Vis: a visibility, or any callable of the same form.)
+template <class Vis = visibility>
+std::vector<double> reference_weights(const std::vector<double>& s, std::size_t batches, std::size_t nq, std::size_t mk,
+                                      const Vis& vis) {
     std::vector<double> p(s.size(), 0.0);
+    std::vector<char> seen(mk);  // vis asked once per element (the sanitizers' tests run it unoptimised)
     for (std::size_t b = 0; b < batches; ++b)
         for (std::size_t i = 0; i < nq; ++i) {
             const double* row = s.data() + (b * nq + i) * mk;
+            double* out = p.data() + (b * nq + i) * mk;
             double mx = -std::numeric_limits<double>::infinity();
             for (std::size_t j = 0; j < mk; ++j)
-                if (vis(b, i, j)) mx = std::max(mx, row[j]);
+                if ((seen[j] = vis(b, i, j))) mx = std::max(mx, row[j]);
             if (mx == -std::numeric_limits<double>::infinity()) continue;
             double sum = 0;
             for (std::size_t j = 0; j < mk; ++j)
-                if (vis(b, i, j)) sum += std::exp(row[j] - mx);
+                if (seen[j]) sum += out[j] = std::exp(row[j] - mx);
             for (std::size_t j = 0; j < mk; ++j)
-                if (vis(b, i, j)) p[(b * nq + i) * mk + j] = std::exp(row[j] - mx) / sum;
+                if (seen[j]) out[j] /= sum;
         }
     return p;
 }

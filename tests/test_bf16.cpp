@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <random>
 #include <stdexcept>
 #include <type_traits>
@@ -62,6 +63,14 @@ std::vector<float> randoms(std::size_t n, unsigned seed) {
     std::vector<float> v(n);
     for (auto& x : v) x = d(rng);
     return v;
+}
+
+// randoms(n, seed), drawn once per (n, seed): for the tests that ask again for the same ones.
+const std::vector<float>& same_randoms(std::size_t n, unsigned seed) {
+    static std::map<std::pair<std::size_t, unsigned>, std::vector<float>> drawn;
+    auto it = drawn.find({n, seed});
+    if (it == drawn.end()) it = drawn.emplace(std::pair{n, seed}, randoms(n, seed)).first;
+    return it->second;
 }
 
 struct engine_scope {  // restores the process's engine after a test chose one
@@ -168,18 +177,37 @@ TEST_CASE("bf16 products on every engine equal a float64 product of the rounded 
     struct shape {
         std::size_t M, N, K;
     };
-    for (const kernels::bf16_engine engine : runnable_engines()) {
-        kernels::set_bf16_engine(engine);
-        for (const shape s : {shape{1, 1, 1}, shape{3, 5, 7}, shape{1, 384, 96}, shape{9, 33, 17}, shape{64, 48, 40},
-                              shape{200, 130, 77}, shape{256, 64, 256},
-                              shape{300, 8, 1000},  // A^T: converted transposed (small A) and read through strides (this one)
-                              // the emulation's blocks (an operand over 2^20 floats): op(A) by rows, op(B) by columns
-                              shape{1100, 8, 1000}, shape{8, 1100, 1000}})
-            for (int ta = 0; ta < 2; ++ta)
-                for (int tb = 0; tb < 2; ++tb)
+    const std::vector<kernels::bf16_engine> engines = runnable_engines();
+    for (const shape s : {shape{1, 1, 1}, shape{3, 5, 7}, shape{1, 384, 96}, shape{9, 33, 17}, shape{64, 48, 40},
+                          shape{200, 130, 77}, shape{256, 64, 256},
+                          shape{300, 8, 1000},  // A^T: converted transposed (small A) and read through strides (this one)
+                          // the emulation's blocks (an operand over 2^20 floats): op(A) by rows, op(B) by columns
+                          shape{1100, 8, 1000}, shape{8, 1100, 1000}}) {
+        const std::size_t M = s.M, N = s.N, K = s.K;
+        const auto A = randoms(M * K, 1), B = randoms(K * N, 2), bias = randoms(N, 3), C0 = randoms(M * N, 4);
+        std::vector<bf16_bits> A16(A.size()), B16(B.size());
+        kernels::pack_bf16(false, 1, A.size(), A.data(), A.size(), A16.data());
+        kernels::pack_bf16(false, 1, B.size(), B.data(), B.size(), B16.data());
+        std::vector<double> Ar(A.size()), Br(B.size());  // the operands as the products see them
+        for (std::size_t i = 0; i < A.size(); ++i) Ar[i] = kernels::round_bf16(A[i]);
+        for (std::size_t i = 0; i < B.size(); ++i) Br[i] = kernels::round_bf16(B[i]);
+        for (int ta = 0; ta < 2; ++ta)
+            for (int tb = 0; tb < 2; ++tb) {
+                // op(A) op(B) in float64, once for every engine and mode (the sums a test under the
+                // sanitizers spends its time in)
+                std::vector<double> AB(M * N, 0.0);
+                for (std::size_t i = 0; i < M; ++i)
+                    for (std::size_t k = 0; k < K; ++k) {
+                        const double a = ta ? Ar[k * M + i] : Ar[i * K + k];
+                        double* row = AB.data() + i * N;
+                        if (tb)
+                            for (std::size_t j = 0; j < N; ++j) row[j] += a * Br[j * K + k];
+                        else
+                            for (std::size_t j = 0; j < N; ++j) row[j] += a * Br[k * N + j];
+                    }
+                for (const kernels::bf16_engine engine : engines) {
+                    kernels::set_bf16_engine(engine);
                     for (int mode = 0; mode < 4; ++mode) {
-                        const std::size_t M = s.M, N = s.N, K = s.K;
-                        const auto A = randoms(M * K, 1), B = randoms(K * N, 2), bias = randoms(N, 3), C0 = randoms(M * N, 4);
                         std::vector<float> C = C0;
                         // mode 0: C = A B + bias; 1: C = 0.5 A B + C; 2: C = 2 A B - 0.5 C + bias;
                         // 3: as 0, with A and B given only as their bf16 values (values kept in bf16 only)
@@ -187,9 +215,6 @@ TEST_CASE("bf16 products on every engine equal a float64 product of the rounded 
                         const float beta = mode == 1 ? 1.0f : mode == 2 ? -0.5f : 0.0f;
                         const float* b = mode == 1 ? nullptr : bias.data();
                         if (beta == 0.0f) std::fill(C.begin(), C.end(), std::numeric_limits<float>::quiet_NaN());  // never read
-                        std::vector<bf16_bits> A16(A.size()), B16(B.size());
-                        kernels::pack_bf16(false, 1, A.size(), A.data(), A.size(), A16.data());
-                        kernels::pack_bf16(false, 1, B.size(), B.data(), B.size(), B16.data());
                         const bool only16 = mode == 3;
                         kernels::gemm<float>(ta, tb, M, N, K, alpha, only16 ? nullptr : A.data(), ta ? M : K,
                                              only16 ? nullptr : B.data(), tb ? K : N, beta, C.data(), N, b, true,
@@ -197,12 +222,9 @@ TEST_CASE("bf16 products on every engine equal a float64 product of the rounded 
                         double worst = 0, scale = 0;
                         for (std::size_t i = 0; i < M; ++i)
                             for (std::size_t j = 0; j < N; ++j) {
-                                double acc = 0;
-                                for (std::size_t k = 0; k < K; ++k)
-                                    acc += double(kernels::round_bf16(ta ? A[k * M + i] : A[i * K + k])) *
-                                           double(kernels::round_bf16(tb ? B[j * K + k] : B[k * N + j]));
-                                const double want = alpha * acc + (b ? b[j] : 0.0) + (beta != 0 ? beta * C0[i * N + j] : 0.0);
-                                worst = std::max(worst, std::abs(want - double(C[i * N + j])));
+                                const double want = alpha * AB[i * N + j] + (b ? b[j] : 0.0) + (beta != 0 ? beta * C0[i * N + j] : 0.0);
+                                const double e = std::abs(want - double(C[i * N + j]));
+                                worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : std::max(worst, e);
                                 scale = std::max(scale, std::abs(want));
                             }
                         INFO(kernels::bf16_engine_name(engine) << " " << M << "x" << N << "x" << K << " ta " << ta << " tb " << tb
@@ -210,6 +232,8 @@ TEST_CASE("bf16 products on every engine equal a float64 product of the rounded 
                         // float accumulation of K exact products: a few float roundings of the scale
                         CHECK(worst <= 1e-6 * std::sqrt(double(K)) * scale + 1e-30);
                     }
+                }
+            }
     }
 }
 
@@ -869,18 +893,22 @@ namespace {
 // edges off the 64-row grid, n < m (an offset) and n > m (causal rows that see nothing).
 // The value product O = P V of those weights (attention_values_op, on the same blocks) and its VJP:
 // gV in full, gP where a row may see (elsewhere the op may leave 0: P's producer never reads it).
-template <class T, class Mask>
-void check_values_on_blocks(const std::function<bool(long long, long long)>& visible, bool bf16, std::size_t n, std::size_t m,
+template <class T, class Mask, class Visible>
+void check_values_on_blocks(const Visible& visible, bool bf16, std::size_t n, std::size_t m,
                             std::vector<T>& p) {
     using op = ops::attention_values_op<Mask>;
     constexpr std::size_t F = 2, dv = 6;
     const rshape ps{3, {F, n, m}}, vs{3, {F, m, dv}}, os{3, {F, n, dv}};
-    const auto vf = randoms(F * m * dv, 81), gof = randoms(F * n * dv, 82);
+    const auto &vf = same_randoms(F * m * dv, 81), &gof = same_randoms(F * n * dv, 82);
     // (gP and gV start as NaN: a fresh adjoint must be written whole, hidden scores included)
     std::vector<T> v(vf.begin(), vf.end()), go(gof.begin(), gof.end()), o(F * n * dv, T(7)),
         gp(p.size(), std::numeric_limits<T>::quiet_NaN()), gv(v.size(), std::numeric_limits<T>::quiet_NaN());
     std::vector<bf16_bits> vb(v.size());
-    const auto seen = [bf16](auto x) { return bf16 ? double(kernels::from_bf16(kernels::to_bf16(float(x)))) : double(x); };
+    const auto seen = [bf16](const auto& x) {  // the values as the products see them
+        std::vector<double> r(x.size());
+        for (std::size_t i = 0; i < x.size(); ++i) r[i] = bf16 ? double(kernels::round_bf16(float(x[i]))) : double(x[i]);
+        return r;
+    };
     for (std::size_t i = 0; i < v.size(); ++i) vb[i] = kernels::to_bf16(float(v[i]));
     op_io<T, 2> io;
     io.y = view{o.data(), os};
@@ -898,15 +926,20 @@ void check_values_on_blocks(const std::function<bool(long long, long long)>& vis
     double worst_p = 0, scale_p = 0;
     std::size_t hidden_nonzero = 0, hidden_unwritten = 0;
     const long long offset = (long long)m - (long long)n;
+    const std::vector<double> pr = seen(p), vr = seen(v), gor = seen(go);
     for (std::size_t f = 0; f < F; ++f)
         for (std::size_t i = 0; i < n; ++i)
             for (std::size_t j = 0; j < m; ++j) {
-                const double pij = seen(p[(f * n + i) * m + j]);
+                const double pij = pr[(f * n + i) * m + j];
+                const double* vj = vr.data() + (f * m + j) * dv;
+                const double* goi = gor.data() + (f * n + i) * dv;
+                double* oi = orf.data() + (f * n + i) * dv;
+                double* gvj = gvr.data() + (f * m + j) * dv;
                 double gpij = 0;
                 for (std::size_t t = 0; t < dv; ++t) {
-                    orf[(f * n + i) * dv + t] += pij * seen(v[(f * m + j) * dv + t]);
-                    gvr[(f * m + j) * dv + t] += pij * seen(go[(f * n + i) * dv + t]);
-                    gpij += seen(go[(f * n + i) * dv + t]) * seen(v[(f * m + j) * dv + t]);
+                    oi[t] += pij * vj[t];
+                    gvj[t] += pij * goi[t];
+                    gpij += goi[t] * vj[t];
                 }
                 scale_p = std::max(scale_p, std::abs(gpij));
                 const double got = double(gp[(f * n + i) * m + j]);
@@ -936,12 +969,12 @@ void check_values_on_blocks(const std::function<bool(long long, long long)>& vis
     CHECK(hidden_unwritten == 0);
 }
 
-template <class T, class Mask>
-void check_visible_blocks(const std::function<bool(long long, long long)>& visible, bool bf16, std::size_t n, std::size_t m) {
+template <class T, class Mask, class Visible>
+void check_visible_blocks(const Visible& visible, bool bf16, std::size_t n, std::size_t m) {
     using op = ops::scaled_dot_weights_op<cval(0.25), Mask>;
     constexpr std::size_t F = 2, d = 8;
     const rshape qs{3, {F, n, d}}, ks{3, {F, m, d}}, ps{3, {F, n, m}};
-    const auto qf = randoms(F * n * d, 71), kf = randoms(F * m * d, 72), gpf = randoms(F * n * m, 73);
+    const auto &qf = same_randoms(F * n * d, 71), &kf = same_randoms(F * m * d, 72), &gpf = same_randoms(F * n * m, 73);
     std::vector<T> q(qf.begin(), qf.end()), k(kf.begin(), kf.end()), gp(gpf.begin(), gpf.end());
     std::vector<bf16_bits> qb(q.size()), kb(k.size());
     std::vector<double> qr(q.size()), kr(k.size());  // the operands as the products see them
@@ -964,8 +997,9 @@ void check_visible_blocks(const std::function<bool(long long, long long)>& visib
     for (std::size_t f = 0; f < F; ++f)
         for (std::size_t i = 0; i < n; ++i)
             for (std::size_t j = 0; j < m; ++j) {
+                const double *qi = qr.data() + (f * n + i) * d, *kj = kr.data() + (f * m + j) * d;
                 double acc = 0;
-                for (std::size_t t = 0; t < d; ++t) acc += qr[(f * n + i) * d + t] * kr[(f * m + j) * d + t];
+                for (std::size_t t = 0; t < d; ++t) acc += qi[t] * kj[t];
                 sc[(f * n + i) * m + j] = 0.25 * acc;
             }
     const long long offset = (long long)m - (long long)n;
@@ -979,10 +1013,12 @@ void check_visible_blocks(const std::function<bool(long long, long long)>& visib
             double dot = 0;
             for (std::size_t j = 0; j < m; ++j) dot += double(gp[row + j]) * pr[row + j];
             for (std::size_t j = 0; j < m; ++j) {
-                const double gs = pr[row + j] * (double(gp[row + j]) - dot);
+                const double gs = 0.25 * pr[row + j] * (double(gp[row + j]) - dot);
+                const double *qi = qr.data() + (f * n + i) * d, *kj = kr.data() + (f * m + j) * d;
+                double *gqi = gqr.data() + (f * n + i) * d, *gkj = gkr.data() + (f * m + j) * d;
                 for (std::size_t t = 0; t < d; ++t) {
-                    gqr[(f * n + i) * d + t] += 0.25 * gs * kr[(f * m + j) * d + t];
-                    gkr[(f * m + j) * d + t] += 0.25 * gs * qr[(f * n + i) * d + t];
+                    gqi[t] += gs * kj[t];
+                    gkj[t] += gs * qi[t];
                 }
             }
         }
