@@ -22,6 +22,20 @@
 namespace ctg {
 namespace detail {
 
+/// The adjoint writes of a cell's VJPs (adj_write_modes) where the engine owns every computed
+/// node's adjoint except the result's, and the leaf `also_owned` (>= 0) as well.
+template <class G, std::size_t N>
+constexpr auto cell_adj_write_modes(const std::array<bool, N>& computed, const std::array<bool, N>& has_adjoint,
+                                    std::size_t out, int also_owned) {
+    std::array<bool, N> owned{}, runs{};
+    for (std::size_t i = 0; i < N; ++i) {
+        runs[i] = computed[i] && has_adjoint[i];
+        owned[i] = runs[i] && i != out;
+    }
+    if (also_owned >= 0) owned[std::size_t(also_owned)] = has_adjoint[std::size_t(also_owned)];
+    return adj_write_modes(G::arity, G::operands, owned, runs);
+}
+
 /// Compile-time facts about a cell's sub-graph. PerStepParams (depth, see repeat.hpp): the cell's
 /// parameters differ per step (one slice of a stacked parameter each), so whatever reads them runs
 /// every step; otherwise (scan) parameters are loop invariants.
@@ -118,14 +132,7 @@ struct cell_info {
     /// How each step's VJPs write the computed nodes' adjoints (adj_write_modes): the first writer
     /// assigns or zeroes, so the per-step adjoint block is never cleared as a whole. The cell's
     /// result and its leaves (state, step input, invariants, parameters) belong to the enclosing op.
-    static constexpr auto adj_writes = [] {
-        std::array<bool, N> owned{}, runs{};
-        for (std::size_t i = 0; i < N; ++i) {
-            runs[i] = computed[i] && has_adjoint[i];
-            owned[i] = runs[i] && i != out;
-        }
-        return adj_write_modes(G::arity, G::operands, owned, runs);
-    }();
+    static constexpr auto adj_writes = cell_adj_write_modes<G>(computed, has_adjoint, out, -1);
     /// The VJP that writes each owned adjoint first (its consumer of highest index), or N for one
     /// no VJP writes (zeroed at the start of the step): where that adjoint's life begins.
     static constexpr std::array<std::size_t, N> first_writer = [] {
