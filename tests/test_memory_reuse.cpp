@@ -1,7 +1,8 @@
 // Inference programs place their values by lifetime (options::keep_values, program.hpp), and scan
 // and repeat keep one step's or layer's values in a forward-only pass (run_info::forward_only):
 // the outputs equal those of programs that keep everything, in less memory, and reading a value
-// whose memory was reused is an error that says so.
+// whose memory was reused is an error that says so. A reshape that is its operand's only reader
+// shares that operand's adjoint (detail::adjoint_roots), in programs and in repeat blocks.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -21,6 +22,14 @@ constexpr options reuse{.inference = true}, keep{.inference = true, .keep_values
 
 std::vector<double> random_values(std::size_t count, unsigned seed) {
     return testing::tfm::random_values(count, seed, -1.5, 1.5);  // the shared fixture's generator
+}
+
+// How many adjoints live in another node's memory (detail::adjoint_roots).
+template <std::size_t N>
+constexpr std::size_t shared_adjoints(const std::array<std::size_t, N>& root) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < N; ++i) n += root[i] != i;
+    return n;
 }
 
 template <class P>
@@ -153,4 +162,77 @@ TEST_CASE("scan in an inference program keeps one step's values", "[memory]") {
     for (std::size_t steps : {12u, 5u, 12u}) CHECK(run(infer, steps) == run(train, steps));
     // The states (steps x batch x H, the output) stay; the per-step frames collapse to one.
     CHECK(infer.arena_elements() < train.arena_elements());
+}
+
+TEST_CASE("a reshape that is its operand's only reader shares its adjoint: one buffer, the same gradients", "[memory]") {
+    // In a program and in a repeat's block: x W1 is read only by the reshape (shared), tanh(x W2)
+    // by the reshape and a sum (not shared). The gradients equal those of the same sums written
+    // without reshapes, bit for bit (the same kernels on the same elements).
+    using G4 = input<"g", B, 4, 4>;
+    using G16 = input<"g", B, 16>;
+    using P1 = param<"W1", 8, 16>;
+    using P2 = param<"W2", 8, 16>;
+    constexpr auto only_reader = [] { return reshape<B, 4, 4>(X{} * P1{}); };
+    constexpr auto two_readers = [] { return tanh(X{} * P2{}); };
+    constexpr auto reshaped = [=] {
+        return sum(mul(only_reader(), G4{})) + sum(mul(reshape<B, 4, 4>(two_readers()), G4{})) + sum(two_readers());
+    };
+    constexpr auto flat = [] {
+        return sum(mul(X{} * P1{}, G16{})) + sum(mul(tanh(X{} * P2{}), G16{})) + sum(tanh(X{} * P2{}));
+    };
+    auto a = compile<double>(reshaped());
+    decltype(compile<double>(flat())) b(a.shared_params());
+    using GA = typename decltype(a)::G;
+    constexpr int r1 = GA::template index_of<decltype(only_reader())>, x1 = GA::template index_of<decltype(X{} * P1{})>;
+    constexpr int r2 = GA::template index_of<decltype(reshape<B, 4, 4>(two_readers()))>,
+                  x2 = GA::template index_of<decltype(two_readers())>;
+    static_assert(r1 >= 0 && x1 >= 0 && r2 >= 0 && x2 >= 0);
+    static_assert(decltype(a)::adjoint_root[x1] == std::size_t(r1) && shared_adjoints(decltype(a)::adjoint_root) == 1);
+    a.params().init(4);
+    const std::size_t batch = 3;
+    const auto x = random_values(batch * 8, 1), g = random_values(batch * 16, 2);
+    auto grads = [&](auto& p, rshape gs) {
+        p.params().zero_grad();
+        p.feed("x", x.data(), rshape{2, {batch, 8}});
+        p.feed("g", g.data(), gs);
+        p.forward();
+        p.backward();
+        std::vector<double> r;
+        for (const char* n : {"W1", "W2"}) {
+            const std::size_t s = p.params().slot(n);
+            r.insert(r.end(), p.params().grad(s), p.params().grad(s) + 8 * 16);
+        }
+        return r;
+    };
+    const auto want = grads(b, rshape{2, {batch, 16}});
+    a.poison_arena(true);  // an adjoint read before it is written would show as NaN
+    CHECK(grads(a, rshape{3, {batch, 4, 4}}) == want);
+    CHECK(a.adjoint_view(std::size_t(x1)).ptr == a.adjoint_view(std::size_t(r1)).ptr);
+    CHECK(a.adjoint_view(std::size_t(x2)).ptr != a.adjoint_view(std::size_t(r2)).ptr);
+    CHECK(a.arena_elements() * sizeof(double) == a.summary({{'B', batch}}).arena_bytes);
+
+    // In a repeat: a block whose product is read only by a reshape and back, against the block
+    // without them.
+    using W = param<"W", 16, 16>;
+    constexpr auto with_reshapes = [](auto h) { return tanh(reshape<B, 16>(reshape<B, 4, 4>(h * W{}))) + h; };
+    constexpr auto without = [](auto h) { return tanh(h * W{}) + h; };
+    using H = input<"h", B, 16>;
+    using block = detail::cell_info<decltype(with_reshapes(H{})), true>;  // as repeat sees the block
+    static_assert(shared_adjoints(block::adj_root) == 2, "the product's and the inner reshape's adjoints are the outer reshape's");
+    auto ra = compile<double>(sum(mul(repeat<3, "r.">(with_reshapes, H{}), G16{})));
+    decltype(compile<double>(sum(mul(repeat<3, "r.">(without, H{}), G16{})))) rb(ra.shared_params());
+    ra.params().init(5);
+    const auto h = random_values(batch * 16, 3);
+    auto layer_grads = [&](auto& p) {
+        p.params().zero_grad();
+        p.feed("h", h.data(), rshape{2, {batch, 16}});
+        p.feed("g", g.data(), rshape{2, {batch, 16}});
+        p.forward();
+        p.backward();
+        const std::size_t s = p.params().slot("r.W");
+        return std::vector<double>(p.params().grad(s), p.params().grad(s) + 3 * 16 * 16);
+    };
+    const auto want_layers = layer_grads(rb);
+    ra.poison_arena(true);
+    CHECK(layer_grads(ra) == want_layers);
 }

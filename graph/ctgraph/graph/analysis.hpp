@@ -271,6 +271,28 @@ constexpr adj_write_table<N, A> adj_write_modes(const std::array<std::size_t, N>
     return t;
 }
 
+/// Whose adjoint memory each node's adjoint is: its own, or that of the aliasing node (reshape, see
+/// `aliases_operand` in op.hpp) that is its only reader, followed up a chain of them. The two
+/// adjoints are the same elements in the same order, so the alias's VJP, the first writer of its
+/// operand's adjoint, finds it written and copies nothing (gpt-m's head split and merge copied
+/// 4 x 3 MiB a layer). `planned[i]`: node i's adjoint is the planner's to place (not an output's,
+/// a leaf's or an enclosing op's).
+template <std::size_t N, std::size_t A>
+constexpr std::array<std::size_t, N> adjoint_roots(const std::array<std::size_t, N>& arity,
+                                                   const std::array<std::array<int, A>, N>& operands,
+                                                   const std::array<bool, N>& aliases, const std::array<bool, N>& planned) {
+    std::array<std::size_t, N> readers{}, root{};
+    for (std::size_t i = 0; i < N; ++i)
+        for (std::size_t k = 0; k < arity[i]; ++k) ++readers[std::size_t(operands[i][k])];
+    for (std::size_t j = 0; j < N; ++j) root[j] = j;
+    for (std::size_t i = N; i-- > 0;)  // from the last node down: an alias's own root is known first
+        if (planned[i] && aliases[i]) {
+            const std::size_t j = std::size_t(operands[i][0]);
+            if (planned[j] && readers[j] == 1) root[j] = root[i];
+        }
+    return root;
+}
+
 }  // namespace detail
 
 /// Everything the compiler knows about a graph: its nodes in topological order and constexpr tables.

@@ -143,6 +143,13 @@ struct cell_info {
                 if (adj_writes.mode[i][k] != adj_write::add) f[std::size_t(G::operands[i][k])] = i;
         return f;
     }();
+    /// Whose adjoint memory node j's adjoint is (adjoint_roots): the result's adjoint is the
+    /// enclosing op's, and is shared with none.
+    static constexpr std::array<std::size_t, N> adj_root = [] {
+        std::array<bool, N> planned{};
+        for (std::size_t i = 0; i < N; ++i) planned[i] = computed[i] && has_adjoint[i] && i != out;
+        return adjoint_roots(G::arity, G::operands, G::aliases, planned);
+    }();
     static constexpr std::size_t num_orphans = [] {
         std::size_t n = 0;
         for (bool b : adj_writes.orphan) n += b;
@@ -280,11 +287,17 @@ struct cell_frame {
     /// run from the last node down, so two adjoints may share memory when one's node runs before the
     /// other's first writer (j1 > fw2). First fit, in the order they become live: a Transformer
     /// block's adjoints take about a third of their sum.
+    /// An adjoint shared with an alias's (Info::adj_root) is live from the alias's first writer
+    /// until the lowest sharing node's VJP.
     void place_adjoints() {
-        std::array<std::size_t, N> order{};
+        std::array<std::size_t, N> order{}, lowest{};
         std::size_t n = 0;
+        for (std::size_t i = 0; i < N; ++i) lowest[i] = i;
         for (std::size_t i = 0; i < N; ++i)
-            if (Info::computed[i] && i != Info::out) order[n++] = i;
+            if (Info::computed[i] && i != Info::out) {
+                if (Info::adj_root[i] == i) order[n++] = i;
+                else lowest[Info::adj_root[i]] = std::min(lowest[Info::adj_root[i]], i);
+            }
         std::sort(order.begin(), order.begin() + n,
                   [](std::size_t x, std::size_t y) { return Info::first_writer[x] > Info::first_writer[y]; });
         // Backward time runs from node N - 1 down: adjoint j is live at steps N - first_writer[j] .. N - j.
@@ -293,10 +306,12 @@ struct cell_frame {
         std::array<std::pair<std::size_t, std::size_t>, N> taken{};
         for (std::size_t a = 0; a < n; ++a) {
             const std::size_t j = order[a];
-            blocks[a] = {N - Info::first_writer[j], N - j, round_up_lines(shapes[j].size())};
+            blocks[a] = {N - Info::first_writer[j], N - lowest[j], round_up_lines(shapes[j].size())};
         }
         adj_block = place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
         for (std::size_t a = 0; a < n; ++a) adj_off[order[a]] = offset[a];
+        for (std::size_t i = 0; i < N; ++i)
+            if (Info::computed[i] && i != Info::out && Info::adj_root[i] != i) adj_off[i] = adj_off[Info::adj_root[i]];
     }
 
     /// A forward-only frame: values and op scratch of one step by lifetime (first fit), as an

@@ -429,6 +429,14 @@ public:
     static constexpr std::array<bool, N> bf16_only_nodes = only_plan.only;
     /// For each of them, the last node whose forward reads its float (which lives in shared scratch until then).
     static constexpr std::array<std::size_t, N> bf16_only_last = only_plan.last;
+    /// Whose adjoint memory node i's adjoint is (detail::adjoint_roots): its own, or that of the
+    /// reshape that is its only reader (an output's adjoint is seeded, and shared with none).
+    static constexpr std::array<std::size_t, N> adjoint_root = [] {
+        std::array<bool, N> planned{};
+        for (std::size_t i = 0; i < N; ++i) planned[i] = G::needs_grad[i] && G::kind[i] == leaf_kind::none;
+        for (std::size_t o : output_nodes) planned[o] = false;
+        return detail::adjoint_roots(G::arity, G::operands, G::aliases, planned);
+    }();
     /// What the repeats' layer frames keep in this program (their scratch_size's fifth argument): 0
     /// floats only, 1 bf16 shadows too, 2 values in bf16 only, 3 those that VJPs read rounded too.
     static constexpr int bf16_frames = bf16_level;
@@ -712,10 +720,11 @@ private:
             off += place_values_by_lifetime(scratch, val_off, scr_off, off);
         } else {
             for (std::size_t i = 0; i < N; ++i)
-                if (G::needs_grad[i] && G::kind[i] != leaf_kind::param) {
+                if (G::needs_grad[i] && G::kind[i] != leaf_kind::param && adjoint_root[i] == i) {
                     adj_off[i] = off;
                     off += round_up_elems<T>(shapes_[i].size());
                 }
+            for (std::size_t i = 0; i < N; ++i) adj_off[i] = adj_off[adjoint_root[i]];
             for (std::size_t i = 0; i < N; ++i) {
                 scr_off[i] = off;
                 off += round_up_elems<T>(scratch[i]);

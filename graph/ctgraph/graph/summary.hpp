@@ -426,7 +426,7 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
     for (std::size_t i = 0; i < N; ++i) {
         if ((G::kind[i] == leaf_kind::none && !G::aliases[i]) || G::kind[i] == leaf_kind::constant)
             val[i] = round_up_elems<T>(shapes[i].size());
-        if (G::needs_grad[i] && G::kind[i] != leaf_kind::param) adj[i] = round_up_elems<T>(shapes[i].size());
+        if (G::needs_grad[i] && G::kind[i] != leaf_kind::param && P::adjoint_root[i] == i) adj[i] = round_up_elems<T>(shapes[i].size());
         if (P::bf16_only_nodes[i] && !G::aliases[i]) val[i] = 0;  // (its float: below)
         if (P::bf16_shadowed_nodes[i]) val[i] += round_up_elems<T>((shapes[i].size() + 1) / 2);
         scratch[i] = round_up_elems<T>(scratch[i]);

@@ -8,6 +8,7 @@
 // The VJP adds the adjoint back under the operand's shape.
 #pragma once
 #include <algorithm>
+#include <cassert>
 #include <string>
 #include <string_view>
 
@@ -56,7 +57,13 @@ struct reshape_op {
     }
     template <class T>
     static void backward(op_io<T, 1>& c) {
-        if (T* g = c.gx_data(0)) kernels::put(c.fresh(0), c.y.size(), static_cast<const T*>(c.gy_data()), g);
+        T* g = c.gx_data(0);
+        if (!g) return;
+        if (g == c.gy_data()) {  // one buffer (a cell's planner shares them: cell_info::adj_root), written already
+            assert(c.fresh(0) && "reshape: an adjoint shared with its operand's must be that one's first writer");
+            return;
+        }
+        kernels::put(c.fresh(0), c.y.size(), static_cast<const T*>(c.gy_data()), g);
     }
     static std::string describe() { return to_string(target); }
 };
