@@ -235,4 +235,11 @@ TEST_CASE("a reshape that is its operand's only reader shares its adjoint: one b
     const auto want_layers = layer_grads(rb);
     ra.poison_arena(true);
     CHECK(layer_grads(ra) == want_layers);
+    // Without zero_grad, a second backward adds to the stacked gradients (after zero_grad the
+    // block's first writers assign them): twice the first, exactly.
+    ra.backward();
+    const double* twice = ra.params().grad(ra.params().slot("r.W"));
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < want_layers.size(); ++i) wrong += twice[i] != 2 * want_layers[i];
+    CHECK(wrong == 0);
 }

@@ -23,16 +23,15 @@ namespace ctg {
 namespace detail {
 
 /// The adjoint writes of a cell's VJPs (adj_write_modes) where the engine owns every computed
-/// node's adjoint except the result's, and the leaf `also_owned` (>= 0) as well.
+/// node's adjoint except the result's, and the leaves `also_owned` as well.
 template <class G, std::size_t N>
 constexpr auto cell_adj_write_modes(const std::array<bool, N>& computed, const std::array<bool, N>& has_adjoint,
-                                    std::size_t out, int also_owned) {
+                                    std::size_t out, const std::array<bool, N>& also_owned) {
     std::array<bool, N> owned{}, runs{};
     for (std::size_t i = 0; i < N; ++i) {
         runs[i] = computed[i] && has_adjoint[i];
-        owned[i] = runs[i] && i != out;
+        owned[i] = (runs[i] && i != out) || (also_owned[i] && has_adjoint[i]);
     }
-    if (also_owned >= 0) owned[std::size_t(also_owned)] = has_adjoint[std::size_t(also_owned)];
     return adj_write_modes(G::arity, G::operands, owned, runs);
 }
 
@@ -132,7 +131,7 @@ struct cell_info {
     /// How each step's VJPs write the computed nodes' adjoints (adj_write_modes): the first writer
     /// assigns or zeroes, so the per-step adjoint block is never cleared as a whole. The cell's
     /// result and its leaves (state, step input, invariants, parameters) belong to the enclosing op.
-    static constexpr auto adj_writes = cell_adj_write_modes<G>(computed, has_adjoint, out, -1);
+    static constexpr auto adj_writes = cell_adj_write_modes<G>(computed, has_adjoint, out, std::array<bool, N>{});
     /// The VJP that writes each owned adjoint first (its consumer of highest index), or N for one
     /// no VJP writes (zeroed at the start of the step): where that adjoint's life begins.
     static constexpr std::array<std::size_t, N> first_writer = [] {

@@ -35,6 +35,7 @@
 #include <array>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "ctgraph/graph/cell.hpp"
@@ -125,12 +126,26 @@ struct repeat_op {
         }(std::make_index_sequence<Extra>{});
         return r;
     }();
-    /// The block's adjoint writes in layers above the first, where the state's adjoint is the
-    /// repeat's own buffer (what layer l sends down to layer l - 1): its first writer assigns it,
-    /// instead of adding to a buffer zeroed first (gpt-m: 6 MiB written and read again per layer).
-    static constexpr auto adj_writes_down = detail::cell_adj_write_modes<G>(info::computed, info::has_adjoint, info::out, state_node);
+    /// The block's adjoint writes, by [state owned][parameters owned]: the state's adjoint is the
+    /// repeat's to write first in layers above the first (the buffer layer l sends down to l - 1)
+    /// and in layer 0 when the repeat's input adjoint is fresh; the stacked parameters' gradients
+    /// when all of theirs are (after zero_grad). Their first writer in the block then assigns them
+    /// (gpt-m: 6 MiB a layer and 28 MiB of gradients a step were zeroed first, then added to).
+    static constexpr auto adj_tables = [] {
+        std::array<std::array<std::remove_const_t<decltype(info::adj_writes)>, 2>, 2> t{};
+        for (std::size_t state = 0; state < 2; ++state)
+            for (std::size_t params = 0; params < 2; ++params) {
+                std::array<bool, N> also{};
+                if (state && state_node >= 0) also[std::size_t(state_node)] = true;
+                for (std::size_t p = 0; params && p < P; ++p) also[info::step_params[p]] = true;
+                t[state][params] = detail::cell_adj_write_modes<G>(info::computed, info::has_adjoint, info::out, also);
+            }
+        return t;
+    }();
     /// Whether no VJP of the block writes the state's adjoint: the buffer sent down is then zeroed.
-    static constexpr bool zero_down = state_node >= 0 && adj_writes_down.orphan[std::size_t(std::max(state_node, 0))];
+    static constexpr bool zero_down = state_node >= 0 && adj_tables[1][0].orphan[std::size_t(std::max(state_node, 0))];
+    /// Assigns adjoints: the repeat writes every fresh operand adjoint itself (see backward).
+    static constexpr bool assigns_adjoints = true;
     static constexpr std::string_view name = "repeat";
     static_assert(L >= 1, "ctg::repeat: at least one layer");
     /// The stacked parameters' adjoints are written row by row, layer l's row only by layer l's
@@ -289,11 +304,12 @@ struct repeat_op {
         for (std::size_t j = 0; j < info::num_hoisted; ++j) v.val[info::hoisted[j]].ptr = c.x[first_hoisted + j].ptr;
         Ly.resolve_aliases(v.val);
     }
-    // down: backward of a layer above the first (adj_writes_down).
-    static detail::exec_state exec_of(const layer_views& v, const layout& Ly, const run_info& run, std::size_t l, bool down = false) {
+    // state / params: which adjoints backward's first writers assign (adj_tables).
+    static detail::exec_state exec_of(const layer_views& v, const layout& Ly, const run_info& run, std::size_t l,
+                                      bool state = false, bool params = false) {
         return {v.val.data(), v.adj.data(), v.scr.data(), Ly.shapes.data(), info::has_adjoint.data(), G::elem.data(), v.label.data(),
                 &G::operands[0][0], G::max_arity, detail::cell_run(run, l),
-                down ? &adj_writes_down.mode[0][0] : &info::adj_writes.mode[0][0], Ly.shadows ? v.sh.data() : nullptr,
+                &adj_tables[state][params].mode[0][0], Ly.shadows ? v.sh.data() : nullptr,
                 Ly.only ? Ly.only_plan().only.data() : nullptr};
     }
 
@@ -315,6 +331,17 @@ struct repeat_op {
         const layout& Ly = plan_of(c);
         T* base = c.scratch.template as<T>();
         T* adj_block = base + Ly.adjoints_off();
+        // The operands' adjoints this backward writes first (c.fresh(k); the engine zeroes none of
+        // them, assigns_adjoints): the state's and the stacked parameters' (when all of theirs are)
+        // are assigned by the block's first writers; the others, which every layer adds into (the
+        // extra values, the hoisted invariants, parameters some other op wrote first), zeroed here.
+        bool params_fresh = P > 0;
+        for (std::size_t p = 0; p < P; ++p)
+            if (c.gx[first_param + p] && !c.fresh(first_param + p)) params_fresh = false;
+        for (std::size_t k = 0; k < K; ++k) {
+            const bool assigned = k == 0 ? state_node >= 0 && !zero_down : k >= first_param && k < first_hoisted && params_fresh;
+            if (c.gx[k] && c.fresh(k) && !assigned) std::memset(c.gx[k].ptr, 0, c.gx[k].size() * sizeof(T));
+        }
         layer_views v;
         for (std::size_t l = L; l-- > 0;) {
             values_at(v, c, Ly, l);
@@ -339,15 +366,19 @@ struct repeat_op {
                 }
             }
             for (std::size_t p = 0; p < P; ++p)
-                if (c.gx[first_param + p])
-                    v.adj[info::step_params[p]].ptr = c.gx_data(first_param + p) + l * Ly.param_size[p];
+                if (c.gx[first_param + p]) {
+                    T* row = c.gx_data(first_param + p) + l * Ly.param_size[p];
+                    if (params_fresh && adj_tables[0][1].orphan[info::step_params[p]])  // (no VJP of the block writes it)
+                        std::memset(row, 0, Ly.param_size[p] * sizeof(T));
+                    v.adj[info::step_params[p]].ptr = row;
+                }
             for (std::size_t e = 0; e < Extra; ++e)  // whole ones: summed over the layers (the ops add)
                 if (extra_nodes[e] >= 0 && c.gx[1 + e])
                     v.adj[std::size_t(extra_nodes[e])].ptr = slice(c.gx[1 + e], e, l, sizeof(T));
             for (std::size_t j = 0; j < info::num_hoisted; ++j)
                 if (c.gx[first_hoisted + j]) v.adj[info::hoisted[j]].ptr = c.gx[first_hoisted + j].ptr;
-            detail::run_cell_backward<info, T>(exec_of(v, Ly, c.run, l, state_node >= 0 && l > 0), [](std::size_t) {},
-                                               std::make_index_sequence<N>{});
+            detail::run_cell_backward<info, T>(exec_of(v, Ly, c.run, l, state_node >= 0 && (l > 0 || c.fresh(0)), params_fresh),
+                                               [](std::size_t) {}, std::make_index_sequence<N>{});
             if (c.run.after_layer) (*c.run.after_layer)(l);  // rows l of the stacked gradients are done
         }
     }
