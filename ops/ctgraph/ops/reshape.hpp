@@ -5,7 +5,8 @@
 //                             element-wise ops against (B, T, 64)); squeeze<1>(y) removes it
 // The static check: both shapes use the same dynamic letters, each as often, and their static
 // dimensions have the same product, so the element counts agree whatever the letters' values.
-// The VJP adds the adjoint back under the operand's shape.
+// The VJP adds the adjoint back under the operand's shape; where the reshape is its operand's
+// only reader, the two adjoints are one buffer (detail::adjoint_roots) and it copies nothing.
 #pragma once
 #include <algorithm>
 #include <cassert>
@@ -59,7 +60,7 @@ struct reshape_op {
     static void backward(op_io<T, 1>& c) {
         T* g = c.gx_data(0);
         if (!g) return;
-        if (g == c.gy_data()) {  // one buffer (a cell's planner shares them: cell_info::adj_root), written already
+        if (g == c.gy_data()) {  // one buffer, written already (the planners share it: detail::adjoint_roots)
             assert(c.fresh(0) && "reshape: an adjoint shared with its operand's must be that one's first writer");
             return;
         }
