@@ -28,9 +28,9 @@
 //     static constexpr bool assigns_adjoints = true;
 //     // optional: the value is operand 0's elements in the same order (reshape): the engine points
 //     // c.y at c.x[0]'s memory and forward must only copy when the two differ (a cell's result).
-//     // Its VJP is the identity, so where the op is its operand's only reader a cell's planner gives
-//     // c.gx[0] c.gy's memory too (c.fresh(0) is then true): backward must copy nothing when they
-//     // are the same.
+//     // Its VJP is the identity, so where the op is its operand's only reader the planners (a
+//     // program's, a cell's) give c.gx[0] c.gy's memory too (c.fresh(0) is then true): backward
+//     // must copy nothing when they are the same.
 //     static constexpr bool aliases_operand = true;
 //
 //     // optional: whether row r of the result (its first axis) comes from row r of every operand

@@ -130,7 +130,7 @@ struct repeat_op {
     /// repeat's to write first in layers above the first (the buffer layer l sends down to l - 1)
     /// and in layer 0 when the repeat's input adjoint is fresh; the stacked parameters' gradients
     /// when all of theirs are (after zero_grad). Their first writer in the block then assigns them
-    /// (gpt-m: 6 MiB a layer and 28 MiB of gradients a step were zeroed first, then added to).
+    /// (gpt-m: 3 MiB a layer and 27 MiB of gradients a step were zeroed first, then added to).
     static constexpr auto adj_tables = [] {
         std::array<std::array<std::remove_const_t<decltype(info::adj_writes)>, 2>, 2> t{};
         for (std::size_t state = 0; state < 2; ++state)
