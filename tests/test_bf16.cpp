@@ -172,6 +172,48 @@ TEST_CASE("transposing bf16 packing: the bits of to_bf16 and of the portable til
     }
 }
 
+TEST_CASE("converting dY with its column sums (a linear layer's bias gradient): the bits of a plain conversion and of "
+          "row-by-row sums, at 1 and 2 threads",
+          "[bf16]") {
+    struct shape {
+        std::size_t R, C, ld;
+    };
+    for (const shape s : {shape{0, 5, 5}, shape{1, 1, 1}, shape{3, 17, 20}, shape{64, 100, 100}, shape{300, 130, 131},
+                          shape{512, 384, 384}}) {
+        for (const int threads : {1, 2}) {
+            testing::pool_threads pool(threads);
+            INFO("X " << s.R << " x " << s.C << ", ld " << s.ld << ", " << threads << " thread(s)");
+            const auto x = randoms(std::max<std::size_t>(1, s.R * s.ld), 21);
+            // The reference: a plain conversion, and each column summed over the rows in order
+            // (the first row assigned when fresh), as the VJP summed before.
+            std::vector<bf16_bits> want(s.R * s.C);
+            kernels::pack_bf16(false, s.R, s.C, x.data(), s.ld, want.data());
+            const auto start = randoms(s.C, 22);
+            std::vector<float> fresh_sums(s.C, 0.0f), added_sums = start;
+            for (std::size_t r = 0; r < s.R; ++r)
+                for (std::size_t c = 0; c < s.C; ++c) {
+                    fresh_sums[c] = r == 0 ? x[c] : fresh_sums[c] + x[r * s.ld + c];
+                    added_sums[c] += x[r * s.ld + c];
+                }
+            for (const bool fresh : {true, false}) {
+                INFO((fresh ? "fresh" : "adding"));
+                std::vector<bf16_bits> got(s.R * s.C, 0xFFFF);
+                std::vector<float> sums = fresh ? std::vector<float>(s.C, std::numeric_limits<float>::quiet_NaN()) : start;
+                kernels::pack_bf16_column_sums(s.R, s.C, x.data(), s.ld, got.data(), sums.data(), fresh);
+                CHECK(got == want);
+                const auto& expected = fresh ? fresh_sums : added_sums;
+                std::size_t different = 0;
+                for (std::size_t c = 0; c < s.C; ++c)
+                    different += std::bit_cast<std::uint32_t>(sums[c]) != std::bit_cast<std::uint32_t>(expected[c]);
+                CHECK(different == 0);
+            }
+            std::vector<bf16_bits> only(s.R * s.C, 0xFFFF);  // no sums asked
+            kernels::pack_bf16_column_sums(s.R, s.C, x.data(), s.ld, only.data(), nullptr, true);
+            CHECK(only == want);
+        }
+    }
+}
+
 TEST_CASE("bf16 products on every engine equal a float64 product of the rounded operands", "[bf16]") {
     engine_scope restore;
     struct shape {
@@ -422,6 +464,17 @@ TEST_CASE("a bf16 program: each product equals float64 on bf16-rounded operands,
             if (e.name == "b") CHECK(worst <= 4e-3 * scale);  // sums of the unrounded G (the reference's is rounded)
             else CHECK(worst <= 1e-5 * scale);
         }
+        // db exactly: G's float rows summed in order (the bias gradient is not a product; oneDNN's
+        // VJP sums it in the pass that rounds dY for the products, from the unrounded floats).
+        const std::size_t b_slot = mixed.params().at(0).name == "b" ? 0 : 1;
+        REQUIRE(mixed.params().at(b_slot).name == "b");
+        std::size_t bias_bits_differ = 0;
+        for (std::size_t c = 0; c < 8; ++c) {
+            float sum = g[c];
+            for (std::size_t r = 1; r < 2 * 5; ++r) sum += g[r * 8 + c];
+            bias_bits_differ += std::bit_cast<std::uint32_t>(mixed.params().grad(b_slot)[c]) != std::bit_cast<std::uint32_t>(sum);
+        }
+        CHECK(bias_bits_differ == 0);
         // dx = G W^T (twice): one bf16 product each.
         const auto dx = mixed.input_grad<"x">();
         const auto dxe = exact.input_grad<"x">();
