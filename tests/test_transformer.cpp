@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 
 #include <xtensor/xview.hpp>
 
@@ -196,6 +197,87 @@ TEST_CASE("learned positions: table rows by position, gradient summed over the b
     prog.feed("g", gl.data(), rshape{3, {2, 7, D}});
     CHECK_THROWS_WITH(prog.forward(), Catch::Contains("longer than the positional table (6 positions)"));
     CHECK(std::equal(before.begin(), before.end(), prog.params().values().begin()));  // nothing changed
+}
+
+TEST_CASE("learned positions and cross-entropy assign their fresh adjoints: stale gradients ignored after zero_grad, "
+          "added to without it",
+          "[transformer]") {
+    // After zero_grad the table's and the logits' gradients are fresh: the VJPs assign them (the
+    // store does not zero them first), so what the memory held must not show, in rows no sequence
+    // reads either.
+    // Without zero_grad, a second backward adds: exactly twice the gradient.
+    const double stale = std::numeric_limits<double>::quiet_NaN();
+    auto check_table = [&](auto& prog, const std::vector<double>& want) {
+        for (int twice = 1; twice <= 2; ++twice) {
+            if (twice == 1) {  // stale values in the memory, then a pending zero_grad (lazy: see params.hpp)
+                auto gt = prog.template grad<"pos">();
+                std::fill(gt.begin(), gt.end(), stale);
+                prog.zero_grad();
+            }
+            prog.forward();
+            prog.backward();
+            auto gt = prog.template grad<"pos">();
+            std::size_t wrong = 0;
+            for (std::size_t k = 0; k < want.size(); ++k) wrong += !(gt.data()[k] == twice * want[k]);
+            INFO((twice == 1 ? "after zero_grad" : "a second backward"));
+            CHECK(wrong == 0);
+        }
+    };
+    SECTION("positions 0 .. T-1") {
+        using table = param<"pos", 6, D>;
+        auto prog = compile<double>(sum(mul(learned_positions(X{}, table{}), Gw{})));
+        prog.params().init(1);
+        const auto x = random_values(2 * 4 * D, 2), g = random_values(2 * 4 * D, 3);
+        prog.feed("x", x.data(), rshape{3, {2, 4, D}});
+        prog.feed("g", g.data(), rshape{3, {2, 4, D}});
+        std::vector<double> want(6 * D, 0.0);  // rows 4 and 5 read by no sequence: zero
+        for (std::size_t p = 0; p < 4; ++p)
+            for (int k = 0; k < D; ++k) want[p * D + k] = g[(0 * 4 + p) * D + k] + g[(1 * 4 + p) * D + k];
+        check_table(prog, want);
+    }
+    SECTION("from a start per sequence") {
+        auto prog = compile<double>(sum(mul(learned_positions(X{}, param<"pos", 6, D>{}, index_input<"start", B>{}), Gw{})));
+        prog.params().init(1);
+        const auto x = random_values(3 * 2 * D, 4), g = random_values(3 * 2 * D, 5);
+        const std::vector<index_t> start{3, 0, 2};  // rows 3-4, 0-1, 2-3: row 3 read twice, row 5 never
+        prog.feed("x", x.data(), rshape{3, {3, 2, D}});
+        prog.feed("g", g.data(), rshape{3, {3, 2, D}});
+        prog.feed("start", start.data(), rshape{1, {3}});
+        std::vector<double> want(6 * D, 0.0);
+        for (std::size_t o = 0; o < 3; ++o)
+            for (std::size_t p = 0; p < 2; ++p)
+                for (int k = 0; k < D; ++k) want[(std::size_t(start[o]) + p) * D + k] += g[(o * 2 + p) * D + k];
+        check_table(prog, want);
+    }
+    SECTION("cross-entropy's logits, an ignored row among them") {
+        using Z = param<"z", 4, 5>;
+        auto prog = compile<double>(softmax_cross_entropy(Z{}, index_input<"t", 4>{}));
+        prog.params().init(2);
+        const std::vector<index_t> t{1, -100, 4, 0};
+        prog.feed("t", t.data(), rshape{1, {4}});
+        const double* z = prog.params().value(prog.params().slot("z"));
+        std::vector<double> want(4 * 5, 0.0);  // (softmax - onehot) / 3 in the rows that count
+        for (std::size_t r = 0; r < 4; ++r) {
+            if (t[r] < 0) continue;
+            double m = z[r * 5], total = 0;
+            for (int k = 1; k < 5; ++k) m = std::max(m, z[r * 5 + k]);
+            for (int k = 0; k < 5; ++k) total += std::exp(z[r * 5 + k] - m);
+            for (int k = 0; k < 5; ++k) want[r * 5 + k] = (std::exp(z[r * 5 + k] - m) / total - (k == t[r])) / 3;
+        }
+        for (int twice = 1; twice <= 2; ++twice) {
+            if (twice == 1) {
+                auto gz = prog.grad<"z">();
+                std::fill(gz.begin(), gz.end(), stale);
+                prog.zero_grad();
+            }
+            prog.forward();
+            prog.backward();
+            auto gz = prog.grad<"z">();
+            INFO((twice == 1 ? "after zero_grad" : "a second backward"));
+            for (std::size_t k = 0; k < want.size(); ++k) CHECK(gz.data()[k] == Approx(twice * want[k]).margin(1e-15));
+            CHECK(gz(1, 2) == 0.0);  // the ignored row
+        }
+    }
 }
 
 namespace {
