@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <random>
@@ -169,6 +170,51 @@ TEST_CASE("transposing bf16 packing: the bits of to_bf16 and of the portable til
                              std::bit_cast<std::uint32_t>(widened.data()[r * s.R + c]) != std::uint32_t(xb[c * s.ld + r]) << 16 ||
                              std::bit_cast<std::uint32_t>(widened_plain.data()[c * s.C + r]) != std::uint32_t(xb[c * s.ld + r]) << 16;
         CHECK(misplaced == 0);
+    }
+}
+
+TEST_CASE("bf16 packing on the pool: the bits of one thread's, every form, on odd shapes", "[bf16]") {
+    // The products' operand conversions share op(X)'s rows among the pool's threads: each element
+    // is converted alone, so two threads must give exactly one thread's bits, plain and
+    // transposed, rounding floats or moving / widening bf16 values.
+    testing::pool_threads pool(2);
+    struct shape {
+        std::size_t rows, cols, ld;  // op(X)'s rows and columns; X's leading dimension
+    };
+    for (const shape s : {shape{31, 1100, 1100}, shape{33, 1024, 1030}, shape{100, 700, 701}, shape{2048, 384, 384},
+                          shape{384, 2048, 2048}, shape{8, 4096, 4096}}) {
+        for (const bool trans : {false, true}) {
+            INFO("op(X) " << s.rows << " x " << s.cols << ", ld " << s.ld << (trans ? ", transposed" : ""));
+            const std::size_t stored_rows = trans ? s.cols : s.rows;  // X is stored_rows x ld
+            const std::size_t ld = trans ? std::max(s.ld - s.cols + s.rows, s.rows) : s.ld;
+            const auto x = randoms(stored_rows * ld, 31);
+            std::vector<bf16_bits> xb(x.size());
+            kernels::pack_bf16(false, 1, x.size(), x.data(), x.size(), xb.data());
+            const std::size_t n = s.rows * s.cols;
+            kernels::scratch<bf16_bits> one_bits(n), pool_bits(n), one_moved(n), pool_moved(n);
+            kernels::scratch<float> one_rounded(n), pool_rounded(n), one_widened(n), pool_widened(n);
+            {
+                testing::pool_threads single(1);
+                kernels::pack_bf16(trans, s.rows, s.cols, x.data(), ld, one_bits.data());
+                kernels::pack_bf16(trans, s.rows, s.cols, x.data(), ld, one_rounded.data());
+                kernels::pack_bf16(trans, s.rows, s.cols, xb.data(), ld, one_moved.data());
+                kernels::pack_bf16(trans, s.rows, s.cols, xb.data(), ld, one_widened.data());
+            }
+            kernels::pack_bf16_on_pool(trans, s.rows, s.cols, x.data(), ld, pool_bits.data());
+            kernels::pack_bf16_on_pool(trans, s.rows, s.cols, x.data(), ld, pool_rounded.data());
+            kernels::pack_bf16_on_pool(trans, s.rows, s.cols, xb.data(), ld, pool_moved.data());
+            kernels::pack_bf16_on_pool(trans, s.rows, s.cols, xb.data(), ld, pool_widened.data());
+            CHECK(std::equal(one_bits.data(), one_bits.data() + n, pool_bits.data()));
+            CHECK(std::memcmp(one_rounded.data(), pool_rounded.data(), n * sizeof(float)) == 0);
+            CHECK(std::equal(one_moved.data(), one_moved.data() + n, pool_moved.data()));
+            CHECK(std::memcmp(one_widened.data(), pool_widened.data(), n * sizeof(float)) == 0);
+            // and the values themselves: op(X) rounded
+            std::size_t wrong = 0;
+            for (std::size_t r = 0; r < s.rows; ++r)
+                for (std::size_t c = 0; c < s.cols; ++c)
+                    wrong += pool_bits.data()[r * s.cols + c] != reference_bf16(trans ? x[c * ld + r] : x[r * ld + c]);
+            CHECK(wrong == 0);
+        }
     }
 }
 

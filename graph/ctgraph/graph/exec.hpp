@@ -18,6 +18,7 @@
 
 #include "ctgraph/graph/analysis.hpp"
 #include "ctgraph/kernels/bf16.hpp"
+#include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/op.hpp"
 
 namespace ctg::detail {
@@ -338,7 +339,7 @@ template <class Op, std::size_t K, class T, bool Anomaly = false>
             if (s.shadow) c.yb = s.shadow[i];  // (c.y null where nothing reads the float: bf16_only_plan::no_float)
         Op::template forward<T>(c);
         if constexpr (std::is_same_v<T, float> && !writes_bf16_result_of<Op>)  // the value's bf16 shadow, made while it is in cache
-            if (s.shadow && s.shadow[i]) kernels::pack_bf16(false, 1, c.y.size(), c.y_data(), c.y.size(), s.shadow[i]);
+            if (s.shadow && s.shadow[i]) kernels::pack_bf16_on_pool(false, c.y.shape.rows(), c.y.shape.cols(), c.y_data(), c.y.shape.cols(), s.shadow[i]);
         if constexpr (Anomaly)
             if (s.elem[i] == element::real)
                 if (const long e = first_non_finite<T>(c.y); e >= 0) anomaly<T, K>(s, i, Op::name, false, -1, e, c.y);

@@ -602,7 +602,7 @@ void gemm_together(std::array<gemm_args<T>, n> g) {  // (not inline: see CTG_SEP
                     g[0].M == g[1].K && g[0].K == g[1].N && g[0].M && g[0].K && g[0].N && g[1].M &&
                     get_bf16_engine() == bf16_engine::onednn && !bf16_copies::instance().find(g[0].A)) {
                     scratch<bf16_bits> dy(g[0].M * g[0].K);
-                    pack_bf16(false, g[0].M, g[0].K, g[0].A, g[0].lda, dy.data());
+                    pack_bf16_on_pool(false, g[0].M, g[0].K, g[0].A, g[0].lda, dy.data());
                     detail::gemm_bf16(g[0], dy.data(), nullptr);
                     detail::gemm_bf16(g[1], nullptr, dy.data());
                     return;
@@ -715,8 +715,8 @@ inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted, c
     const bf16_engine engine = K == 0 ? bf16_engine::emulated : get_bf16_engine();  // K = 0: C = beta C + bias
     auto pack = [](bool trans, std::size_t rows, std::size_t cols, const float* x, std::size_t ld, const bf16_bits* copy,
                    auto* out) {
-        if (copy) pack_bf16(trans, rows, cols, copy, ld, out);
-        else pack_bf16(trans, rows, cols, x, ld, out);
+        if (copy) pack_bf16_on_pool(trans, rows, cols, copy, ld, out);
+        else pack_bf16_on_pool(trans, rows, cols, x, ld, out);
     };
     if (engine == bf16_engine::emulated) {
         note_bf16_emulation();
@@ -772,10 +772,10 @@ inline void gemm_bf16(const gemm_args<float>& g, const bf16_bits* a_converted, c
     const std::size_t a_rows = g.trans_a ? K : M, a_cols = g.trans_a ? M : K;
     const std::size_t b_rows = g.trans_b ? N : K, b_cols = g.trans_b ? K : N;
     scratch<bf16_bits> a(a_copy || a_given ? 0 : M * K), b(b_copy || b_given ? 0 : b_rows * b_cols);
-    if (a_transposed && a_only) pack_bf16(true, M, K, a_only, g.lda, a.data());
-    else if (a_transposed) pack_bf16(true, M, K, g.A, g.lda, a.data());
-    else if (!a_copy && !a_given) pack_bf16(false, a_rows, a_cols, g.A, g.lda, a.data());
-    if (!b_copy && !b_given) pack_bf16(false, b_rows, b_cols, g.B, g.ldb, b.data());
+    if (a_transposed && a_only) pack_bf16_on_pool(true, M, K, a_only, g.lda, a.data());
+    else if (a_transposed) pack_bf16_on_pool(true, M, K, g.A, g.lda, a.data());
+    else if (!a_copy && !a_given) pack_bf16_on_pool(false, a_rows, a_cols, g.A, g.lda, a.data());
+    if (!b_copy && !b_given) pack_bf16_on_pool(false, b_rows, b_cols, g.B, g.ldb, b.data());
     const bf16_bits* ap = a_copy ? a_copy : a_given ? a_converted : a.data();
     const bf16_bits* bp = b_copy ? b_copy : b_given ? b_converted : b.data();
     const std::size_t lda = a_copy ? g.lda : a_transposed ? K : a_cols, ldb = b_copy ? g.ldb : b_cols;

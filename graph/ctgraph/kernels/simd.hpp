@@ -409,6 +409,26 @@ inline void add_to(std::size_t n, const T* x, T* y) {
     map(n, y, [](auto a, auto b) { return a + b; }, x, static_cast<const T*>(y));
 }
 
+/// pack_bf16 (either input: floats rounded, or bf16 values moved or widened) with the rows of
+/// op(X) shared among the pool's threads when there are enough of them (each element converted
+/// alone: the same bits at any count). The products' operand conversions ran on the calling
+/// thread alone while the other waited: at two threads, 7 % of the samples of gpt-m's emulated
+/// bf16 step on a Xeon of model 207 against 1 % on the worker.
+template <class In, class Out>
+inline void pack_bf16_on_pool(bool trans, std::size_t rows, std::size_t cols, const In* x, std::size_t ld, Out* out) {
+    const std::size_t P = std::size_t(thread_pool::instance().threads_here());
+    if (P == 1 || rows < 32 || rows * cols < parallel_map_min_size) {
+        pack_bf16(trans, rows, cols, x, ld, out);
+        return;
+    }
+    const std::size_t step = range_step(rows, P, 16);
+    thread_pool::instance().run((rows + step - 1) / step, [&](std::size_t p) {
+        const std::size_t r0 = p * step, n = std::min(rows, r0 + step) - r0;
+        // op(X)'s rows r0..: X's rows, or its columns when transposed
+        pack_bf16(trans, n, cols, x + (trans ? r0 : r0 * ld), ld, out + r0 * cols);
+    });
+}
+
 /// y[i] = x[i] when `fresh`, else y[i] += x[i].
 template <class T>
 inline void put(bool fresh, std::size_t n, const T* x, T* y) {
