@@ -548,33 +548,6 @@ bool outputs_overlap(const std::array<gemm_args<T>, n>& g) {
 }
 }  // namespace detail
 
-/// X (rows x cols, leading dimension ld) rounded to bf16 into `out` (rows x cols, contiguous),
-/// and, when `sums` is not null, X's column sums into it (assigned when `fresh`, else added; with
-/// no rows, fresh sums are zeros). A linear layer's VJP converts dY once for its two gradient
-/// products and takes its bias gradient in the same pass, instead of reading dY a second time
-/// from memory. Each column is summed over the rows in order, as kernels::add_to row after row
-/// (the same bits); on a pool, each task takes a block of columns (any count: the same bits).
-inline void pack_bf16_column_sums(std::size_t rows, std::size_t cols, const float* x, std::size_t ld, bf16_bits* out,
-                                  float* sums, bool fresh) {
-    if (sums && fresh && rows == 0) std::fill(sums, sums + cols, 0.0f);
-    if (rows == 0 || cols == 0) return;
-    const std::size_t P = std::size_t(kernel_pool().threads_here());
-    const std::size_t pieces = P > 1 && rows * cols >= parallel_map_min_size && cols >= 64 ? P : 1;
-    const std::size_t step = range_step(cols, pieces, 32);
-    auto block = [&](std::size_t p) {
-        const std::size_t c0 = p * step, n = std::min(cols, c0 + step) - c0;
-        for (std::size_t r = 0; r < rows; ++r) {
-            const float* xr = x + r * ld + c0;
-            detail::to_bf16_row(n, xr, out + r * cols + c0);
-            if (!sums) continue;
-            if (r == 0 && fresh) std::copy(xr, xr + n, sums + c0);
-            else add_to(n, xr, sums + c0);  // (a row's block in L1 since its conversion)
-        }
-    };
-    if (pieces > 1) kernel_pool().run((cols + step - 1) / step, block);
-    else block(0);
-}
-
 /// Independent products (a product's two VJPs, dA = dC B^T and dB = A^T dC) as one job of the
 /// pool: each cut into pieces (none below parallel_gemm_min_flops in all, so the rnn's two
 /// 16 x 128 x 128 VJPs are one task each), every piece claimed by the first free thread, so the

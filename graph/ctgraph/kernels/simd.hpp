@@ -429,6 +429,35 @@ inline void pack_bf16_on_pool(bool trans, std::size_t rows, std::size_t cols, co
     });
 }
 
+/// X's column sums (X: rows x cols, leading dimension ld) into `sums`, assigned when `fresh`
+/// (with no rows: zeros), else added; and, when `rounded` is not null (float only), X rounded to
+/// bf16 into it (rows x cols, contiguous) in the same pass. A linear layer's bias gradient: a bf16
+/// program's VJP converts dY for its two gradient products and sums it at once, instead of
+/// reading dY a second time from memory. Each column is summed over the rows in order, as
+/// add_to row after row; on a pool, each task takes a block of columns (the same bits at any
+/// count: it was a serial pass over dY).
+template <class T>
+inline void column_sums(std::size_t rows, std::size_t cols, const T* x, std::size_t ld, T* sums, bool fresh,
+                        bf16_bits* rounded = nullptr) {
+    if (fresh && rows == 0) std::fill(sums, sums + cols, T(0));
+    if (rows == 0 || cols == 0) return;
+    const std::size_t P = std::size_t(thread_pool::instance().threads_here());
+    const std::size_t pieces = P > 1 && rows * cols >= parallel_map_min_size && cols >= 64 ? P : 1;
+    const std::size_t step = range_step(cols, pieces, 32);
+    auto block = [&](std::size_t p) {
+        const std::size_t c0 = p * step, n = std::min(cols, c0 + step) - c0;
+        for (std::size_t r = 0; r < rows; ++r) {
+            const T* xr = x + r * ld + c0;
+            if constexpr (std::is_same_v<T, float>)
+                if (rounded) pack_bf16(false, 1, n, xr, n, rounded + r * cols + c0);
+            if (r == 0 && fresh) std::copy(xr, xr + n, sums + c0);
+            else map(n, sums + c0, [](auto a, auto b) { return a + b; }, xr, static_cast<const T*>(sums + c0));
+        }
+    };
+    if (pieces > 1) thread_pool::instance().run((cols + step - 1) / step, block);
+    else block(0);
+}
+
 /// y[i] = x[i] when `fresh`, else y[i] += x[i].
 template <class T>
 inline void put(bool fresh, std::size_t n, const T* x, T* y) {

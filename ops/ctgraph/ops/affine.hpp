@@ -55,8 +55,8 @@ struct affine_op {
         T *gx = c.gx_data(0), *gw = c.gx_data(1);
         T* gb = c.gx_data(2);
         // oneDNN's bf16 products read dY rounded: converted once for both, with the bias gradient
-        // summed in the same pass (kernels::pack_bf16_column_sums: the bits of the sums below), so
-        // dY is read from memory once instead of twice (gpt-m: 9 ms a step fewer on a Xeon of
+        // summed in the same pass (kernels::column_sums), so dY is read from memory once instead
+        // of twice (gpt-m: 9 ms a step fewer on a Xeon of
         // model 207, 0.7 %). The emulation rounds dY by blocks as it multiplies, from cache; a
         // whole converted dY there would add its size to the peak (gpt-m: 9 MiB) for no gain.
         const bool convert_dy = std::is_same_v<T, float> && c.run.bf16 && (gx || gw) &&
@@ -65,21 +65,15 @@ struct affine_op {
         kernels::scratch<kernels::bf16_bits> converted(convert_dy ? M * N : 0);
         if constexpr (std::is_same_v<T, float>)
             if (convert_dy) {
-                kernels::pack_bf16_column_sums(M, N, gy, N, converted.data(), gb, c.fresh(2));
+                if (gb) kernels::column_sums(M, N, gy, N, gb, c.fresh(2), converted.data());
+                else kernels::pack_bf16_on_pool(false, M, N, gy, N, converted.data());
                 gy16 = converted.data(), gb = nullptr;
             }
         // The two products as one job of the pool (kernels::gemm_together): dx (M x K) (+)= dY W^T,
         // dW (K x N) (+)= x^T dY; a missing adjoint (nullptr) is skipped.
         kernels::gemm_together<T, 2>({kernels::gemm_args<T>{false, true, M, K, N, T(1), gy, N, w, N, c.fresh(0) ? T(0) : T(1), gx, K, nullptr, c.run.bf16, gy16, c.xb[1]},
                                       kernels::gemm_args<T>{true, false, K, N, M, T(1), x, K, gy, N, c.fresh(1) ? T(0) : T(1), gw, N, nullptr, c.run.bf16, c.xb[0], gy16}});
-        if (gb) {
-            std::size_t r = 0;
-            if (c.fresh(2)) {  // the first row assigns (or, with no rows at all, zeros)
-                if (M) std::copy(gy, gy + N, gb); else std::fill(gb, gb + N, T(0));
-                r = 1;
-            }
-            for (; r < M; ++r) kernels::add_to(N, gy + r * N, gb);
-        }
+        if (gb) kernels::column_sums(M, N, gy, N, gb, c.fresh(2));  // (the first row assigns when fresh)
     }
 };
 }  // namespace ops
