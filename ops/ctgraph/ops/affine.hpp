@@ -6,8 +6,8 @@
 // register kernel stores C (or, on OpenBLAS's path, writes it into C for the product to accumulate
 // onto); one output tensor and one adjoint are kept instead of two (a Transformer layer's four
 // linear layers: about a fifth of its activation memory).
-// VJP: dx += dY W^T (beta = 0 when fresh), dW += x^T dY, db += column sums of dY (in a bf16
-// program, summed in the pass that rounds dY for the two products).
+// VJP: dx += dY W^T (beta = 0 when fresh), dW += x^T dY, db += column sums of dY (on oneDNN's
+// bf16 engine, summed in the pass that rounds dY for the two products).
 // Tested against the composed matmul + add and by finite differences (tests/test_gradcheck_structural.cpp).
 #pragma once
 #include <algorithm>
@@ -56,9 +56,9 @@ struct affine_op {
         T* gb = c.gx_data(2);
         // oneDNN's bf16 products read dY rounded: converted once for both, with the bias gradient
         // summed in the same pass (kernels::column_sums), so dY is read from memory once instead
-        // of twice (gpt-m: 9 ms a step fewer on a Xeon of
-        // model 207, 0.7 %). The emulation rounds dY by blocks as it multiplies, from cache; a
-        // whole converted dY there would add its size to the peak (gpt-m: 9 MiB) for no gain.
+        // of twice (gpt-m: about 9 ms a step fewer on a Xeon of model 207, 0.7 %). The emulation
+        // rounds dY by blocks as it multiplies, from cache; a whole converted dY there would add
+        // its size to the peak (gpt-m: 9 MiB) for no gain.
         const bool convert_dy = std::is_same_v<T, float> && c.run.bf16 && (gx || gw) &&
                                 kernels::get_bf16_engine() == kernels::bf16_engine::onednn;
         const kernels::bf16_bits* gy16 = nullptr;
