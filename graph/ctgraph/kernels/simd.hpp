@@ -429,6 +429,13 @@ inline void pack_bf16_on_pool(bool trans, std::size_t rows, std::size_t cols, co
     });
 }
 
+/// y[i] = x[i] when `fresh`, else y[i] += x[i].
+template <class T>
+inline void put(bool fresh, std::size_t n, const T* x, T* y) {
+    if (fresh) std::copy(x, x + n, y);
+    else add_to(n, x, y);
+}
+
 /// X's column sums (X: rows x cols, leading dimension ld) into `sums`, assigned when `fresh`
 /// (with no rows: zeros), else added; and, when `rounded` is not null (float only), X rounded to
 /// bf16 into it (rows x cols, contiguous) in the same pass. A linear layer's bias gradient: a bf16
@@ -450,19 +457,11 @@ inline void column_sums(std::size_t rows, std::size_t cols, const T* x, std::siz
             const T* xr = x + r * ld + c0;
             if constexpr (std::is_same_v<T, float>)
                 if (rounded) pack_bf16(false, 1, n, xr, n, rounded + r * cols + c0);
-            if (r == 0 && fresh) std::copy(xr, xr + n, sums + c0);
-            else map(n, sums + c0, [](auto a, auto b) { return a + b; }, xr, static_cast<const T*>(sums + c0));
+            put(fresh && r == 0, n, xr, sums + c0);
         }
     };
     if (pieces > 1) thread_pool::instance().run((cols + step - 1) / step, block);
     else block(0);
-}
-
-/// y[i] = x[i] when `fresh`, else y[i] += x[i].
-template <class T>
-inline void put(bool fresh, std::size_t n, const T* x, T* y) {
-    if (fresh) std::copy(x, x + n, y);
-    else add_to(n, x, y);
 }
 
 }  // namespace ctg::kernels

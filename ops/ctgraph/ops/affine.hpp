@@ -54,19 +54,19 @@ struct affine_op {
         const T *x = c.x_data(0), *w = c.x_data(1), *gy = c.gy_data();
         T *gx = c.gx_data(0), *gw = c.gx_data(1);
         T* gb = c.gx_data(2);
-        // oneDNN's bf16 products read dY rounded: converted once for both, with the bias gradient
+        // oneDNN's bf16 products read dY rounded, converted once for both (by gemm_together, as
+        // for any product's two VJPs); with a bias, converted here instead, with the bias gradient
         // summed in the same pass (kernels::column_sums), so dY is read from memory once instead
         // of twice (gpt-m: about 9 ms a step fewer on a Xeon of model 207, 0.7 %). The emulation
         // rounds dY by blocks as it multiplies, from cache; a whole converted dY there would add
         // its size to the peak (gpt-m: 9 MiB) for no gain.
-        const bool convert_dy = std::is_same_v<T, float> && c.run.bf16 && (gx || gw) &&
+        const bool convert_dy = std::is_same_v<T, float> && c.run.bf16 && gb && (gx || gw) &&
                                 kernels::get_bf16_engine() == kernels::bf16_engine::onednn;
         const kernels::bf16_bits* gy16 = nullptr;
         kernels::scratch<kernels::bf16_bits> converted(convert_dy ? M * N : 0);
         if constexpr (std::is_same_v<T, float>)
             if (convert_dy) {
-                if (gb) kernels::column_sums(M, N, gy, N, gb, c.fresh(2), converted.data());
-                else kernels::pack_bf16_on_pool(false, M, N, gy, N, converted.data());
+                kernels::column_sums(M, N, gy, N, gb, c.fresh(2), converted.data());
                 gy16 = converted.data(), gb = nullptr;
             }
         // The two products as one job of the pool (kernels::gemm_together): dx (M x K) (+)= dY W^T,
