@@ -54,6 +54,14 @@
 //     static std::size_t scratch_size(const ctg::rshape& y, const std::array<ctg::rshape, K>& x, bool forward_only);
 //     // (repeat takes a fourth, options::recompute in a training program: it then keeps one layer's
 //     // frame; the engine passes it to an op that declares it, graph/repeat.hpp.)
+//     // (a fifth, the bf16 level of the memory it lives in, the program's or its repeat frame's:
+//     // bf16_frame_level below; an affine_activation keeps its pre-activation in bf16 at 3.)
+//     // optional: elements of T that forward needs only while it runs (affine_activation's float
+//     // pre-activation, which backward keeps rounded to bf16), at that bf16 level. Where values
+//     // are kept in bf16 only, the engine places it with the floats that live only while forward
+//     // reads them (in a repeat's layers, memory that backward uses for adjoints) and forward gets it
+//     // as c.transient; elsewhere c.transient is null and the op takes its own (kernels::scratch).
+//     static std::size_t forward_scratch_size(const ctg::rshape& y, const std::array<ctg::rshape, K>& x, int bf16);
 //     // optional: the values backward reads, as a mask: bit k for operand k's, ctg::reads_result for
 //     // c.y and c.scratch (absent: all of them). A repeat under options::recompute does not rerun a
 //     // layer's nodes whose values no VJP reads (a GPT block's second FFN product and the sum after it).
@@ -174,6 +182,7 @@ struct op_io {
     view y, gy;                              // output value; its adjoint (backward only)
     std::array<view, K> x{}, gx{};           // operand values; their adjoints (null: not needed)
     view scratch{};                          // op-private memory (scratch_size elements of T)
+    view transient{};                        // forward only: forward_scratch_size elements of T, or null
     std::array<std::string_view, K> x_name{};  // operand names for error messages
     std::string_view node_name{};            // this node, e.g. "%7 embedding"
     run_info run{};                          // training or not; random stream of this node

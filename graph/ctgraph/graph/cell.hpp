@@ -190,6 +190,9 @@ struct cell_frame {
     bool only = false;
     std::array<std::size_t, N> tr_off{};
     std::size_t tr_size = 0;
+    // With only: node i's forward scratch (op.hpp, forward_scratch_size; fs_size[i] elements) at
+    // fs_off[i] of that block, live during its forward alone.
+    std::array<std::size_t, N> fs_off{}, fs_size{};
     // With only: whether values that VJPs read rounded are kept in bf16 only too (run_info::bf16_saved).
     bool saved = false;
     /// The values in bf16 only, and the shadows, of this frame (with only).
@@ -273,12 +276,15 @@ struct cell_frame {
         std::array<std::pair<std::size_t, std::size_t>, N> taken{};
         std::size_t n = 0;
         for (std::size_t i = 0; i < N; ++i)
-            if (Info::computed[i] && Info::float_transient(only_plan(), i)) {
-                blocks[n] = {i, only_plan().last[i], round_up_lines(shapes[i].size())};
+            if (Info::computed[i] && (Info::float_transient(only_plan(), i) || fs_size[i] > 0)) {
+                // (a value and its op's forward scratch are never both: the op keeps its own
+                // float for backward, or has none in bf16 only, asking for the scratch instead)
+                blocks[n] = Info::float_transient(only_plan(), i) ? lifetime{i, only_plan().last[i], round_up_lines(shapes[i].size())}
+                                                                  : lifetime{i, i, round_up_lines(fs_size[i])};
                 node[n++] = i;
             }
         tr_size = place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
-        for (std::size_t a = 0; a < n; ++a) tr_off[node[a]] = offset[a];
+        for (std::size_t a = 0; a < n; ++a) (Info::float_transient(only_plan(), node[a]) ? tr_off : fs_off)[node[a]] = offset[a];
     }
 
     /// Adjoints share memory by lifetime. Node j's adjoint is live from its first writer's VJP
@@ -349,11 +355,25 @@ struct cell_frame {
     }
 
 private:
+    /// scratch_size's fifth argument for an op of this frame (op.hpp): the frame's bf16 level (an
+    /// affine_activation keeps its pre-activation in bf16 at 3), except for a nested repeat, which
+    /// plans its frames from its run flags, cleared inside a cell (run_info), so from 0.
+    template <class Op>
+    int scratch_bf16_level() const {
+        if constexpr (requires { Op::layers; }) return 0;
+        else return bf16_frame_level(shadows, only, saved);
+    }
     template <std::size_t... I>
     void scratch_sizes(std::index_sequence<I...>) {
+        ((fs_size[I] = Info::computed[I] && only
+                           ? detail::forward_scratch_size_of<detail::op_of_t<typename G::template node_t<I>>, G::arity[I]>(
+                                 shapes.data(), &G::operands[0][0], G::max_arity, I, bf16_frame_level(shadows, only, saved))
+                           : 0),
+         ...);
         ((scr_size[I] = Info::computed[I] ? detail::scratch_size_of<detail::op_of_t<typename G::template node_t<I>>,
                                                                     G::arity[I]>(shapes.data(), &G::operands[0][0],
-                                                                                  G::max_arity, I, forward_only)
+                                                                                  G::max_arity, I, forward_only, false,
+                                                                                  scratch_bf16_level<detail::op_of_t<typename G::template node_t<I>>>())
                                           : 0),
          ...);
     }

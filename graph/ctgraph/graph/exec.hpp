@@ -19,6 +19,7 @@
 #include "ctgraph/graph/analysis.hpp"
 #include "ctgraph/kernels/bf16.hpp"
 #include "ctgraph/kernels/simd.hpp"
+#include "ctgraph/memory.hpp"
 #include "ctgraph/op.hpp"
 
 namespace ctg::detail {
@@ -45,6 +46,9 @@ struct exec_state {
     // product that reads it only as a bf16 operand (op.hpp, bf16_operands_only) gets c.x[k] null
     // and its shadow in c.xb[k].
     const bool* bf16_only = nullptr;
+    // Node i's forward scratch (op.hpp, forward_scratch_size; transient[i]), memory valid during its
+    // forward alone; the array null where none is placed (the op then takes its own).
+    const view* transient = nullptr;
 };
 
 /// The operands an op reads as matrix-product operands (op.hpp, bf16_operands): none unless it says.
@@ -283,6 +287,7 @@ inline op_io<T, K> build_io(const exec_state& s, std::size_t i, std::uint32_t on
         if (s.bf16_only && k < 32 && ((only >> k) & 1) && s.bf16_only[j] && c.xb[k]) c.x[k].ptr = nullptr;
     }
     c.scratch = s.scratch[i];
+    if (s.transient) c.transient = s.transient[i];
     c.node_name = s.label[i];
     c.run = sub_run(s.run, i);
     return c;
@@ -385,6 +390,39 @@ inline std::size_t scratch_size_of(const rshape* shapes, const int* operands, st
         return Op::scratch_size(shapes[i], xs);
     else
         return 0;
+}
+
+/// Op::forward_scratch_size (op.hpp) of node i at bf16 level `bf16`; 0 where it declares none.
+template <class Op, std::size_t K>
+inline std::size_t forward_scratch_size_of(const rshape* shapes, const int* operands, std::size_t stride, std::size_t i, int bf16) {
+    if constexpr (requires(const rshape& y, const std::array<rshape, K>& x) { Op::forward_scratch_size(y, x, bf16); }) {
+        std::array<rshape, K> xs{};
+        for (std::size_t k = 0; k < K; ++k) xs[k] = shapes[std::size_t(operands[i * stride + k])];
+        return Op::forward_scratch_size(shapes[i], xs, bf16);
+    } else {
+        return 0;
+    }
+}
+
+/// The memory a program's forward alone uses, first fit by lifetime from offset 0: the floats
+/// kept in bf16 only (node i with transient(i), `elems(i)` elements, from its forward to last[i],
+/// its last forward reader's) and the ops' forward scratch (fs_size[i] elements, rounded by
+/// `round`, during node i's forward). Writes node i's offset into offset[i]; returns the extent.
+/// program::plan() lays its arena out so, and program::summary() counts it so.
+template <std::size_t N, class Transient, class Elems, class Round>
+inline std::size_t place_forward_transients(Transient&& transient, const std::array<std::size_t, N>& last, Elems&& elems,
+                                            const std::array<std::size_t, N>& fs_size, Round&& round,
+                                            std::array<std::size_t, N>& offset) {
+    std::array<lifetime, N> blocks{};
+    std::array<std::size_t, N> node{}, at{};
+    std::array<std::pair<std::size_t, std::size_t>, N> taken{};
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < N; ++i)
+        if (transient(i)) blocks[n] = {i, last[i], elems(i)}, node[n++] = i;
+        else if (fs_size[i]) blocks[n] = {i, i, round(fs_size[i])}, node[n++] = i;
+    const std::size_t extent = place_by_lifetime(n, blocks.data(), at.data(), taken.data());
+    for (std::size_t a = 0; a < n; ++a) offset[node[a]] = at[a];
+    return extent;
 }
 
 /// The op's printed name with its attributes ("scale[0.5]"); empty for leaves.

@@ -697,6 +697,12 @@ private:
     }
 
     template <std::size_t... I>
+    void forward_scratch_sizes(std::array<std::size_t, N>& out, std::index_sequence<I...>) const {
+        ((out[I] = detail::forward_scratch_size_of<detail::op_of_t<node_t<I>>, G::arity[I]>(shapes_.data(), &G::operands[0][0],
+                                                                                            G::max_arity, I, bf16_level)),
+         ...);
+    }
+    template <std::size_t... I>
     void scratch_sizes(std::array<std::size_t, N>& out, std::index_sequence<I...>) const {
         ((out[I] = detail::scratch_size_of<detail::op_of_t<node_t<I>>, G::arity[I]>(
               shapes_.data(), &G::operands[0][0], G::max_arity, I, Opt.inference, recompute,
@@ -731,24 +737,23 @@ private:
             }
         }
         std::array<std::size_t, N> sh_off{};  // bf16 shadows: (size + 1) / 2 floats hold a value's bf16 elements
+        std::array<std::size_t, N> fs_size{}, fs_off{};  // forward scratch (with values in bf16 only)
         if constexpr (any_shadowed)
             for (std::size_t i = 0; i < N; ++i)
                 if (shadowed[i]) {
                     sh_off[i] = off;
                     off += round_up_elems<T>((shapes_[i].size() + 1) / 2);
                 }
-        if constexpr (any_bf16_only) {  // their floats: by lifetime, while forward reads them
-            std::array<detail::lifetime, N> blocks{};
-            std::array<std::size_t, N> node{}, offset{};
-            std::array<std::pair<std::size_t, std::size_t>, N> taken{};
-            std::size_t n = 0;
+        if constexpr (any_bf16_only) {  // their floats, and the ops' forward scratch (op.hpp): by lifetime, in forward
+            forward_scratch_sizes(fs_size, std::make_index_sequence<N>{});
+            std::array<std::size_t, N> at{};
+            const std::size_t extent = detail::place_forward_transients(
+                [](std::size_t i) { return float_transient(i); }, only_plan.last,
+                [this](std::size_t i) { return round_up_elems<T>(shapes_[i].size()); }, fs_size,
+                [](std::size_t e) { return round_up_elems<T>(e); }, at);
             for (std::size_t i = 0; i < N; ++i)
-                if (float_transient(i)) {
-                    blocks[n] = {i, only_plan.last[i], round_up_elems<T>(shapes_[i].size())};
-                    node[n++] = i;
-                }
-            const std::size_t extent = detail::place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
-            for (std::size_t a = 0; a < n; ++a) val_off[node[a]] = off + offset[a];
+                if (float_transient(i)) val_off[i] = off + at[i];
+                else if (fs_size[i]) fs_off[i] = off + at[i];
             off += extent;
         }
         if (arena_.size() < off) arena_.resize(off);
@@ -758,6 +763,7 @@ private:
             val_[i] = {nullptr, shapes_[i]};
             adj_[i] = {nullptr, shapes_[i]};
             scratch_[i] = {scratch[i] ? base + scr_off[i] : nullptr, rshape{1, {scratch[i]}}};
+            transient_[i] = {fs_size[i] ? base + fs_off[i] : nullptr, rshape{1, {fs_size[i]}}};
             if (G::kind[i] == leaf_kind::none || G::kind[i] == leaf_kind::constant)
                 val_[i].ptr = only_plan.no_float[i] ? nullptr : base + val_off[i];  // (no_float: the op writes its shadow alone)
             if (G::needs_grad[i] && G::kind[i] != leaf_kind::param) adj_[i].ptr = base + adj_off[i];
@@ -812,7 +818,8 @@ private:
                              G::label.data(), &G::operands[0][0], G::max_arity,
                              {training_, dropout_seed_, passes_, Opt.inference, Opt.precision == precision::bf16, recompute},
                              params_fresh ? &adj_writes_after_zero.mode[0][0] : &adj_writes.mode[0][0],
-                             any_shadowed ? shadow_.data() : nullptr, any_bf16_only ? only_plan.only.data() : nullptr};
+                             any_shadowed ? shadow_.data() : nullptr, any_bf16_only ? only_plan.only.data() : nullptr,
+                             any_bf16_only ? transient_.data() : nullptr};
         s.run.bf16_shadows = bf16_shadows;
         s.run.bf16_only = bf16_only_on;
         s.run.bf16_saved = bf16_saved_on;
@@ -968,6 +975,7 @@ private:
     std::array<input_slot, G::num_inputs + 1> inputs_{};
     aligned_vector<T> arena_;
     std::array<view, N> val_{}, adj_{}, scratch_{};
+    std::array<view, N> transient_{};  // ops' forward scratch (op.hpp), with the floats kept in bf16 only
     std::array<std::uint16_t*, N> shadow_{};  // bf16 shadows (shadowed; null elsewhere)
     std::array<rshape, N> shapes_{};
     std::array<aligned_vector<T>, num_outputs> seeds_{};

@@ -194,7 +194,7 @@ struct repeat_op {
         // [one frame][L-1 layer outputs][adjoint block][2 state adjoints][the frame's layer]; a
         // forward-only pass: [one frame][two layer outputs, alternating] (no adjoints: adj_block is 0).
         // The floats kept in bf16 only live in the adjoint block's memory while forward reads them
-        // (tr_off): a layer's adjoints live only during its VJPs, which never run beside a forward
+        // (tr_off), and so do the ops' forward scratch (fs_off, op.hpp): a layer's adjoints live only during its VJPs, which never run beside a forward
         // (recomputing, a layer's rerun comes before its VJPs, and its output's adjoint is a state
         // adjoint), so the block is the larger of the two, not their sum (gpt-m: 12 MiB less).
         std::size_t layer_frame_off(std::size_t l) const { return recompute ? 0 : this->frame_off(l); }
@@ -272,6 +272,7 @@ struct repeat_op {
     // ---------------------------------------------------------------- one layer's views
     struct layer_views {
         std::array<view, N> val{}, adj{}, scr{};
+        std::array<view, N> fscr{};          // forward scratch (layout::fs_off), with layout::only
         std::array<std::uint16_t*, N> sh{};  // bf16 shadows (layout::shadows)
         std::array<std::string_view, N> label = G::label;  // placeholders renamed after the outer operands
     };
@@ -288,6 +289,7 @@ struct repeat_op {
                                                                               : base + Ly.layer_frame_off(l) + Ly.val_off[i];
             if (Ly.shadowed(i))
                 v.sh[i] = reinterpret_cast<std::uint16_t*>(base + Ly.layer_frame_off(l) + Ly.sh_off[i]);
+            if (Ly.fs_size[i]) v.fscr[i] = {base + Ly.transients_off() + Ly.fs_off[i], rshape{1, {Ly.fs_size[i]}}};
         }
         v.val[info::out].ptr = l + 1 == L ? c.y_data() : base + Ly.output_off(l);
         if constexpr (state_node >= 0) v.label[std::size_t(state_node)] = c.x_name[0];
@@ -310,7 +312,7 @@ struct repeat_op {
         return {v.val.data(), v.adj.data(), v.scr.data(), Ly.shapes.data(), info::has_adjoint.data(), G::elem.data(), v.label.data(),
                 &G::operands[0][0], G::max_arity, detail::cell_run(run, l),
                 &adj_tables[state][params].mode[0][0], Ly.shadows ? v.sh.data() : nullptr,
-                Ly.only ? Ly.only_plan().only.data() : nullptr};
+                Ly.only ? Ly.only_plan().only.data() : nullptr, Ly.only ? v.fscr.data() : nullptr};
     }
 
     // ---------------------------------------------------------------- forward

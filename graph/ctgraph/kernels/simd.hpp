@@ -436,32 +436,50 @@ inline void put(bool fresh, std::size_t n, const T* x, T* y) {
     else add_to(n, x, y);
 }
 
-/// X's column sums (X: rows x cols, leading dimension ld) into `sums`, assigned when `fresh`
-/// (with no rows: zeros), else added; and, when `rounded` is not null (float only), X rounded to
-/// bf16 into it (rows x cols, contiguous) in the same pass. A linear layer's bias gradient: a bf16
-/// program's VJP converts dY for its two gradient products and sums it at once, instead of
-/// reading dY a second time from memory. Each column is summed over the rows in order, as
-/// add_to row after row; on a pool, each task takes a block of columns (the same bits at any
-/// count: it was a serial pass over dY).
-template <class T>
-inline void column_sums(std::size_t rows, std::size_t cols, const T* x, std::size_t ld, T* sums, bool fresh,
-                        bf16_bits* rounded = nullptr) {
-    if (fresh && rows == 0) std::fill(sums, sums + cols, T(0));
+/// The column sums of a matrix whose rows `row` makes (rows x cols), into `sums` (when not null),
+/// assigned when `fresh` (with no rows: zeros), else added; and, when `rounded` is not null (float
+/// only), the matrix rounded to bf16 into it (rows x cols, contiguous) in the same pass.
+/// row(r, c0, n, buf) returns where columns c0..c0+n of row r are: in memory, or computed into
+/// `buf` (with `row_buffers`, a buffer of this task's; n is then at most row_chunk). Each column is
+/// summed over the rows in order, as add_to row after row; on a pool, each task takes a block of
+/// columns (the same bits at any count).
+/// A linear layer's bias gradient: dY's column sums, with dY converted for the two gradient
+/// products in the same pass, or computed there from the activation's VJP (affine_activation.hpp),
+/// so that dY is read from memory once, or never made in float at all.
+inline constexpr std::size_t row_chunk = 1024;
+template <class T, class Row>
+inline void column_sums_by(std::size_t rows, std::size_t cols, Row&& row, T* sums, bool fresh, bf16_bits* rounded = nullptr,
+                           bool row_buffers = false) {
+    if (sums && fresh && rows == 0) std::fill(sums, sums + cols, T(0));
     if (rows == 0 || cols == 0) return;
     const std::size_t P = std::size_t(thread_pool::instance().threads_here());
     const std::size_t pieces = P > 1 && rows * cols >= parallel_map_min_size && cols >= 64 ? P : 1;
     const std::size_t step = range_step(cols, pieces, 32);
     auto block = [&](std::size_t p) {
-        const std::size_t c0 = p * step, n = std::min(cols, c0 + step) - c0;
-        for (std::size_t r = 0; r < rows; ++r) {
-            const T* xr = x + r * ld + c0;
-            if constexpr (std::is_same_v<T, float>)
-                if (rounded) pack_bf16(false, 1, n, xr, n, rounded + r * cols + c0);
-            put(fresh && r == 0, n, xr, sums + c0);
-        }
+        const std::size_t c0 = p * step, c1 = std::min(cols, c0 + step);
+        alignas(64) T buf[row_chunk];  // (on the stack: the kernels' scratch may be full with dY)
+        const std::size_t chunk = row_buffers ? row_chunk : c1 - c0;
+        for (std::size_t r = 0; r < rows; ++r)
+            for (std::size_t c = c0; c < c1; c += chunk) {
+                const std::size_t n = std::min(c1, c + chunk) - c;
+                const T* xr = row(r, c, n, row_buffers ? buf : nullptr);
+                if constexpr (std::is_same_v<T, float>)
+                    if (rounded) pack_bf16(false, 1, n, xr, n, rounded + r * cols + c);
+                if (sums) put(fresh && r == 0, n, xr, sums + c);
+            }
     };
     if (pieces > 1) thread_pool::instance().run((cols + step - 1) / step, block);
     else block(0);
+}
+
+/// column_sums_by over X in memory (X: rows x cols, leading dimension ld): a linear layer's bias
+/// gradient, with dY converted to bf16 in the same pass when `rounded` is not null (it was a
+/// serial pass over dY, and a second read of it).
+template <class T>
+inline void column_sums(std::size_t rows, std::size_t cols, const T* x, std::size_t ld, T* sums, bool fresh,
+                        bf16_bits* rounded = nullptr) {
+    column_sums_by(rows, cols, [&](std::size_t r, std::size_t c0, std::size_t, T*) { return x + r * ld + c0; }, sums, fresh,
+                   rounded);
 }
 
 }  // namespace ctg::kernels

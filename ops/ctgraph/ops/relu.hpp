@@ -6,6 +6,7 @@ namespace ctg {
 namespace ops {
 struct relu_fn {
     static constexpr std::string_view name = "relu";
+    static constexpr bool df_reads_y = false;  // (detail/unary.hpp)
     template <class V>
     static V f(V x) { return kernels::vmax(x, V(0)); }
     template <class V>

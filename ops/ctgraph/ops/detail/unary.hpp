@@ -50,24 +50,28 @@ struct unary_op {
     }();
 
     template <class T>
-    static void forward(op_io<T, 1>& c) {
+    static void forward(op_io<T, 1>& c) { apply(c.y.size(), c.y_data(), c.yb, c.x_data(0)); }
+    /// y = f(x) over n elements, and its bf16 rounding into yb where not null; y may be null when
+    /// yb is not (only the shadow is kept). x16, where not null, gets x rounded to bf16 in the same
+    /// pieces (affine_activation.hpp: the saved pre-activation).
+    template <class T>
+    static void apply(std::size_t n, T* y, std::uint16_t* yb, const T* x, std::uint16_t* x16 = nullptr) {
         if constexpr (std::is_same_v<T, float>)
-            if (c.yb) {  // the same pieces as kernels::map (so the same SIMD and scalar elements), each rounded after
-                float* y = c.y_data();
-                const float* x = c.x_data(0);
-                kernels::for_ranges<float>(c.y.size(), kernels::parallel_map_min_size, [&](std::size_t b, std::size_t e) {
+            if (yb || x16) {  // the same pieces as kernels::map (so the same SIMD and scalar elements), each rounded after
+                kernels::for_ranges<float>(n, kernels::parallel_map_min_size, [&](std::size_t b, std::size_t e) {
                     constexpr std::size_t piece = 4096;  // a multiple of every SIMD width; 16 KiB
-                    kernels::scratch<float> own(y ? 0 : piece);  // a piece, when only the shadow is kept (c.y null)
+                    kernels::scratch<float> own(y ? 0 : piece);  // a piece, when only the shadow is kept (y null)
                     for (std::size_t i = b; i < e; i += piece) {
                         const std::size_t m = std::min(e, i + piece) - i;
                         float* yi = y ? y + i : own.data();
                         map_piece(m, yi, x + i);
-                        kernels::pack_bf16(false, 1, m, yi, m, c.yb + i);
+                        if (yb) kernels::pack_bf16(false, 1, m, yi, m, yb + i);
+                        if (x16) kernels::pack_bf16(false, 1, m, x + i, m, x16 + i);
                     }
                 });
                 return;
             }
-        kernels::map(c.y.size(), c.y_data(), [](auto x) { return Fn::f(x); }, c.x_data(0));
+        kernels::map(n, y, [](auto v) { return Fn::f(v); }, x);
     }
     // kernels::map's loop over one piece, on this thread.
     template <class T>
