@@ -789,20 +789,20 @@ TEST_CASE("bf16 shadows and values in bf16 only: a GPT's step is bit for bit the
     static_assert(S::num_bf16_shadows >= 1);  // the head's input (the repeat's values are in its frames)
     // In the repeat's block (a pre-norm GPT block), 17 values: read by products only, the layer
     // norms' outputs, q, k and v, the merged heads (the permutation and the reshape that the
-    // projection reads) and GELU's output; read in forward only, the q, k and v projections and
-    // their reshapes (the head split permutes them), attention's output (the merge permutes it),
-    // the output projection's and the second FFN product's (the residual sums add them). Not the
-    // attention weights (softmax's VJP reads them), the first FFN product (GELU's VJP reads it)
-    // nor the residual sums (the layer norms' VJPs read them).
+    // projection reads) and the FFN's activation (affine_gelu's result); read in forward only, the
+    // q, k and v projections and their reshapes (the head split permutes them), attention's output
+    // (the merge permutes it), the output projection's and the second FFN product's (the residual
+    // sums add them). Not the attention weights (softmax's VJP reads them) nor the residual sums
+    // (the layer norms' VJPs read them). (The first FFN product is affine_gelu's own scratch.)
     using block = detail::cell_info<decltype(nn::gpt<11, 8, 16, 2, 2>::block{}(input<"h", B, T, 16>{}, causal{})), true>;
     const auto in_block = labels_of<typename block::G>(block::bf16_only.only);
     const auto in_program = labels_of<typename S::graph_type>(S::bf16_only_nodes);
     INFO("in the block: " << joined(in_block) << "; in the program: " << joined(in_program));
     CHECK(in_block.size() == 17);
-    // With the values that VJPs read rounded (options::bf16_saved), two more: the attention weights
-    // (their op writes the shadow alone) and the first FFN product (GELU's input).
+    // With the values that VJPs read rounded (options::bf16_saved), one more: the attention weights
+    // (their op writes the shadow alone).
     CHECK(added_by_saved<typename block::G>(block::bf16_only.only, block::bf16_saved.only) ==
-          std::vector<std::string>{"scaled_dot_weights", "affine"});
+          std::vector<std::string>{"scaled_dot_weights"});
     CHECK(added_by_saved<typename block::G>(block::bf16_only.no_float, block::bf16_saved.no_float) ==
           std::vector<std::string>{"scaled_dot_weights"});
     CHECK(in_program.size() == 1);  // the final layer norm's output, read by the head
@@ -827,16 +827,16 @@ TEST_CASE("values in bf16 only outside a repeat: one GPT block's step is bit for
     INFO(joined(nodes));
     CHECK(nodes.size() == 17);
     // Of those, the ones whose op writes the shadow alone, with no float at all (a null value): both
-    // layer norms' outputs, q, k, v (the head split's permutes) and GELU's output.
+    // layer norms' outputs, q, k, v (the head split's permutes) and the FFN's activation.
     const auto no_float = labels_of<typename S::graph_type>(S::bf16_no_float_nodes);
     INFO(joined(no_float));
     CHECK(no_float.size() == 6);
-    // options::bf16_saved adds the attention weights (no float either) and GELU's input, which get
-    // a shadow for it (GELU's input had none: no product reads it).
+    // options::bf16_saved adds the attention weights (no float either). (The FFN's pre-activation,
+    // which GELU's VJP reads, is affine_gelu's scratch: in bf16 with bf16_saved, tests/test_affine_activation.cpp.)
     using G = typename S::graph_type;
-    CHECK(added_by_saved<G>(S::bf16_only_nodes, SS::bf16_only_nodes) == std::vector<std::string>{"scaled_dot_weights", "affine"});
+    CHECK(added_by_saved<G>(S::bf16_only_nodes, SS::bf16_only_nodes) == std::vector<std::string>{"scaled_dot_weights"});
     CHECK(added_by_saved<G>(S::bf16_no_float_nodes, SS::bf16_no_float_nodes) == std::vector<std::string>{"scaled_dot_weights"});
-    CHECK(added_by_saved<G>(S::bf16_shadowed_nodes, SS::bf16_shadowed_nodes) == std::vector<std::string>{"affine"});
+    CHECK(added_by_saved<G>(S::bf16_shadowed_nodes, SS::bf16_shadowed_nodes).empty());
     // 512 rows: GELU's 32,768 elements are split over the pool's threads (kernels::map's pieces),
     // and it writes its shadow piece by piece in each.
     xt::xtensor<float, 3> h = xt::zeros<float>({8, 64, 16}), t = xt::zeros<float>({8, 64, 16});

@@ -25,6 +25,7 @@
 #include "ctgraph/ops/add.hpp"
 #include "ctgraph/ops/additive_scores.hpp"
 #include "ctgraph/ops/affine.hpp"
+#include "ctgraph/ops/affine_activation.hpp"
 #include "ctgraph/ops/at_time.hpp"
 #include "ctgraph/ops/concat.hpp"
 #include "ctgraph/ops/div.hpp"

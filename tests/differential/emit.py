@@ -70,7 +70,7 @@ def c_expr(n, v, scores, nodes):
         return 'ctg::scale<%s>(%s)' % (cnum(a['c']), args[0])
     if op in BINARY or op in ('matmul', 'mse_loss', 'embedding'):
         return 'ctg::%s(%s)' % (op, ', '.join(args))
-    if op in ('affine', 'layer_norm', 'concat'):
+    if op in ('affine', 'affine_gelu', 'layer_norm', 'concat'):
         return 'ctg::%s(%s)' % (op, ', '.join(args))
     if op == 'transpose':
         return 'ctg::transpose(%s)' % args[0]
@@ -332,6 +332,8 @@ def t_expr(n, v, P, L=None):
         return 'torch.matmul(%s, %s)' % tuple(args)
     if op == 'affine':
         return 'torch.matmul(%s, %s) + %s' % tuple(args)
+    if op == 'affine_gelu':
+        return "F.gelu(torch.matmul(%s, %s) + %s, approximate='tanh')" % tuple(args)
     if op == 'transpose':
         return '%s.transpose(-1, -2)' % args[0]
     if op == 'permute':

@@ -66,7 +66,7 @@ class Ctx:
             return True
         if op in ('masked_softmax', 'attention'):
             return bool(a.get('mask')) or any(z)
-        if op in ('exp', 'sigmoid', 'softmax', 'log_softmax', 'layer_norm', 'affine', 'l2_normalize', 'log',
+        if op in ('exp', 'sigmoid', 'softmax', 'log_softmax', 'layer_norm', 'affine', 'affine_gelu', 'l2_normalize', 'log',
                   'input', 'param', 'index', 'const', 'full', 'state', 'step'):
             return False
         if op == 'sub' and len(args) == 2 and args[0] == args[1]:
@@ -387,7 +387,9 @@ class Generator:
         bound = x['bound'] * w['bound'] * k + b['bound']
         if bound > 200:
             return None
-        return ctx.add('affine', [x['id'], w['id'], b['id']], x['shape'][:-1] + [nout], bound=bound)
+        # a third of them with GELU in the same node (affine_gelu: |gelu(z)| <= |z|, the same bound)
+        op = 'affine_gelu' if self.r.random() < 0.3 else 'affine'
+        return ctx.add(op, [x['id'], w['id'], b['id']], x['shape'][:-1] + [nout], bound=bound)
 
     def transpose(self, ctx):
         x = self.operand(ctx, lambda n: rank(n) >= 2)

@@ -12,7 +12,7 @@
 //
 // FLOPs, counted per node from its concrete shapes:
 //   * matrix products exactly as kernels::gemm runs them, 2 M N K each: matmul (batched or by a
-//     weight), affine, matmul_transposed, scaled_dot_weights' score product; backward counts the
+//     weight), affine (and affine_gelu, ...), matmul_transposed, scaled_dot_weights' score product; backward counts the
 //     products that run, one per operand that receives an adjoint (dA = dY B^T, dB = A^T dY: 2x
 //     forward when both do). Their sum equals kernels::gemm_flop_counter() over one forward and
 //     backward at the same sizes;
@@ -201,7 +201,7 @@ struct repeat_layers<ops::repeat_op<C, L, E, M>> {
 
 /// How a node's FLOPs are counted (see the file comment): a table per graph, so that one
 /// non-template function counts every node and only repeat and scan instantiate code of their own.
-enum class flop_rule : unsigned char { elements, matmul, matmul_transposed, affine, scaled_dot, nested };
+enum class flop_rule : unsigned char { elements, matmul, matmul_transposed, affine, affine_activation, scaled_dot, nested };
 template <class Op>
 consteval flop_rule flop_rule_of() {
     if constexpr (std::is_same_v<Op, no_op>) {
@@ -211,6 +211,7 @@ consteval flop_rule flop_rule_of() {
         if (name == "matmul" || name == "attention_values") return flop_rule::matmul;  // (the whole P V)
         if (name == "matmul_transposed") return flop_rule::matmul_transposed;
         if (name == "affine") return flop_rule::affine;
+        if (name.starts_with("affine_")) return flop_rule::affine_activation;  // affine_gelu, ...: as affine, then the activation
         if (name == "scaled_dot_weights") return flop_rule::scaled_dot;
         if (name == "repeat" || name == "scan") return flop_rule::nested;
         return flop_rule::elements;
@@ -230,7 +231,8 @@ inline flop_count rule_flops(flop_rule r, const rshape& y, const rshape* x, cons
             break;
         }
         case flop_rule::matmul_transposed: p = 2ULL * x[0].rows() * x[0].cols() * x[1].d[0]; break;
-        case flop_rule::affine: p = 2ULL * x[0].rows() * x[0].cols() * x[1].d[1]; break;
+        case flop_rule::affine:
+        case flop_rule::affine_activation: p = 2ULL * x[0].rows() * x[0].cols() * x[1].d[1]; break;
         case flop_rule::scaled_dot: p = 2ULL * x[0].rows() * x[1][-2] * x[0][-1]; break;  // matrices x n x m x d
         default: {  // one per element of the larger of the result and the operand (a reduction reads more)
             std::uint64_t most = y.size();
@@ -244,9 +246,13 @@ inline flop_count rule_flops(flop_rule r, const rshape& y, const rshape* x, cons
     const std::uint64_t products = vjp ? std::uint64_t(gx[0]) + std::uint64_t(gx[1]) : 0;
     f.forward = f.forward_products = p;
     f.backward = f.backward_products = p * products;
-    if (r == flop_rule::affine) {  // the bias: added forward, summed over the rows backward
+    if (r == flop_rule::affine || r == flop_rule::affine_activation) {  // the bias: added forward, summed over the rows backward
         f.forward += y.size();
         if (vjp && gx[2]) f.backward += y.size();
+    }
+    if (r == flop_rule::affine_activation) {  // the activation and its VJP, as the element-wise op of the composed graph
+        f.forward += y.size();
+        if (vjp && (gx[0] || gx[1] || gx[2])) f.backward += y.size();
     } else if (r == flop_rule::scaled_dot) {  // the (masked) softmax
         f.forward += y.size();
         if (products) f.backward += y.size();
@@ -432,15 +438,18 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
         scratch[i] = round_up_elems<T>(scratch[i]);
         value_elems += val[i], adjoint_elems += adj[i], scratch_elems += scratch[i];
     }
-    {  // those floats, by lifetime while forward reads them (as program::plan)
-        std::array<lifetime, N> blocks{};
-        std::array<std::size_t, N> offset{};
-        std::array<std::pair<std::size_t, std::size_t>, N> taken{};
-        std::size_t n = 0;
-        for (std::size_t i = 0; i < N; ++i)
-            if (P::bf16_only_nodes[i] && !G::aliases[i] && !P::bf16_no_float_nodes[i])
-                blocks[n++] = {i, P::bf16_only_last[i], round_up_elems<T>(shapes[i].size())};
-        value_elems += place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
+    // those floats and the ops' forward scratch, by lifetime in forward, where values are kept in bf16 only (as program::plan)
+    if constexpr (std::find(P::bf16_only_nodes.begin(), P::bf16_only_nodes.end(), true) != P::bf16_only_nodes.end()) {
+        static constexpr auto forward_scratch_fns = []<std::size_t... I>(std::index_sequence<I...>) {
+            return std::array<std::size_t (*)(const rshape*, const int*, std::size_t, std::size_t, int), N>{
+                &forward_scratch_size_of<op_of_t<typename G::template node_t<I>>, G::arity[I]>...};
+        }(std::make_index_sequence<N>{});
+        std::array<std::size_t, N> fs_size{}, offset{};
+        for (std::size_t i = 0; i < N; ++i) fs_size[i] = forward_scratch_fns[i](shapes.data(), &G::operands[0][0], G::max_arity, i, shadows);
+        value_elems += place_forward_transients(
+            [](std::size_t i) { return P::bf16_only_nodes[i] && !G::aliases[i] && !P::bf16_no_float_nodes[i]; }, P::bf16_only_last,
+            [&](std::size_t i) { return round_up_elems<T>(shapes[i].size()); }, fs_size, [](std::size_t e) { return round_up_elems<T>(e); },
+            offset);
     }
     std::size_t arena = value_elems + adjoint_elems + scratch_elems;
     if constexpr (by_lifetime) {

@@ -23,6 +23,7 @@
 #include "ctgraph/ops/affine.hpp"
 #include "ctgraph/ops/dropout.hpp"
 #include "ctgraph/ops/embedding.hpp"
+#include "ctgraph/ops/affine_activation.hpp"
 #include "ctgraph/ops/gelu.hpp"
 #include "ctgraph/ops/layer_norm.hpp"
 #include "ctgraph/ops/matmul.hpp"
@@ -68,13 +69,18 @@ template <fixed_string P, int D, int F, activation Act = activation::gelu>
 struct ffn {
     using fc1 = linear<P + fixed_string("fc1."), D, F>;  ///< `<P>fc1.weight` (D, F), `<P>fc1.bias` (F)
     using fc2 = linear<P + fixed_string("fc2."), F, D>;  ///< `<P>fc2.weight` (F, D), `<P>fc2.bias` (D)
-    /// x (..., D) -> (..., D).
+    /// x (..., D) -> (..., D). fc1 and the activation are one node (ops/affine_activation.hpp: the
+    /// same bits as the two, with the pre-activation made and consumed in one pass).
     template <expr X>
     constexpr auto operator()(X x) const {
         static_assert(Act != activation::tanh, "ctg::nn::ffn: the activation is gelu, gelu_erf or relu");
-        if constexpr (Act == activation::gelu) return fc2{}(gelu(fc1{}(x)));
-        else if constexpr (Act == activation::gelu_erf) return fc2{}(gelu_erf(fc1{}(x)));
-        else return fc2{}(relu(fc1{}(x)));
+        using W1 = typename fc1::weight;
+        using B1 = typename fc1::bias;
+        if constexpr (X::is_poison) return poison{};
+        else if constexpr (!detail::linear_fits<W1::name, D, F, detail::last_dim<X>>()) return poison{};
+        else if constexpr (Act == activation::gelu) return fc2{}(affine_gelu(x, W1{}, B1{}));
+        else if constexpr (Act == activation::gelu_erf) return fc2{}(affine_gelu_erf(x, W1{}, B1{}));
+        else return fc2{}(affine_relu(x, W1{}, B1{}));
     }
 };
 

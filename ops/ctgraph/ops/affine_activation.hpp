@@ -1,0 +1,195 @@
+// ctgraph/ops/affine_activation.hpp: y = f(x W + b), a linear layer and its activation in one node
+// (a Transformer FFN's first half).
+//
+//   affine_gelu(x, W, b), affine_gelu_erf(x, W, b), affine_relu(x, W, b):
+//     x (..., in), W (in, out), b (out) -> (..., out): the value of gelu(affine(x, W, b)), ...
+//
+// Why one node. As two, the pre-activation z = x W + b (gpt-m: 12.6 MB a layer) is written by the
+// product and read back by the activation; a mixed-precision program reads it once more to keep
+// its bf16 copy for the activation's VJP. In backward, z's adjoint dz (as large) is written by the
+// activation's VJP, then read again to round it for the two gradient products and to sum the bias
+// gradient. Here forward makes f(z), its bf16 shadow and z's bf16 copy in one pass over z, and
+// backward makes dz = dy f'(z) by column blocks straight into bf16 (or T), summing the bias
+// gradient in the same pass: in a bf16 program dz never exists in float (cuBLASLt's GELU_AUX_BIAS
+// and DGELU_BGRAD epilogues are the same idea on GPUs).
+//
+// What backward keeps: z, in the op's scratch (op.hpp, scratch_size), as T; rounded to bf16 where
+// the program keeps values that VJPs read in bf16 (options::bf16_saved: the fifth argument of
+// scratch_size is 3) and the activation's derivative tolerates it (Fn::df_from_bf16_x: GELU), as
+// the composed program keeps GELU's input. The activation's derivative must come from its input
+// alone (Fn::df_reads_y = false: GELU, GELU erf, ReLU).
+//
+// The same bits as the composed graph, value and every gradient, in float, double and bf16, at any
+// thread count, where `out` is a multiple of the SIMD width (every real layer): elsewhere the row
+// ends fall on the activation's scalar form, which may differ from its SIMD form in the last bit.
+// Tested against the composed graph and by finite differences (tests/test_fused_ops.cpp, test_bf16.cpp).
+#pragma once
+#include <algorithm>
+#include <array>
+#include <string_view>
+
+#include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/gemm.hpp"
+#include "ctgraph/kernels/simd.hpp"
+#include "ctgraph/op.hpp"
+#include "ctgraph/ops/detail/unary.hpp"
+#include "ctgraph/ops/gelu.hpp"
+#include "ctgraph/ops/relu.hpp"
+
+namespace ctg {
+namespace ops {
+template <class Fn>
+struct affine_activation_op {
+    static_assert(requires { Fn::df_reads_y; } && !Fn::df_reads_y,
+                  "ctg::ops::affine_activation_op: the activation's derivative must come from its input alone");
+    static constexpr auto name_chars = [] {
+        constexpr std::string_view prefix = "affine_";
+        std::array<char, prefix.size() + Fn::name.size()> s{};
+        std::copy(prefix.begin(), prefix.end(), s.begin());
+        std::copy(Fn::name.begin(), Fn::name.end(), s.begin() + prefix.size());
+        return s;
+    }();
+    static constexpr std::string_view name{name_chars.data(), name_chars.size()};  // "affine_gelu"
+    template <class X, class W, class B>
+    static consteval bool rows_independent() { return true; }  // see op.hpp
+    static constexpr bool assigns_adjoints = true;
+    static constexpr std::uint32_t backward_reads = 0b011 | reads_result;  // x, W and z in the scratch (see op.hpp)
+    static constexpr bool vjp_reads_result = false;  // not y itself
+    static constexpr std::uint32_t bf16_operands = 0b011;       // x and W (see op.hpp)
+    static constexpr std::uint32_t bf16_operands_only = 0b011;  // read nowhere but in the products
+    static constexpr bool writes_bf16_result = true;            // f(z) rounded in the pass that makes it
+    // Whether z may be kept rounded for the VJP (see the file comment).
+    static constexpr bool z_in_bf16_allowed = [] {
+        if constexpr (requires { Fn::df_from_bf16_x; }) return bool(Fn::df_from_bf16_x); else return false;
+    }();
+
+    template <class X, class W, class B>
+    static consteval bool check() {
+        return X::rank >= 1 && W::rank == 2 && B::rank == 1 && X::dims[X::rank - 1] == W::dims[0] &&
+               B::dims[0] == W::dims[1];
+    }
+    template <class X, class W, class B>
+    static consteval auto dims() {
+        std::array<dim, X::rank> r = X::dims;
+        r[X::rank - 1] = W::dims[1];
+        return r;
+    }
+    /// z for backward: in bf16 (two per T) at level 3 (see above), else as T.
+    /// (In a forward-only pass z is needed during forward alone, where the engine places op scratch
+    /// by lifetime: it is that scratch.)
+    static std::size_t scratch_size(const rshape& y, const std::array<rshape, 3>&, bool forward_only, bool, int bf16) {
+        return !forward_only && bf16 >= 3 && z_in_bf16_allowed ? (y.size() + 1) / 2 : y.size();
+    }
+    /// z in float while forward makes it, where backward keeps it in bf16 (level 3, as above): in
+    /// a repeat's layers, memory that backward uses for adjoints (op.hpp).
+    static std::size_t forward_scratch_size(const rshape& y, const std::array<rshape, 3>&, int bf16) {
+        return bf16 >= 3 && z_in_bf16_allowed ? y.size() : 0;
+    }
+    /// Whether the scratch holds z rounded to bf16: it was sized for that (scratch_size above; a
+    /// one-element z is kept as it is either way).
+    template <class T>
+    static bool z_in_bf16(const op_io<T, 3>& c) {
+        return std::is_same_v<T, float> && c.scratch && c.scratch.size() < c.y.size();
+    }
+
+    template <class T>
+    static void forward(op_io<T, 3>& c) {
+        const std::size_t M = c.x[0].shape.rows(), K = c.x[0].shape.cols(), N = c.x[1].shape.d[1];
+        const bool z16 = z_in_bf16(c);
+        // z: in the scratch when backward keeps it as T, else in memory for this pass alone (the
+        // engine's forward scratch where it places one, else the kernels' scratch).
+        const bool z_kept = c.scratch && !z16;
+        const bool z_placed = !z_kept && c.transient && c.transient.size() >= M * N;
+        kernels::scratch<T> own(z_kept || z_placed ? 0 : M * N);
+        T* z = z_kept ? c.scratch.template as<T>() : z_placed ? c.transient.template as<T>() : own.data();
+        kernels::gemm(false, false, M, N, K, T(1), c.x_data(0), K, c.x_data(1), N, T(0), z, N, c.x_data(2), c.run.bf16, c.xb[0],
+                      c.xb[1]);
+        unary_op<Fn>::apply(M * N, c.y_data(), c.yb, static_cast<const T*>(z), z16 ? c.scratch.template as<kernels::bf16_bits>() : nullptr);
+    }
+
+    template <class T>
+    static void backward(op_io<T, 3>& c) {  // reads x, W and z (not y, not the bias): backward_reads
+        const std::size_t M = c.x[0].shape.rows(), K = c.x[0].shape.cols(), N = c.x[1].shape.d[1];
+        T *gx = c.gx_data(0), *gw = c.gx_data(1), *gb = c.gx_data(2);
+        if (!gx && !gw && !gb) return;
+        const T* gy = c.gy_data();
+        // dz = dy f'(z), row by row in column blocks (kernels::column_sums_by: the bias gradient is
+        // its column sums), into bf16 when the products read it rounded, else into T.
+        const bool rounded = std::is_same_v<T, float> && c.run.bf16;
+        kernels::scratch<T> dz(rounded ? 0 : M * N);
+        kernels::scratch<kernels::bf16_bits> dz16(rounded ? M * N : 0);
+        const bool z16 = z_in_bf16(c);
+        const T* z = c.scratch.template as<const T>();
+        const kernels::bf16_bits* zb = c.scratch.template as<const kernels::bf16_bits>();
+        auto row = [&](std::size_t r, std::size_t c0, std::size_t n, T* buf) -> const T* {
+            T* out = rounded ? buf : dz.data() + r * N + c0;
+            const std::size_t at = r * N + c0;
+            if (z16) {
+                if constexpr (std::is_same_v<T, float>) derivative_times(n, out, gy + at, zb + at);
+            } else {
+                derivative_times(n, out, gy + at, z + at);
+            }
+            return out;
+        };
+        kernels::column_sums_by<T>(M, N, row, gb, c.fresh(2), rounded ? dz16.data() : nullptr, rounded);
+        // The two products as one job of the pool (kernels::gemm_together), as affine's: dx (M x K)
+        // (+)= dz W^T, dW (K x N) (+)= x^T dz; a missing adjoint (nullptr) is skipped.
+        const T* dzf = rounded ? nullptr : dz.data();
+        const kernels::bf16_bits* dzb = rounded ? dz16.data() : nullptr;
+        kernels::gemm_together<T, 2>({kernels::gemm_args<T>{false, true, M, K, N, T(1), dzf, N, c.x_data(1), N, c.fresh(0) ? T(0) : T(1), gx, K, nullptr, c.run.bf16, dzb, c.xb[1]},
+                                      kernels::gemm_args<T>{true, false, K, N, M, T(1), c.x_data(0), K, dzf, N, c.fresh(1) ? T(0) : T(1), gw, N, nullptr, c.run.bf16, c.xb[0], dzb}});
+    }
+
+    /// out[i] = gy[i] f'(z[i]) for i < n, z as T or bf16 bits (widened exactly), with the SIMD form
+    /// over whole batches and the scalar one after: kernels::map_into's elements.
+    template <class T, class Z>
+    static void derivative_times(std::size_t n, T* out, const T* gy, const Z* z) {
+        using V = kernels::batch<T>;
+        constexpr std::size_t W = V::size;
+        std::size_t i = 0;
+        if (!kernels::scalar_only())
+            for (; i + W <= n; i += W) {
+                const V zv = kernels::load_lanes<V>(z + i);
+                (V::load_unaligned(gy + i) * Fn::df(zv, zv)).store_unaligned(out + i);
+            }
+        for (; i < n; ++i) {
+            T zi;
+            if constexpr (std::is_same_v<Z, T>) zi = z[i]; else zi = kernels::from_bf16(z[i]);
+            out[i] = gy[i] * Fn::df(zi, zi);
+        }
+    }
+};
+}  // namespace ops
+
+/// gelu(affine(x, W, b)) in one node (GELU's tanh form: GPT-2's FFN), the same bits (see the file
+/// comment): the pre-activation never makes a round trip through memory in float.
+template <expr X, expr W, expr B>
+constexpr auto affine_gelu(X x, W w, B b) {
+    using op = ops::affine_activation_op<ops::gelu_fn>;
+    static_assert(with_shapes<any_poison<X, W, B> || op::check<typename X::shape, typename W::shape, typename B::shape>(),
+                              typename X::shape::pretty, typename W::shape::pretty, typename B::shape::pretty>::value,
+                  "ctg::affine_gelu: x (..., in) times a weight (in, out) plus a bias (out): the weight's rows must "
+                  "equal x's last dimension and the bias its columns");
+    return make_float_node<op>(x, w, b);
+}
+/// gelu_erf(affine(x, W, b)) in one node (GELU's exact form: PyTorch's nn.GELU(), BERT).
+template <expr X, expr W, expr B>
+constexpr auto affine_gelu_erf(X x, W w, B b) {
+    using op = ops::affine_activation_op<ops::gelu_erf_fn>;
+    static_assert(with_shapes<any_poison<X, W, B> || op::check<typename X::shape, typename W::shape, typename B::shape>(),
+                              typename X::shape::pretty, typename W::shape::pretty, typename B::shape::pretty>::value,
+                  "ctg::affine_gelu_erf: x (..., in) times a weight (in, out) plus a bias (out): the weight's rows must "
+                  "equal x's last dimension and the bias its columns");
+    return make_float_node<op>(x, w, b);
+}
+/// relu(affine(x, W, b)) in one node.
+template <expr X, expr W, expr B>
+constexpr auto affine_relu(X x, W w, B b) {
+    using op = ops::affine_activation_op<ops::relu_fn>;
+    static_assert(with_shapes<any_poison<X, W, B> || op::check<typename X::shape, typename W::shape, typename B::shape>(),
+                              typename X::shape::pretty, typename W::shape::pretty, typename B::shape::pretty>::value,
+                  "ctg::affine_relu: x (..., in) times a weight (in, out) plus a bias (out): the weight's rows must "
+                  "equal x's last dimension and the bias its columns");
+    return make_float_node<op>(x, w, b);
+}
+}  // namespace ctg

@@ -1,0 +1,231 @@
+// affine_gelu / affine_gelu_erf / affine_relu (ops/affine_activation.hpp), a linear layer and its
+// activation in one node: finite differences, and the bits of the composed act(affine(x, W, b)) in
+// float64, float32 and bf16 programs (every engine this host runs, one and two threads, every
+// way a bf16 program keeps its values, outside and inside a repeat, recomputing), and where the
+// engine puts its forward-only memory.
+#include <catch2/catch.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include <ctgraph/ctgraph.hpp>
+#include <ctgraph/train.hpp>
+
+#include "gradcheck.hpp"
+#include "pool_threads.hpp"
+
+using namespace ctg;
+using ctg::testing::check_gradients;
+
+namespace {
+inline constexpr dim B = dyn('B');
+inline constexpr dim T = dyn('T');
+
+template <class T>
+std::vector<T> randoms(std::size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<double> d;
+    std::vector<T> v(n);
+    for (auto& x : v) x = T(d(rng));
+    return v;
+}
+
+/// One forward and backward: the loss, then dL/dx, then every parameter's gradient.
+template <class Prog, class T>
+std::vector<T> loss_and_gradients(Prog& prog, const std::vector<T>& x, const std::vector<T>& g, std::size_t rows,
+                                  std::size_t in, std::size_t out) {
+    prog.feed("x", x.data(), rshape{2, {rows, in}});
+    prog.feed("g", g.data(), rshape{2, {rows, out}});
+    prog.zero_grad();
+    std::vector<T> r{prog.forward()};
+    prog.backward();
+    auto gx = prog.template input_grad<"x">();
+    r.insert(r.end(), gx.begin(), gx.end());
+    for (std::size_t s = 0; s < prog.params().size(); ++s) {
+        const T* p = prog.params().grad(s);
+        r.insert(r.end(), p, p + prog.params().at(s).shape.size());
+    }
+    return r;
+}
+
+/// sum(act(x W + b) * g) + sum(tanh(x)) (x's adjoint has two writers), fused and composed, over
+/// one parameter store: the same bits where `out` is a multiple of the SIMD width, else within
+/// the last bits of the activation's scalar form (the file comment of affine_activation.hpp).
+template <class T, int In, int Out, class Fused, class Composed>
+void check_same_as_composed(Fused fused_loss, Composed) {
+    constexpr options opt{.input_grads = true};
+    auto fused = compile<T, opt>(fused_loss);
+    program_for<T, opt, Composed> composed(fused.shared_params());
+    fused.params().init(3);
+    fused.poison_arena(true);
+    composed.poison_arena(true);
+    const bool simd_rows = Out % kernels::batch<T>::size == 0;
+    for (const int threads : {1, 2}) {
+        testing::pool_threads pool(threads);
+        // 600 rows x 64: the element-wise passes and the bias sums are split over two threads
+        for (const std::size_t rows : {std::size_t(1), std::size_t(7), std::size_t(600)}) {
+            INFO(threads << " threads, " << rows << " rows");
+            const auto x = randoms<T>(rows * In, 11), g = randoms<T>(rows * Out, 12);
+            const auto a = loss_and_gradients(fused, x, g, rows, In, Out);
+            const auto b = loss_and_gradients(composed, x, g, rows, In, Out);
+            REQUIRE(a.size() == b.size());
+            REQUIRE(a.size() > rows * In + std::size_t(In * Out));
+            for (std::size_t i = 0; i < a.size(); ++i) {
+                INFO(i);
+                if (simd_rows) REQUIRE(std::bit_cast<std::conditional_t<sizeof(T) == 8, std::uint64_t, std::uint32_t>>(a[i]) ==
+                                       std::bit_cast<std::conditional_t<sizeof(T) == 8, std::uint64_t, std::uint32_t>>(b[i]));
+                else REQUIRE(a[i] == Approx(b[i]).epsilon(sizeof(T) == 8 ? 1e-13 : 2e-5).margin(sizeof(T) == 8 ? 1e-13 : 2e-5));
+            }
+        }
+    }
+}
+
+template <class T, int In, int Out>
+void check_all_activations() {
+    using X = input<"x", B, In>;
+    using G = input<"g", B, Out>;
+    using W = param<"W", In, Out>;
+    using Bias = param<"b", Out>;
+    check_same_as_composed<T, In, Out>(sum(mul(affine_gelu(X{}, W{}, Bias{}), G{})) + sum(tanh(X{})),
+                                       sum(mul(gelu(affine(X{}, W{}, Bias{})), G{})) + sum(tanh(X{})));
+    check_same_as_composed<T, In, Out>(sum(mul(affine_gelu_erf(X{}, W{}, Bias{}), G{})) + sum(tanh(X{})),
+                                       sum(mul(gelu_erf(affine(X{}, W{}, Bias{})), G{})) + sum(tanh(X{})));
+    check_same_as_composed<T, In, Out>(sum(mul(affine_relu(X{}, W{}, Bias{}), G{})) + sum(tanh(X{})),
+                                       sum(mul(relu(affine(X{}, W{}, Bias{})), G{})) + sum(tanh(X{})));
+}
+}  // namespace
+
+TEST_CASE("affine_gelu, affine_gelu_erf and affine_relu pass finite differences", "[gradcheck][fused]") {
+    using X4 = input<"x", B, 4>;
+    CHECK(check_gradients(affine_gelu(X4{}, param<"W", 4, 3>{}, param<"b", 3>{})) > 0);
+    CHECK(check_gradients(affine_gelu_erf(input<"x3", B, T, 4>{}, param<"W", 4, 3>{}, param<"b", 3>{})) > 0);
+    CHECK(check_gradients(affine_relu(X4{}, param<"W", 4, 3>{}, param<"b", 3>{})) > 0);
+    CHECK(check_gradients(affine_gelu(X4{}, param<"W", 4, 3>{}, param<"b", 3>{}), {.dims = {{'B', 1}}}) > 0);  // one row
+    // x read twice: its adjoint's first writer assigns, the second adds.
+    CHECK(check_gradients(affine_gelu(X4{}, param<"W", 4, 4>{}, param<"b", 4>{}) + tanh(X4{})) > 0);
+}
+
+TEST_CASE("affine_gelu, affine_gelu_erf and affine_relu equal the composed graph, value and every gradient", "[fused]") {
+    check_all_activations<double, 24, 64>();  // the same bits
+    check_all_activations<float, 24, 64>();
+    check_all_activations<double, 5, 37>();  // row ends on the scalar form: the last bits may differ
+    check_all_activations<float, 5, 37>();
+}
+
+namespace {
+/// Three AdamW steps of the fused and the composed program side by side (options Opt): every loss
+/// and every parameter after them must have the same bits.
+template <options Opt, class Fused, class Composed, class Feed>
+void require_same_training(Fused fused_loss, Composed composed_loss, Feed feed) {
+    auto f = compile<float, Opt>(fused_loss);
+    auto c = compile<float, Opt>(composed_loss);
+    f.params().init(5);
+    c.params().init(5);
+    REQUIRE(f.params().size() == c.params().size());
+    auto of = optim::adamw<float>(1e-2, 0.1), oc = optim::adamw<float>(1e-2, 0.1);
+    for (int step = 0; step < 3; ++step) {
+        feed(f), feed(c);
+        const float lf = train_step(f, of), lc = train_step(c, oc);
+        INFO("step " << step);
+        REQUIRE(std::isfinite(lf));
+        REQUIRE(std::bit_cast<std::uint32_t>(lf) == std::bit_cast<std::uint32_t>(lc));
+    }
+    for (std::size_t s = 0; s < f.params().size(); ++s) {
+        REQUIRE(f.params().at(s).name == c.params().at(s).name);
+        for (std::size_t k = 0; k < f.params().at(s).shape.size(); ++k) {
+            INFO(f.params().at(s).name << "[" << k << "]");
+            REQUIRE(std::bit_cast<std::uint32_t>(f.params().value(s)[k]) == std::bit_cast<std::uint32_t>(c.params().value(s)[k]));
+        }
+    }
+}
+
+template <options Opt, class... Pairs>
+void require_same_training_all(const auto& feed, const Pairs&... pairs) {
+    (require_same_training<Opt>(pairs.first, pairs.second, feed), ...);
+}
+}  // namespace
+
+TEST_CASE("affine_gelu in bf16 programs: the bits of gelu(affine), every engine and way of keeping values, 1 and 2 threads",
+          "[bf16][fused]") {
+    const kernels::bf16_engine saved_engine = kernels::get_bf16_engine();
+    using H = input<"h", B, T, 16>;
+    using Tg = input<"t", B, T, 16>;
+    using W1 = param<"W1", 16, 64>;
+    using B1 = param<"b1", 64>;
+    using W2 = param<"W2", 64, 16>;
+    using B2 = param<"b2", 16>;
+    // The activation read by a product alone (bf16 only, no float), as in a Transformer's FFN.
+    const auto fused = mse_loss(affine(affine_gelu(H{}, W1{}, B1{}), W2{}, B2{}), Tg{});
+    const auto composed = mse_loss(affine(gelu(affine(H{}, W1{}, B1{})), W2{}, B2{}), Tg{});
+    // In a repeat's layers: the pre-activation in the layer frames, its float in the adjoint block.
+    const auto fused_r = mse_loss(repeat<2, "blocks.">([](auto h) { return h + affine(affine_gelu(h, W1{}, B1{}), W2{}, B2{}); }, H{}), Tg{});
+    const auto composed_r =
+        mse_loss(repeat<2, "blocks.">([](auto h) { return h + affine(gelu(affine(h, W1{}, B1{})), W2{}, B2{}); }, H{}), Tg{});
+    // 8 x 64 rows of 64: 32,768 elements, split over two threads.
+    const auto h = randoms<float>(8 * 64 * 16, 41), t = randoms<float>(8 * 64 * 16, 42);
+    auto feed = [&](auto& p) {
+        p.feed("h", h.data(), rshape{3, {8, 64, 16}});
+        p.feed("t", t.data(), rshape{3, {8, 64, 16}});
+    };
+    std::vector<kernels::bf16_engine> engines{kernels::bf16_engine::emulated};
+    if (kernels::bf16_engine_available(kernels::bf16_engine::onednn)) engines.push_back(kernels::bf16_engine::onednn);
+    for (const kernels::bf16_engine engine : engines) {
+        kernels::set_bf16_engine(engine);
+        for (const int threads : {1, 2}) {
+            INFO(kernels::bf16_engine_name(engine) << ", " << threads << " threads");
+            testing::pool_threads pool(threads);
+            const auto one = std::pair{fused, composed};
+            const auto layered = std::pair{fused_r, composed_r};
+            // the default (the pre-activation kept for backward in bf16), values in bf16 only,
+            // bf16 shadows only, no shadows (products convert), recomputing a repeat's layers
+            require_same_training_all<options{.precision = precision::bf16}>(feed, one, layered);
+            require_same_training_all<options{.precision = precision::bf16, .bf16_saved = false}>(feed, one, layered);
+            require_same_training_all<options{.precision = precision::bf16, .bf16_only = false}>(feed, one, layered);
+            require_same_training_all<options{.precision = precision::bf16, .bf16_shadows = false}>(feed, one, layered);
+            require_same_training_all<options{.precision = precision::bf16, .recompute = true}>(feed, layered);
+        }
+    }
+    kernels::set_bf16_engine(saved_engine);
+}
+
+TEST_CASE("affine_gelu keeps its pre-activation in bf16 where the composed program keeps GELU's input so, and its float "
+          "while forward runs where the engine places it",
+          "[bf16][fused]") {
+    using H = input<"h", B, 16>;
+    using W1 = param<"W1", 16, 64>;
+    using B1 = param<"b1", 64>;
+    using Ws = ops::affine_activation_op<ops::gelu_fn>;
+    const std::array<rshape, 3> x{rshape{2, {10, 16}}, rshape{2, {16, 64}}, rshape{1, {64}}};
+    const rshape y{2, {10, 64}};
+    // For backward: in bf16 (two per float) only with the values that VJPs read kept rounded (level 3);
+    // in a forward-only pass, as float, for forward alone.
+    CHECK(Ws::scratch_size(y, x, false, false, 3) == 320);
+    for (const int level : {0, 1, 2}) CHECK(Ws::scratch_size(y, x, false, false, level) == 640);
+    CHECK(Ws::scratch_size(y, x, true, false, 0) == 640);
+    CHECK(Ws::forward_scratch_size(y, x, 3) == 640);
+    CHECK(Ws::forward_scratch_size(y, x, 2) == 0);
+    // ReLU's derivative is not taken from a rounded input: its pre-activation stays float.
+    CHECK(ops::affine_activation_op<ops::relu_fn>::scratch_size(y, x, false, false, 3) == 640);
+    CHECK(ops::affine_activation_op<ops::relu_fn>::forward_scratch_size(y, x, 3) == 0);
+    // A program's memory: the fused node's float pre-activation shares the transients' memory (as the
+    // composed program's GELU input does), and there is no adjoint of it: a smaller arena.
+    const auto loss = mse_loss(affine(affine_gelu(H{}, W1{}, B1{}), param<"W2", 64, 16>{}, param<"b2", 16>{}), input<"t", B, 16>{});
+    const auto composed = mse_loss(affine(gelu(affine(H{}, W1{}, B1{})), param<"W2", 64, 16>{}, param<"b2", 16>{}), input<"t", B, 16>{});
+    auto f = compile<float, options{.precision = precision::bf16}>(loss);
+    auto c = compile<float, options{.precision = precision::bf16}>(composed);
+    const auto h = randoms<float>(300 * 16, 1), t = randoms<float>(300 * 16, 2);
+    f.feed("h", h.data(), rshape{2, {300, 16}});
+    f.feed("t", t.data(), rshape{2, {300, 16}});
+    c.feed("h", h.data(), rshape{2, {300, 16}});
+    c.feed("t", t.data(), rshape{2, {300, 16}});
+    f.forward();
+    c.forward();
+    INFO("fused " << f.arena_elements() << " elements, composed " << c.arena_elements());
+    CHECK(f.arena_elements() + 300 * 64 <= c.arena_elements());
+    // and the summary counts the forward scratch as the planner places it
+    CHECK(f.summary({{'B', 300}}).arena_bytes == f.arena_elements() * sizeof(float));
+    CHECK(c.summary({{'B', 300}}).arena_bytes == c.arena_elements() * sizeof(float));
+}
