@@ -20,16 +20,8 @@
 
 namespace ctg {
 namespace ops {
-struct affine_op {
-    static constexpr std::string_view name = "affine";
-    template <class X, class W, class B>
-    static consteval bool rows_independent() { return true; }  // see op.hpp
-    static constexpr bool weight_adjoint_is_xt_dy = true;  // see op.hpp
-    static constexpr bool assigns_adjoints = true;
-    static constexpr std::uint32_t backward_reads = 0b011;  // x and W (see op.hpp)
-    static constexpr std::uint32_t bf16_operands = 0b011;   // x and W: their bf16 shadows, c.xb (see op.hpp)
-    static constexpr std::uint32_t bf16_operands_only = 0b011;  // read nowhere but in the products (see op.hpp)
-
+/// x (..., in), W (in, out), b (out) -> (..., out): the shape rule of affine and of affine_gelu & co.
+struct affine_shape_rule {
     template <class X, class W, class B>
     static consteval bool check() {
         return X::rank >= 1 && W::rank == 2 && B::rank == 1 && X::dims[X::rank - 1] == W::dims[0] &&
@@ -41,6 +33,17 @@ struct affine_op {
         r[X::rank - 1] = W::dims[1];
         return r;
     }
+};
+
+struct affine_op : affine_shape_rule {
+    static constexpr std::string_view name = "affine";
+    template <class X, class W, class B>
+    static consteval bool rows_independent() { return true; }  // see op.hpp
+    static constexpr bool weight_adjoint_is_xt_dy = true;  // see op.hpp
+    static constexpr bool assigns_adjoints = true;
+    static constexpr std::uint32_t backward_reads = 0b011;  // x and W (see op.hpp)
+    static constexpr std::uint32_t bf16_operands = 0b011;   // x and W: their bf16 shadows, c.xb (see op.hpp)
+    static constexpr std::uint32_t bf16_operands_only = 0b011;  // read nowhere but in the products (see op.hpp)
 
     template <class T>
     static void forward(op_io<T, 3>& c) {

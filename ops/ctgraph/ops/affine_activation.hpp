@@ -32,6 +32,7 @@
 #include "ctgraph/kernels/gemm.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/op.hpp"
+#include "ctgraph/ops/affine.hpp"
 #include "ctgraph/ops/detail/unary.hpp"
 #include "ctgraph/ops/gelu.hpp"
 #include "ctgraph/ops/relu.hpp"
@@ -39,7 +40,7 @@
 namespace ctg {
 namespace ops {
 template <class Fn>
-struct affine_activation_op {
+struct affine_activation_op : affine_shape_rule {
     static_assert(requires { Fn::df_reads_y; } && !Fn::df_reads_y,
                   "ctg::ops::affine_activation_op: the activation's derivative must come from its input alone");
     static constexpr auto name_chars = [] {
@@ -63,17 +64,6 @@ struct affine_activation_op {
         if constexpr (requires { Fn::df_from_bf16_x; }) return bool(Fn::df_from_bf16_x); else return false;
     }();
 
-    template <class X, class W, class B>
-    static consteval bool check() {
-        return X::rank >= 1 && W::rank == 2 && B::rank == 1 && X::dims[X::rank - 1] == W::dims[0] &&
-               B::dims[0] == W::dims[1];
-    }
-    template <class X, class W, class B>
-    static consteval auto dims() {
-        std::array<dim, X::rank> r = X::dims;
-        r[X::rank - 1] = W::dims[1];
-        return r;
-    }
     /// z for backward: in bf16 (two per T) at level 3 (see above), else as T.
     /// (In a forward-only pass z is needed during forward alone, where the engine places op scratch
     /// by lifetime: it is that scratch.)
@@ -161,35 +151,28 @@ struct affine_activation_op {
 };
 }  // namespace ops
 
+namespace detail {
+/// The node of act(affine(x, W, b)), Fn the activation; the shapes as affine's, one error naming
+/// the op (its type, with the shapes, in the message's instantiation) where they do not fit.
+template <class Fn, expr X, expr W, expr B>
+constexpr auto affine_activation(X x, W w, B b) {
+    using op = ops::affine_activation_op<Fn>;
+    static_assert(with_shapes<any_poison<X, W, B> || op::template check<typename X::shape, typename W::shape, typename B::shape>(),
+                              op, typename X::shape::pretty, typename W::shape::pretty, typename B::shape::pretty>::value,
+                  "ctg::affine_gelu (affine_gelu_erf, affine_relu): x (..., in) times a weight (in, out) plus a bias "
+                  "(out): the weight's rows must equal x's last dimension and the bias its columns");
+    return make_float_node<op>(x, w, b);
+}
+}  // namespace detail
+
 /// gelu(affine(x, W, b)) in one node (GELU's tanh form: GPT-2's FFN), the same bits (see the file
 /// comment): the pre-activation never makes a round trip through memory in float.
 template <expr X, expr W, expr B>
-constexpr auto affine_gelu(X x, W w, B b) {
-    using op = ops::affine_activation_op<ops::gelu_fn>;
-    static_assert(with_shapes<any_poison<X, W, B> || op::check<typename X::shape, typename W::shape, typename B::shape>(),
-                              typename X::shape::pretty, typename W::shape::pretty, typename B::shape::pretty>::value,
-                  "ctg::affine_gelu: x (..., in) times a weight (in, out) plus a bias (out): the weight's rows must "
-                  "equal x's last dimension and the bias its columns");
-    return make_float_node<op>(x, w, b);
-}
+constexpr auto affine_gelu(X x, W w, B b) { return detail::affine_activation<ops::gelu_fn>(x, w, b); }
 /// gelu_erf(affine(x, W, b)) in one node (GELU's exact form: PyTorch's nn.GELU(), BERT).
 template <expr X, expr W, expr B>
-constexpr auto affine_gelu_erf(X x, W w, B b) {
-    using op = ops::affine_activation_op<ops::gelu_erf_fn>;
-    static_assert(with_shapes<any_poison<X, W, B> || op::check<typename X::shape, typename W::shape, typename B::shape>(),
-                              typename X::shape::pretty, typename W::shape::pretty, typename B::shape::pretty>::value,
-                  "ctg::affine_gelu_erf: x (..., in) times a weight (in, out) plus a bias (out): the weight's rows must "
-                  "equal x's last dimension and the bias its columns");
-    return make_float_node<op>(x, w, b);
-}
+constexpr auto affine_gelu_erf(X x, W w, B b) { return detail::affine_activation<ops::gelu_erf_fn>(x, w, b); }
 /// relu(affine(x, W, b)) in one node.
 template <expr X, expr W, expr B>
-constexpr auto affine_relu(X x, W w, B b) {
-    using op = ops::affine_activation_op<ops::relu_fn>;
-    static_assert(with_shapes<any_poison<X, W, B> || op::check<typename X::shape, typename W::shape, typename B::shape>(),
-                              typename X::shape::pretty, typename W::shape::pretty, typename B::shape::pretty>::value,
-                  "ctg::affine_relu: x (..., in) times a weight (in, out) plus a bias (out): the weight's rows must "
-                  "equal x's last dimension and the bias its columns");
-    return make_float_node<op>(x, w, b);
-}
+constexpr auto affine_relu(X x, W w, B b) { return detail::affine_activation<ops::relu_fn>(x, w, b); }
 }  // namespace ctg
