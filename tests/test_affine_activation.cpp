@@ -164,6 +164,25 @@ TEST_CASE("affine_gelu in bf16 programs: the bits of gelu(affine), every engine 
     const auto fused_r = mse_loss(repeat<2, "blocks.">([](auto h) { return h + affine(affine_gelu(h, W1{}, B1{}), W2{}, B2{}); }, H{}), Tg{});
     const auto composed_r =
         mse_loss(repeat<2, "blocks.">([](auto h) { return h + affine(gelu(affine(h, W1{}, B1{})), W2{}, B2{}); }, H{}), Tg{});
+    // The activation read in forward by a sum too (add's VJP reads no operand): its float then
+    // lives only while forward reads it, beside the pre-activation's float in the same memory.
+    const auto fused_m = mse_loss(affine(affine_gelu(H{}, W1{}, B1{}), W2{}, B2{}), Tg{}) +
+                         mean(affine_gelu(H{}, W1{}, B1{}) + affine_gelu(H{}, W1{}, B1{}));
+    const auto composed_m = mse_loss(affine(gelu(affine(H{}, W1{}, B1{})), W2{}, B2{}), Tg{}) +
+                            mean(gelu(affine(H{}, W1{}, B1{})) + gelu(affine(H{}, W1{}, B1{})));
+    const auto fused_rm = mse_loss(repeat<2, "blocks.">([](auto h) {
+                                       auto a = affine_gelu(h, W1{}, B1{});
+                                       return h + affine(a, W2{}, B2{}) + reshape<B, T, 1>(mean<2, true>(a + a));
+                                   }, H{}), Tg{});
+    const auto composed_rm = mse_loss(repeat<2, "blocks.">([](auto h) {
+                                          auto a = gelu(affine(h, W1{}, B1{}));
+                                          return h + affine(a, W2{}, B2{}) + reshape<B, T, 1>(mean<2, true>(a + a));
+                                      }, H{}), Tg{});
+    {  // (the case it is: a float kept while forward reads it, beside the op's forward scratch)
+        using PM = decltype(compile<float, options{.precision = precision::bf16}>(fused_m));
+        constexpr std::size_t a = std::size_t(PM::graph_type::template index_of<decltype(affine_gelu(H{}, W1{}, B1{}))>);
+        static_assert(PM::bf16_only_nodes[a] && !PM::bf16_no_float_nodes[a]);
+    }
     // 8 x 64 rows of 64: 32,768 elements, split over two threads.
     const auto h = randoms<float>(8 * 64 * 16, 41), t = randoms<float>(8 * 64 * 16, 42);
     auto feed = [&](auto& p) {
@@ -179,9 +198,11 @@ TEST_CASE("affine_gelu in bf16 programs: the bits of gelu(affine), every engine 
             testing::pool_threads pool(threads);
             const auto one = std::pair{fused, composed};
             const auto layered = std::pair{fused_r, composed_r};
+            const auto read_twice = std::pair{fused_m, composed_m};
+            const auto layered_read_twice = std::pair{fused_rm, composed_rm};
             // the default (the pre-activation kept for backward in bf16), values in bf16 only,
             // bf16 shadows only, no shadows (products convert), recomputing a repeat's layers
-            require_same_training_all<options{.precision = precision::bf16}>(feed, one, layered);
+            require_same_training_all<options{.precision = precision::bf16}>(feed, one, layered, read_twice, layered_read_twice);
             require_same_training_all<options{.precision = precision::bf16, .bf16_saved = false}>(feed, one, layered);
             require_same_training_all<options{.precision = precision::bf16, .bf16_only = false}>(feed, one, layered);
             require_same_training_all<options{.precision = precision::bf16, .bf16_shadows = false}>(feed, one, layered);

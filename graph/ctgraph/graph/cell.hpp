@@ -269,22 +269,13 @@ struct cell_frame {
     }
 
     /// Those floats, first fit by lifetime: node i's from its forward to that of its last forward
-    /// reader (a reader in forward only, or an alias making its shadow), only_plan().last[i].
+    /// reader (a reader in forward only, or an alias making its shadow), only_plan().last[i]; and
+    /// the ops' forward scratch, during their forward (detail::place_forward_transients).
     void place_transients() {
-        std::array<lifetime, N> blocks{};
-        std::array<std::size_t, N> node{}, offset{};
-        std::array<std::pair<std::size_t, std::size_t>, N> taken{};
-        std::size_t n = 0;
-        for (std::size_t i = 0; i < N; ++i)
-            if (Info::computed[i] && (Info::float_transient(only_plan(), i) || fs_size[i] > 0)) {
-                // (a value and its op's forward scratch are never both: the op keeps its own
-                // float for backward, or has none in bf16 only, asking for the scratch instead)
-                blocks[n] = Info::float_transient(only_plan(), i) ? lifetime{i, only_plan().last[i], round_up_lines(shapes[i].size())}
-                                                                  : lifetime{i, i, round_up_lines(fs_size[i])};
-                node[n++] = i;
-            }
-        tr_size = place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
-        for (std::size_t a = 0; a < n; ++a) (Info::float_transient(only_plan(), node[a]) ? tr_off : fs_off)[node[a]] = offset[a];
+        tr_size = place_forward_transients(
+            [this](std::size_t i) { return Info::computed[i] && Info::float_transient(only_plan(), i); }, only_plan().last,
+            [this](std::size_t i) { return round_up_lines(shapes[i].size()); }, fs_size,
+            [](std::size_t e) { return round_up_lines(e); }, tr_off, fs_off);
     }
 
     /// Adjoints share memory by lifetime. Node j's adjoint is live from its first writer's VJP

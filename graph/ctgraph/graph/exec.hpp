@@ -404,24 +404,26 @@ inline std::size_t forward_scratch_size_of(const rshape* shapes, const int* oper
     }
 }
 
-/// The memory a program's forward alone uses, first fit by lifetime from offset 0: the floats
-/// kept in bf16 only (node i with transient(i), `elems(i)` elements, from its forward to last[i],
-/// its last forward reader's) and the ops' forward scratch (fs_size[i] elements, rounded by
-/// `round`, during node i's forward). Writes node i's offset into offset[i]; returns the extent.
-/// program::plan() lays its arena out so, and program::summary() counts it so.
+/// The memory a pass's forward alone uses, first fit by lifetime from offset 0: the floats kept
+/// in bf16 only (node i with transient(i), `elems(i)` elements, from its forward to last[i], its
+/// last forward reader's; at value_offset[i]) and the ops' forward scratch (fs_size[i] elements,
+/// rounded by `round`, during node i's forward; at fs_offset[i]). A node may have both: an
+/// affine_gelu whose activation a sum also reads. Returns the extent. program::plan() and a
+/// repeat's frame (cell_frame) lay their memory out so, and program::summary() counts it so.
 template <std::size_t N, class Transient, class Elems, class Round>
 inline std::size_t place_forward_transients(Transient&& transient, const std::array<std::size_t, N>& last, Elems&& elems,
                                             const std::array<std::size_t, N>& fs_size, Round&& round,
-                                            std::array<std::size_t, N>& offset) {
-    std::array<lifetime, N> blocks{};
-    std::array<std::size_t, N> node{}, at{};
-    std::array<std::pair<std::size_t, std::size_t>, N> taken{};
+                                            std::array<std::size_t, N>& value_offset, std::array<std::size_t, N>& fs_offset) {
+    std::array<lifetime, 2 * N> blocks{};
+    std::array<std::size_t, 2 * N> slot{}, at{};  // slot: i for node i's float, N + i for its forward scratch
+    std::array<std::pair<std::size_t, std::size_t>, 2 * N> taken{};
     std::size_t n = 0;
-    for (std::size_t i = 0; i < N; ++i)
-        if (transient(i)) blocks[n] = {i, last[i], elems(i)}, node[n++] = i;
-        else if (fs_size[i]) blocks[n] = {i, i, round(fs_size[i])}, node[n++] = i;
+    for (std::size_t i = 0; i < N; ++i) {
+        if (transient(i)) blocks[n] = {i, last[i], elems(i)}, slot[n++] = i;
+        if (fs_size[i]) blocks[n] = {i, i, round(fs_size[i])}, slot[n++] = N + i;
+    }
     const std::size_t extent = place_by_lifetime(n, blocks.data(), at.data(), taken.data());
-    for (std::size_t a = 0; a < n; ++a) offset[node[a]] = at[a];
+    for (std::size_t a = 0; a < n; ++a) (slot[a] < N ? value_offset[slot[a]] : fs_offset[slot[a] - N]) = at[a];
     return extent;
 }
 

@@ -750,10 +750,11 @@ private:
             const std::size_t extent = detail::place_forward_transients(
                 [](std::size_t i) { return float_transient(i); }, only_plan.last,
                 [this](std::size_t i) { return round_up_elems<T>(shapes_[i].size()); }, fs_size,
-                [](std::size_t e) { return round_up_elems<T>(e); }, at);
-            for (std::size_t i = 0; i < N; ++i)
+                [](std::size_t e) { return round_up_elems<T>(e); }, at, fs_off);
+            for (std::size_t i = 0; i < N; ++i) {
                 if (float_transient(i)) val_off[i] = off + at[i];
-                else if (fs_size[i]) fs_off[i] = off + at[i];
+                if (fs_size[i]) fs_off[i] += off;
+            }
             off += extent;
         }
         if (arena_.size() < off) arena_.resize(off);

@@ -444,12 +444,12 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
             return std::array<std::size_t (*)(const rshape*, const int*, std::size_t, std::size_t, int), N>{
                 &forward_scratch_size_of<op_of_t<typename G::template node_t<I>>, G::arity[I]>...};
         }(std::make_index_sequence<N>{});
-        std::array<std::size_t, N> fs_size{}, offset{};
+        std::array<std::size_t, N> fs_size{}, offset{}, fs_offset{};
         for (std::size_t i = 0; i < N; ++i) fs_size[i] = forward_scratch_fns[i](shapes.data(), &G::operands[0][0], G::max_arity, i, shadows);
         value_elems += place_forward_transients(
             [](std::size_t i) { return P::bf16_only_nodes[i] && !G::aliases[i] && !P::bf16_no_float_nodes[i]; }, P::bf16_only_last,
             [&](std::size_t i) { return round_up_elems<T>(shapes[i].size()); }, fs_size, [](std::size_t e) { return round_up_elems<T>(e); },
-            offset);
+            offset, fs_offset);
     }
     std::size_t arena = value_elems + adjoint_elems + scratch_elems;
     if constexpr (by_lifetime) {
