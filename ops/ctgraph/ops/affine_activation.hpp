@@ -16,13 +16,15 @@
 // What backward keeps: z, in the op's scratch (op.hpp, scratch_size), as T; rounded to bf16 where
 // the program keeps values that VJPs read in bf16 (options::bf16_saved: the fifth argument of
 // scratch_size is 3) and the activation's derivative tolerates it (Fn::df_from_bf16_x: GELU), as
-// the composed program keeps GELU's input. The activation's derivative must come from its input
-// alone (Fn::df_reads_y = false: GELU, GELU erf, ReLU).
+// the composed program keeps GELU's input; z's float then lives only while forward runs, in memory
+// the engine places for it (op.hpp, forward_scratch_size: in a repeat, the adjoint block). The
+// activation's derivative must come from its input alone (Fn::df_reads_y = false: GELU, GELU erf,
+// ReLU).
 //
-// The same bits as the composed graph, value and every gradient, in float, double and bf16, at any
-// thread count, where `out` is a multiple of the SIMD width (every real layer): elsewhere the row
+// The same bits as the composed graph (value and every gradient; float, double and bf16; one and
+// two threads) where `out` is a multiple of the SIMD width (every real layer): elsewhere the row
 // ends fall on the activation's scalar form, which may differ from its SIMD form in the last bit.
-// Tested against the composed graph and by finite differences (tests/test_fused_ops.cpp, test_bf16.cpp).
+// Tested against the composed graph and by finite differences (tests/test_affine_activation.cpp).
 #pragma once
 #include <algorithm>
 #include <array>
