@@ -117,9 +117,9 @@ struct affine_activation_op : affine_shape_rule {
             T* out = rounded ? buf : dz.data() + r * N + c0;
             const std::size_t at = r * N + c0;
             if (z16) {
-                if constexpr (std::is_same_v<T, float>) derivative_times(n, out, gy + at, zb + at);
+                if constexpr (std::is_same_v<T, float>) unary_op<Fn>::vjp_piece(n, out, gy + at, zb + at);
             } else {
-                derivative_times(n, out, gy + at, z + at);
+                unary_op<Fn>::vjp_piece(n, out, gy + at, z + at);
             }
             return out;
         };
@@ -130,25 +130,6 @@ struct affine_activation_op : affine_shape_rule {
         const kernels::bf16_bits* dzb = rounded ? dz16.data() : nullptr;
         kernels::gemm_together<T, 2>({kernels::gemm_args<T>{false, true, M, K, N, T(1), dzf, N, c.x_data(1), N, c.fresh(0) ? T(0) : T(1), gx, K, nullptr, c.run.bf16, dzb, c.xb[1]},
                                       kernels::gemm_args<T>{true, false, K, N, M, T(1), c.x_data(0), K, dzf, N, c.fresh(1) ? T(0) : T(1), gw, N, nullptr, c.run.bf16, c.xb[0], dzb}});
-    }
-
-    /// out[i] = gy[i] f'(z[i]) for i < n, z as T or bf16 bits (widened exactly), with the SIMD form
-    /// over whole batches and the scalar one after: kernels::map_into's elements.
-    template <class T, class Z>
-    static void derivative_times(std::size_t n, T* out, const T* gy, const Z* z) {
-        using V = kernels::batch<T>;
-        constexpr std::size_t W = V::size;
-        std::size_t i = 0;
-        if (!kernels::scalar_only())
-            for (; i + W <= n; i += W) {
-                const V zv = kernels::load_lanes<V>(z + i);
-                (V::load_unaligned(gy + i) * Fn::df(zv, zv)).store_unaligned(out + i);
-            }
-        for (; i < n; ++i) {
-            T zi;
-            if constexpr (std::is_same_v<Z, T>) zi = z[i]; else zi = kernels::from_bf16(z[i]);
-            out[i] = gy[i] * Fn::df(zi, zi);
-        }
     }
 };
 }  // namespace ops

@@ -82,6 +82,25 @@ struct unary_op {
             for (; i + W <= n; i += W) Fn::f(kernels::batch<T>::load_unaligned(x + i)).store_unaligned(y + i);
         for (; i < n; ++i) y[i] = Fn::f(x[i]);
     }
+    /// out[i] = gy[i] f'(x[i]) for i < n, on this thread, for an Fn whose df ignores y; x as T or
+    /// bf16 bits (widened exactly). The elements kernels::map_into gives the SIMD and the scalar
+    /// form (affine_activation.hpp's VJP, a row piece at a time).
+    template <class T, class X>
+    static void vjp_piece(std::size_t n, T* out, const T* gy, const X* x) {
+        static_assert(!vjp_reads_result);
+        constexpr std::size_t W = kernels::batch<T>::size;
+        std::size_t i = 0;
+        if (!kernels::scalar_only())
+            for (; i + W <= n; i += W) {
+                const auto xv = kernels::load_lanes<kernels::batch<T>>(x + i);
+                (kernels::batch<T>::load_unaligned(gy + i) * Fn::df(xv, xv)).store_unaligned(out + i);
+            }
+        for (; i < n; ++i) {
+            T xi;
+            if constexpr (std::is_same_v<X, T>) xi = x[i]; else xi = kernels::from_bf16(x[i]);
+            out[i] = gy[i] * Fn::df(xi, xi);
+        }
+    }
     template <class T>
     static void backward(op_io<T, 1>& c) {
         if (!c.gx[0]) return;
