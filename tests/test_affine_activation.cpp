@@ -8,7 +8,10 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <random>
+#include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
@@ -106,6 +109,15 @@ TEST_CASE("affine_gelu, affine_gelu_erf and affine_relu pass finite differences"
     CHECK(check_gradients(affine_gelu(X4{}, param<"W", 4, 3>{}, param<"b", 3>{}), {.dims = {{'B', 1}}}) > 0);  // one row
     // x read twice: its adjoint's first writer assigns, the second adds.
     CHECK(check_gradients(affine_gelu(X4{}, param<"W", 4, 4>{}, param<"b", 4>{}) + tanh(X4{})) > 0);
+    // In a scan's step and a repeat's layer: dz in the step's adjoint block, beside live adjoints
+    // (op.hpp, backward_scratch_size).
+    const auto cell = [](auto h, auto x) {
+        return tanh(affine(affine_gelu(x, param<"W", 4, 8>{}, param<"b", 8>{}), param<"V", 8, 3>{}, param<"c", 3>{}) + h);
+    };
+    CHECK(check_gradients(scan<3>(cell, input<"xs", T, B, 4>{}), {.dims = {{'T', 4}, {'B', 2}}}) > 0);
+    CHECK(check_gradients(repeat<2, "blocks.">([](auto h) { return h + affine(affine_gelu(h, param<"W", 4, 8>{}, param<"b", 8>{}),
+                                                                             param<"V", 8, 4>{}, param<"c", 4>{}); },
+                                               X4{}), {.dims = {{'B', 3}}}) > 0);
 }
 
 TEST_CASE("affine_gelu, affine_gelu_erf and affine_relu equal the composed graph, value and every gradient", "[fused]") {
@@ -249,4 +261,70 @@ TEST_CASE("affine_gelu keeps its pre-activation in bf16 where the composed progr
     // and the summary counts the forward scratch as the planner places it
     CHECK(f.summary({{'B', 300}}).arena_bytes == f.arena_elements() * sizeof(float));
     CHECK(c.summary({{'B', 300}}).arena_bytes == c.arena_elements() * sizeof(float));
+}
+
+namespace {
+/// The kernels' scratch (kernels::scratch_stack) that a new thread holds after running `run`: the
+/// most its kernels and ops took at once beyond the memory the engine planned for them.
+template <class F>
+std::size_t kernel_scratch_after(F&& run) {
+    std::size_t bytes = 0;
+    std::exception_ptr failed;
+    std::thread thread([&] {
+        try {
+            run();
+            bytes = kernels::scratch_stack::here().capacity();
+        } catch (...) {
+            failed = std::current_exception();
+        }
+    });
+    thread.join();
+    if (failed) std::rethrow_exception(failed);
+    return bytes;
+}
+
+/// Two training steps of `loss` (options Opt) over 2048 rows on the calling thread.
+template <options Opt, class Loss>
+void train_two_steps(Loss loss, const std::vector<float>& h, const std::vector<float>& t) {
+    auto p = compile<float, Opt>(loss);
+    p.params().init(7);
+    auto opt = optim::adamw<float>(1e-3);
+    for (int step = 0; step < 2; ++step) {
+        p.feed("h", h.data(), rshape{2, {2048, 16}});
+        p.feed("t", t.data(), rshape{2, {2048, 16}});
+        if (!std::isfinite(train_step(p, opt))) throw std::runtime_error("the loss is not finite");
+    }
+}
+}  // namespace
+
+TEST_CASE("affine_gelu's pre-activation and its adjoint live in memory the engine plans, not in the kernels' scratch",
+          "[bf16][fused]") {
+    const kernels::bf16_engine saved_engine = kernels::get_bf16_engine();
+    testing::pool_threads pool(1);  // every kernel on the calling thread: its scratch is all there is
+    using H = input<"h", B, 16>;
+    using W1 = param<"W1", 16, 1024>;
+    using B1 = param<"b1", 1024>;
+    using W2 = param<"W2", 1024, 16>;
+    using B2 = param<"b2", 16>;
+    const auto one = mse_loss(affine(affine_gelu(H{}, W1{}, B1{}), W2{}, B2{}), input<"t", B, 16>{});
+    const auto layered =
+        mse_loss(repeat<2, "blocks.">([](auto h) { return h + affine(affine_gelu(h, W1{}, B1{}), W2{}, B2{}); }, H{}), input<"t", B, 16>{});
+    const auto h = randoms<float>(2048 * 16, 51), t = randoms<float>(2048 * 16, 52);
+    // 2048 x 1024: z in float is 8 MiB, dz in bf16 4 MiB. The products take about 1 MiB (the
+    // emulation's blocks), the reserve is 1 MiB: an op taking z or dz from the kernels would show.
+    const std::size_t limit = 2048 * 1024 * 2;
+    INFO("kernel scratch reserve " << kernels::scratch_stack::scratch_reserve_bytes);
+    // float: z is kept (the op's scratch), dz is backward scratch, placed with the adjoints
+    CHECK(kernel_scratch_after([&] { train_two_steps<options{}>(one, h, t); }) < limit);
+    CHECK(kernel_scratch_after([&] { train_two_steps<options{}>(layered, h, t); }) < limit);
+    // bf16: z kept rounded, its float forward scratch (placed with the transients), dz in bf16
+    std::vector<kernels::bf16_engine> engines{kernels::bf16_engine::emulated};
+    if (kernels::bf16_engine_available(kernels::bf16_engine::onednn)) engines.push_back(kernels::bf16_engine::onednn);
+    for (const kernels::bf16_engine engine : engines) {
+        kernels::set_bf16_engine(engine);
+        INFO(kernels::bf16_engine_name(engine));
+        CHECK(kernel_scratch_after([&] { train_two_steps<options{.precision = precision::bf16}>(one, h, t); }) < limit);
+        CHECK(kernel_scratch_after([&] { train_two_steps<options{.precision = precision::bf16}>(layered, h, t); }) < limit);
+    }
+    kernels::set_bf16_engine(saved_engine);
 }

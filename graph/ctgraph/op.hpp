@@ -62,6 +62,12 @@
 //     // reads them (in a repeat's layers, memory that backward uses for adjoints) and forward gets it
 //     // as c.transient; elsewhere c.transient is null and the op takes its own (kernels::scratch).
 //     static std::size_t forward_scratch_size(const ctg::rshape& y, const std::array<ctg::rshape, K>& x, int bf16);
+//     // optional: elements of T that backward needs only while it runs (affine_activation's dZ).
+//     // A training program places it with the adjoints that are live during the node's VJP (in a
+//     // scan's or repeat's step, by lifetime in the adjoint block; in a program, where forward's
+//     // transients were) and backward gets it as c.transient; where it gets none, or a smaller one
+//     // than it needs, the op takes its own (kernels::scratch).
+//     static std::size_t backward_scratch_size(const ctg::rshape& y, const std::array<ctg::rshape, K>& x, int bf16);
 //     // optional: the values backward reads, as a mask: bit k for operand k's, ctg::reads_result for
 //     // c.y and c.scratch (absent: all of them). A repeat under options::recompute does not rerun a
 //     // layer's nodes whose values no VJP reads (a GPT block's second FFN product and the sum after it).
@@ -182,7 +188,7 @@ struct op_io {
     view y, gy;                              // output value; its adjoint (backward only)
     std::array<view, K> x{}, gx{};           // operand values; their adjoints (null: not needed)
     view scratch{};                          // op-private memory (scratch_size elements of T)
-    view transient{};                        // forward only: forward_scratch_size elements of T, or null
+    view transient{};                        // memory for this call alone: forward_scratch_size or backward_scratch_size elements of T, or null
     std::array<std::string_view, K> x_name{};  // operand names for error messages
     std::string_view node_name{};            // this node, e.g. "%7 embedding"
     run_info run{};                          // training or not; random stream of this node

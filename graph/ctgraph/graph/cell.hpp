@@ -193,6 +193,9 @@ struct cell_frame {
     // With only: node i's forward scratch (op.hpp, forward_scratch_size; fs_size[i] elements) at
     // fs_off[i] of that block, live during its forward alone.
     std::array<std::size_t, N> fs_off{}, fs_size{};
+    // Node i's backward scratch (op.hpp, backward_scratch_size; bs_size[i] elements) at bs_off[i] of
+    // the adjoint block, live during its VJP alone (place_adjoints; not in a forward-only frame).
+    std::array<std::size_t, N> bs_off{}, bs_size{};
     // With only: whether values that VJPs read rounded are kept in bf16 only too (run_info::bf16_saved).
     bool saved = false;
     /// The values in bf16 only, and the shadows, of this frame (with only).
@@ -284,28 +287,36 @@ struct cell_frame {
     /// other's first writer (j1 > fw2). First fit, in the order they become live: a Transformer
     /// block's adjoints take about a third of their sum.
     /// An adjoint shared with an alias's (Info::adj_root) is live from the alias's first writer
-    /// until the lowest sharing node's VJP.
+    /// until the lowest sharing node's VJP. An op's backward scratch (bs_size) is live during its
+    /// VJP alone, placed after the adjoints that become live by then.
     void place_adjoints() {
-        std::array<std::size_t, N> order{}, lowest{};
+        // order: N + i for node i's backward scratch, j for adjoint j
+        std::array<std::size_t, 2 * N> order{};
+        std::array<std::size_t, N> lowest{};
         std::size_t n = 0;
         for (std::size_t i = 0; i < N; ++i) lowest[i] = i;
         for (std::size_t i = 0; i < N; ++i)
-            if (Info::computed[i] && i != Info::out) {
+            if (Info::computed[i]) {
+                if (bs_size[i]) order[n++] = N + i;
+                if (i == Info::out) continue;
                 if (Info::adj_root[i] == i) order[n++] = i;
                 else lowest[Info::adj_root[i]] = std::min(lowest[Info::adj_root[i]], i);
             }
+        // Backward time runs from node N - 1 down: adjoint j is live at steps N - first_writer[j] ..
+        // N - j, node i's backward scratch at step N - i.
+        const auto first = [](std::size_t a) { return a < N ? N - Info::first_writer[a] : N - (a - N); };
         std::sort(order.begin(), order.begin() + n,
-                  [](std::size_t x, std::size_t y) { return Info::first_writer[x] > Info::first_writer[y]; });
-        // Backward time runs from node N - 1 down: adjoint j is live at steps N - first_writer[j] .. N - j.
-        std::array<lifetime, N> blocks{};
-        std::array<std::size_t, N> offset{};
-        std::array<std::pair<std::size_t, std::size_t>, N> taken{};
+                  [&](std::size_t x, std::size_t y) { return first(x) != first(y) ? first(x) < first(y) : x < y; });
+        std::array<lifetime, 2 * N> blocks{};
+        std::array<std::size_t, 2 * N> offset{};
+        std::array<std::pair<std::size_t, std::size_t>, 2 * N> taken{};
         for (std::size_t a = 0; a < n; ++a) {
             const std::size_t j = order[a];
-            blocks[a] = {N - Info::first_writer[j], N - lowest[j], round_up_lines(shapes[j].size())};
+            blocks[a] = j < N ? lifetime{first(j), N - lowest[j], round_up_lines(shapes[j].size())}
+                              : lifetime{first(j), first(j), round_up_lines(bs_size[j - N])};
         }
         adj_block = place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
-        for (std::size_t a = 0; a < n; ++a) adj_off[order[a]] = offset[a];
+        for (std::size_t a = 0; a < n; ++a) (order[a] < N ? adj_off[order[a]] : bs_off[order[a] - N]) = offset[a];
         for (std::size_t i = 0; i < N; ++i)
             if (Info::computed[i] && i != Info::out && Info::adj_root[i] != i) adj_off[i] = adj_off[Info::adj_root[i]];
     }
@@ -336,6 +347,12 @@ struct cell_frame {
             if (Info::computed[i] && G::aliases[i] && i != Info::out) val[i].ptr = val[std::size_t(G::operands[i][0])].ptr;
     }
 
+    /// Node i's backward scratch in a step's adjoint block (null where it has none).
+    template <class T>
+    view backward_scratch(T* adj_block_base, std::size_t i) const {
+        return {bs_size[i] ? adj_block_base + bs_off[i] : nullptr, rshape{1, {bs_size[i]}}};
+    }
+
     /// Zeroes the adjoints of one step that no VJP writes (see cell_info::orphans).
     template <class T>
     void zero_orphans(T* adj_block_base) const {
@@ -356,6 +373,11 @@ private:
     }
     template <std::size_t... I>
     void scratch_sizes(std::index_sequence<I...>) {
+        ((bs_size[I] = Info::computed[I] && !forward_only
+                           ? detail::backward_scratch_size_of<detail::op_of_t<typename G::template node_t<I>>, G::arity[I]>(
+                                 shapes.data(), &G::operands[0][0], G::max_arity, I, bf16_frame_level(shadows, only, saved))
+                           : 0),
+         ...);
         ((fs_size[I] = Info::computed[I] && only
                            ? detail::forward_scratch_size_of<detail::op_of_t<typename G::template node_t<I>>, G::arity[I]>(
                                  shapes.data(), &G::operands[0][0], G::max_arity, I, bf16_frame_level(shadows, only, saved))

@@ -46,9 +46,12 @@ struct exec_state {
     // product that reads it only as a bf16 operand (op.hpp, bf16_operands_only) gets c.x[k] null
     // and its shadow in c.xb[k].
     const bool* bf16_only = nullptr;
-    // Node i's forward scratch (op.hpp, forward_scratch_size; transient[i]), memory valid during its
-    // forward alone; the array null where none is placed (the op then takes its own).
-    const view* transient = nullptr;
+    // Node i's forward scratch (op.hpp, forward_scratch_size; forward_transient[i]), memory valid
+    // during its forward alone; the array null where none is placed (the op then takes its own).
+    const view* forward_transient = nullptr;
+    // Node i's backward scratch (op.hpp, backward_scratch_size; backward_transient[i]), memory valid
+    // during its VJP alone; the array null where none is placed.
+    const view* backward_transient = nullptr;
 };
 
 /// The operands an op reads as matrix-product operands (op.hpp, bf16_operands): none unless it says.
@@ -287,7 +290,6 @@ inline op_io<T, K> build_io(const exec_state& s, std::size_t i, std::uint32_t on
         if (s.bf16_only && k < 32 && ((only >> k) & 1) && s.bf16_only[j] && c.xb[k]) c.x[k].ptr = nullptr;
     }
     c.scratch = s.scratch[i];
-    if (s.transient) c.transient = s.transient[i];
     c.node_name = s.label[i];
     c.run = sub_run(s.run, i);
     return c;
@@ -340,6 +342,7 @@ template <class Op, std::size_t K, class T, bool Anomaly = false>
 [[gnu::noinline]] inline void exec_forward(const exec_state& s, std::size_t i) {
     if constexpr (!std::is_same_v<Op, no_op>) {
         auto c = build_io<T, K>(s, i, bf16_operands_only_of<Op>);
+        if (s.forward_transient) c.transient = s.forward_transient[i];
         if constexpr (std::is_same_v<T, float> && writes_bf16_result_of<Op>)  // the op writes its shadow itself
             if (s.shadow) c.yb = s.shadow[i];  // (c.y null where nothing reads the float: bf16_only_plan::no_float)
         Op::template forward<T>(c);
@@ -357,6 +360,7 @@ template <class Op, std::size_t K, bool NeedsGrad, class T, bool Anomaly = false
         // A value kept in bf16 only has no float in backward: the operands (and the result) that the
         // VJP can read rounded come as their shadow alone (vjp_reads_bf16).
         auto c = build_io<T, K>(s, i, bf16_operands_only_of<Op> | (vjp_reads_bf16_of<Op> & ~reads_result));
+        if (s.backward_transient) c.transient = s.backward_transient[i];
         if constexpr (std::is_same_v<T, float> && (vjp_reads_bf16_of<Op> & reads_result) != 0)
             if (s.bf16_only && s.bf16_only[i] && s.shadow && s.shadow[i]) c.y.ptr = nullptr, c.yb = s.shadow[i];
         if (s.adj_mode)
@@ -392,16 +396,28 @@ inline std::size_t scratch_size_of(const rshape* shapes, const int* operands, st
         return 0;
 }
 
-/// Op::forward_scratch_size (op.hpp) of node i at bf16 level `bf16`; 0 where it declares none.
+/// Op::forward_scratch_size (op.hpp) of node i at bf16 level `bf16`, or its backward_scratch_size
+/// (Backward); 0 where it declares none.
+template <class Op, std::size_t K, bool Backward = false>
+inline std::size_t transient_size_of(const rshape* shapes, const int* operands, std::size_t stride, std::size_t i, int bf16) {
+    std::array<rshape, K> xs{};
+    for (std::size_t k = 0; k < K; ++k) xs[k] = shapes[std::size_t(operands[i * stride + k])];
+    if constexpr (Backward) {
+        if constexpr (requires(const rshape& y, const std::array<rshape, K>& x) { Op::backward_scratch_size(y, x, bf16); })
+            return Op::backward_scratch_size(shapes[i], xs, bf16);
+    } else {
+        if constexpr (requires(const rshape& y, const std::array<rshape, K>& x) { Op::forward_scratch_size(y, x, bf16); })
+            return Op::forward_scratch_size(shapes[i], xs, bf16);
+    }
+    return 0;
+}
 template <class Op, std::size_t K>
 inline std::size_t forward_scratch_size_of(const rshape* shapes, const int* operands, std::size_t stride, std::size_t i, int bf16) {
-    if constexpr (requires(const rshape& y, const std::array<rshape, K>& x) { Op::forward_scratch_size(y, x, bf16); }) {
-        std::array<rshape, K> xs{};
-        for (std::size_t k = 0; k < K; ++k) xs[k] = shapes[std::size_t(operands[i * stride + k])];
-        return Op::forward_scratch_size(shapes[i], xs, bf16);
-    } else {
-        return 0;
-    }
+    return transient_size_of<Op, K, false>(shapes, operands, stride, i, bf16);
+}
+template <class Op, std::size_t K>
+inline std::size_t backward_scratch_size_of(const rshape* shapes, const int* operands, std::size_t stride, std::size_t i, int bf16) {
+    return transient_size_of<Op, K, true>(shapes, operands, stride, i, bf16);
 }
 
 /// The memory a pass's forward alone uses, first fit by lifetime from offset 0: the floats kept

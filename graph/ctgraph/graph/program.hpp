@@ -703,6 +703,13 @@ private:
          ...);
     }
     template <std::size_t... I>
+    void backward_scratch_sizes(std::array<std::size_t, N>& out, std::index_sequence<I...>) const {
+        ((out[I] = G::needs_grad[I] ? detail::backward_scratch_size_of<detail::op_of_t<node_t<I>>, G::arity[I]>(
+                                          shapes_.data(), &G::operands[0][0], G::max_arity, I, bf16_level)
+                                    : 0),
+         ...);
+    }
+    template <std::size_t... I>
     void scratch_sizes(std::array<std::size_t, N>& out, std::index_sequence<I...>) const {
         ((out[I] = detail::scratch_size_of<detail::op_of_t<node_t<I>>, G::arity[I]>(
               shapes_.data(), &G::operands[0][0], G::max_arity, I, Opt.inference, recompute,
@@ -744,6 +751,13 @@ private:
                     sh_off[i] = off;
                     off += round_up_elems<T>((shapes_[i].size() + 1) / 2);
                 }
+        // One region for what lives during forward alone and what lives during one VJP alone: the
+        // ops' backward scratch (op.hpp), all at its start (one VJP runs at a time).
+        const std::size_t transients = off;
+        std::array<std::size_t, N> bs_size{};
+        if constexpr (!Opt.inference) backward_scratch_sizes(bs_size, std::make_index_sequence<N>{});
+        std::size_t region = 0;
+        for (std::size_t i = 0; i < N; ++i) region = std::max(region, round_up_elems<T>(bs_size[i]));
         if constexpr (any_bf16_only) {  // their floats, and the ops' forward scratch (op.hpp): by lifetime, in forward
             forward_scratch_sizes(fs_size, std::make_index_sequence<N>{});
             std::array<std::size_t, N> at{};
@@ -752,11 +766,12 @@ private:
                 [this](std::size_t i) { return round_up_elems<T>(shapes_[i].size()); }, fs_size,
                 [](std::size_t e) { return round_up_elems<T>(e); }, at, fs_off);
             for (std::size_t i = 0; i < N; ++i) {
-                if (float_transient(i)) val_off[i] = off + at[i];
-                if (fs_size[i]) fs_off[i] += off;
+                if (float_transient(i)) val_off[i] = transients + at[i];
+                if (fs_size[i]) fs_off[i] += transients;
             }
-            off += extent;
+            region = std::max(region, extent);
         }
+        off += region;
         if (arena_.size() < off) arena_.resize(off);
         if (poison_) std::fill(arena_.begin(), arena_.end(), std::numeric_limits<T>::quiet_NaN());
         T* base = arena_.data();
@@ -765,6 +780,7 @@ private:
             adj_[i] = {nullptr, shapes_[i]};
             scratch_[i] = {scratch[i] ? base + scr_off[i] : nullptr, rshape{1, {scratch[i]}}};
             transient_[i] = {fs_size[i] ? base + fs_off[i] : nullptr, rshape{1, {fs_size[i]}}};
+            backward_transient_[i] = {bs_size[i] ? base + transients : nullptr, rshape{1, {bs_size[i]}}};
             if (G::kind[i] == leaf_kind::none || G::kind[i] == leaf_kind::constant)
                 val_[i].ptr = only_plan.no_float[i] ? nullptr : base + val_off[i];  // (no_float: the op writes its shadow alone)
             if (G::needs_grad[i] && G::kind[i] != leaf_kind::param) adj_[i].ptr = base + adj_off[i];
@@ -820,7 +836,7 @@ private:
                              {training_, dropout_seed_, passes_, Opt.inference, Opt.precision == precision::bf16, recompute},
                              params_fresh ? &adj_writes_after_zero.mode[0][0] : &adj_writes.mode[0][0],
                              any_shadowed ? shadow_.data() : nullptr, any_bf16_only ? only_plan.only.data() : nullptr,
-                             any_bf16_only ? transient_.data() : nullptr};
+                             any_bf16_only ? transient_.data() : nullptr, backward_transient_.data()};
         s.run.bf16_shadows = bf16_shadows;
         s.run.bf16_only = bf16_only_on;
         s.run.bf16_saved = bf16_saved_on;
@@ -977,6 +993,7 @@ private:
     aligned_vector<T> arena_;
     std::array<view, N> val_{}, adj_{}, scratch_{};
     std::array<view, N> transient_{};  // ops' forward scratch (op.hpp), with the floats kept in bf16 only
+    std::array<view, N> backward_transient_{};  // ops' backward scratch (op.hpp), where those were
     std::array<std::uint16_t*, N> shadow_{};  // bf16 shadows (shadowed; null elsewhere)
     std::array<rshape, N> shapes_{};
     std::array<aligned_vector<T>, num_outputs> seeds_{};

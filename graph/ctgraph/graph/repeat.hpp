@@ -273,6 +273,7 @@ struct repeat_op {
     struct layer_views {
         std::array<view, N> val{}, adj{}, scr{};
         std::array<view, N> fscr{};          // forward scratch (layout::fs_off), with layout::only
+        std::array<view, N> bscr{};          // backward scratch (layout::bs_off), set by backward
         std::array<std::uint16_t*, N> sh{};  // bf16 shadows (layout::shadows)
         std::array<std::string_view, N> label = G::label;  // placeholders renamed after the outer operands
     };
@@ -312,7 +313,7 @@ struct repeat_op {
         return {v.val.data(), v.adj.data(), v.scr.data(), Ly.shapes.data(), info::has_adjoint.data(), G::elem.data(), v.label.data(),
                 &G::operands[0][0], G::max_arity, detail::cell_run(run, l),
                 &adj_tables[state][params].mode[0][0], Ly.shadows ? v.sh.data() : nullptr,
-                Ly.only ? Ly.only_plan().only.data() : nullptr, Ly.only ? v.fscr.data() : nullptr};
+                Ly.only ? Ly.only_plan().only.data() : nullptr, Ly.only ? v.fscr.data() : nullptr, v.bscr.data()};
     }
 
     // ---------------------------------------------------------------- forward
@@ -355,6 +356,7 @@ struct repeat_op {
             for (std::size_t i = 0; i < N; ++i) {
                 v.adj[i].ptr = nullptr;  // stays null where nothing outside needs the adjoint
                 if (info::computed[i]) v.adj[i].ptr = adj_block + Ly.adj_off[i];
+                v.bscr[i] = Ly.backward_scratch(adj_block, i);
             }
             // This layer's output adjoint: the loss's (top layer) or what layer l+1 sent down.
             v.adj[info::out].ptr = l + 1 == L ? c.gy_data() : base + Ly.state_adj_off(l & 1);

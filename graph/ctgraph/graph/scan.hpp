@@ -384,6 +384,7 @@ struct scan_op {
     template <class T, std::size_t K>
     struct step_views {
         std::array<view, N> val{}, adj{}, scr{};
+        std::array<view, N> bscr{};  // backward scratch (cell_frame::bs_off), set by backward
     };
 
     /// Operand k's data as part p reads it: its rows of an operand with the batch axis.
@@ -433,7 +434,7 @@ struct scan_op {
     static detail::exec_state exec_of(const step_views<T, K>& v, const layout<K>& L, const run_info& run, std::size_t t) {
         return {v.val.data(), v.adj.data(), v.scr.data(), L.shapes.data(), info::has_adjoint.data(), G::elem.data(), G::label.data(),
                 &G::operands[0][0], G::max_arity, detail::cell_run(run, t),
-                &info::adj_writes.mode[0][0]};
+                &info::adj_writes.mode[0][0], nullptr, nullptr, nullptr, v.bscr.data()};
     }
 
     /// Runs part(p) for every part: on the pool's threads when there are several.
@@ -540,6 +541,7 @@ struct scan_op {
                 v.adj[i].ptr = nullptr;
                 if (info::computed[i])
                     v.adj[i].ptr = i == info::out ? gy + t * L.y_stride : adj_block + L.adj_off[i];
+                v.bscr[i] = L.backward_scratch(adj_block, i);
             }
             for (std::size_t j = 0; j < info::num_hoisted; ++j) {
                 const view& g = c.gx[first_hoisted + j];

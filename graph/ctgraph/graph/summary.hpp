@@ -438,7 +438,19 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
         scratch[i] = round_up_elems<T>(scratch[i]);
         value_elems += val[i], adjoint_elems += adj[i], scratch_elems += scratch[i];
     }
-    // those floats and the ops' forward scratch, by lifetime in forward, where values are kept in bf16 only (as program::plan)
+    // those floats and the ops' forward scratch, by lifetime in forward, where values are kept in
+    // bf16 only; the ops' backward scratch in the same region, one VJP at a time (as program::plan)
+    std::size_t backward_scratch = 0;
+    if constexpr (!Opt.inference) {
+        static constexpr auto backward_scratch_fns = []<std::size_t... I>(std::index_sequence<I...>) {
+            return std::array<std::size_t (*)(const rshape*, const int*, std::size_t, std::size_t, int), N>{
+                &backward_scratch_size_of<op_of_t<typename G::template node_t<I>>, G::arity[I]>...};
+        }(std::make_index_sequence<N>{});
+        for (std::size_t i = 0; i < N; ++i)
+            if (G::needs_grad[i])
+                backward_scratch = std::max(backward_scratch, round_up_elems<T>(backward_scratch_fns[i](
+                                                                  shapes.data(), &G::operands[0][0], G::max_arity, i, shadows)));
+    }
     if constexpr (std::find(P::bf16_only_nodes.begin(), P::bf16_only_nodes.end(), true) != P::bf16_only_nodes.end()) {
         static constexpr auto forward_scratch_fns = []<std::size_t... I>(std::index_sequence<I...>) {
             return std::array<std::size_t (*)(const rshape*, const int*, std::size_t, std::size_t, int), N>{
@@ -446,11 +458,14 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
         }(std::make_index_sequence<N>{});
         std::array<std::size_t, N> fs_size{}, offset{}, fs_offset{};
         for (std::size_t i = 0; i < N; ++i) fs_size[i] = forward_scratch_fns[i](shapes.data(), &G::operands[0][0], G::max_arity, i, shadows);
-        value_elems += place_forward_transients(
+        const std::size_t forward = place_forward_transients(
             [](std::size_t i) { return P::bf16_only_nodes[i] && !G::aliases[i] && !P::bf16_no_float_nodes[i]; }, P::bf16_only_last,
             [&](std::size_t i) { return round_up_elems<T>(shapes[i].size()); }, fs_size, [](std::size_t e) { return round_up_elems<T>(e); },
             offset, fs_offset);
+        value_elems += forward;
+        backward_scratch -= std::min(backward_scratch, forward);  // (what does not fit where forward's were)
     }
+    scratch_elems += backward_scratch;
     std::size_t arena = value_elems + adjoint_elems + scratch_elems;
     if constexpr (by_lifetime) {
         std::array<std::size_t, N> until = G::last_use;  // as program::value_until

@@ -64,6 +64,10 @@ public:
         }
     }
 
+    /// Bytes of its largest block: what the thread's kernel scratch holds between calls (the most
+    /// any frames took at once, or the reserve). Tests read it to see what ops left to the kernels.
+    std::size_t capacity() const { return blocks_.empty() ? 0 : blocks_.back().size; }
+
     struct mark {
         std::size_t block, top;  // where the frame starts
     };

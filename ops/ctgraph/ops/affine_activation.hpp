@@ -17,7 +17,8 @@
 // the program keeps values that VJPs read in bf16 (options::bf16_saved: the fifth argument of
 // scratch_size is 3) and the activation's derivative tolerates it (Fn::df_from_bf16_x: GELU), as
 // the composed program keeps GELU's input; z's float then lives only while forward runs, in memory
-// the engine places for it (op.hpp, forward_scratch_size: in a repeat, the adjoint block). The
+// the engine places for it (op.hpp, forward_scratch_size: in a repeat, the adjoint block), and
+// dz only while backward runs, in memory placed beside the adjoints (backward_scratch_size). The
 // activation's derivative must come from its input alone (Fn::df_reads_y = false: GELU, GELU erf,
 // ReLU).
 //
@@ -77,6 +78,11 @@ struct affine_activation_op : affine_shape_rule {
     static std::size_t forward_scratch_size(const rshape& y, const std::array<rshape, 3>&, int bf16) {
         return bf16 >= 3 && z_in_bf16_allowed ? y.size() : 0;
     }
+    /// dz while backward runs: in bf16 (two per T) in a program whose products read it rounded
+    /// (bf16 level 1 and up); at level 0 as T, which holds either (a bf16 program that keeps no shadows).
+    static std::size_t backward_scratch_size(const rshape& y, const std::array<rshape, 3>&, int bf16) {
+        return bf16 >= 1 ? (y.size() + 1) / 2 : y.size();
+    }
     /// Whether the scratch holds z rounded to bf16: it was sized for that (scratch_size above; a
     /// one-element z is kept as it is either way).
     template <class T>
@@ -107,14 +113,18 @@ struct affine_activation_op : affine_shape_rule {
         const T* gy = c.gy_data();
         // dz = dy f'(z), row by row in column blocks (kernels::column_sums_by: the bias gradient is
         // its column sums), into bf16 when the products read it rounded, else into T.
+        // dz in the memory the engine placed for this VJP (backward_scratch_size), else in the kernels'.
         const bool rounded = std::is_same_v<T, float> && c.run.bf16;
-        kernels::scratch<T> dz(rounded ? 0 : M * N);
-        kernels::scratch<kernels::bf16_bits> dz16(rounded ? M * N : 0);
+        const bool placed = c.transient && c.transient.size() >= (rounded ? (M * N + 1) / 2 : M * N);
+        kernels::scratch<T> own(placed || rounded ? 0 : M * N);
+        kernels::scratch<kernels::bf16_bits> own16(placed || !rounded ? 0 : M * N);
+        T* const dz = placed ? c.transient.template as<T>() : own.data();
+        kernels::bf16_bits* const dz16 = placed ? c.transient.template as<kernels::bf16_bits>() : own16.data();
         const bool z16 = z_in_bf16(c);
         const T* z = c.scratch.template as<const T>();
         const kernels::bf16_bits* zb = c.scratch.template as<const kernels::bf16_bits>();
         auto row = [&](std::size_t r, std::size_t c0, std::size_t n, T* buf) -> const T* {
-            T* out = rounded ? buf : dz.data() + r * N + c0;
+            T* out = rounded ? buf : dz + r * N + c0;
             const std::size_t at = r * N + c0;
             if (z16) {
                 if constexpr (std::is_same_v<T, float>) unary_op<Fn>::vjp_piece(n, out, gy + at, zb + at);
@@ -123,11 +133,11 @@ struct affine_activation_op : affine_shape_rule {
             }
             return out;
         };
-        kernels::column_sums_by<T>(M, N, row, gb, c.fresh(2), rounded ? dz16.data() : nullptr, rounded);
+        kernels::column_sums_by<T>(M, N, row, gb, c.fresh(2), rounded ? dz16 : nullptr, rounded);
         // The two products as one job of the pool (kernels::gemm_together), as affine's: dx (M x K)
         // (+)= dz W^T, dW (K x N) (+)= x^T dz; a missing adjoint (nullptr) is skipped.
-        const T* dzf = rounded ? nullptr : dz.data();
-        const kernels::bf16_bits* dzb = rounded ? dz16.data() : nullptr;
+        const T* dzf = rounded ? nullptr : dz;
+        const kernels::bf16_bits* dzb = rounded ? dz16 : nullptr;
         kernels::gemm_together<T, 2>({kernels::gemm_args<T>{false, true, M, K, N, T(1), dzf, N, c.x_data(1), N, c.fresh(0) ? T(0) : T(1), gx, K, nullptr, c.run.bf16, dzb, c.xb[1]},
                                       kernels::gemm_args<T>{true, false, K, N, M, T(1), c.x_data(0), K, dzf, N, c.fresh(1) ? T(0) : T(1), gw, N, nullptr, c.run.bf16, c.xb[0], dzb}});
     }
