@@ -102,6 +102,9 @@
 //     // still gets the float. Only where a rounded value is as good for the VJP as the products'
 //     // rounded operands: GELU's input, the attention weights (softmax's VJP).
 //     static constexpr std::uint32_t vjp_reads_bf16 = 0b1;  // GELU: its input
+//     // optional: how a model summary counts its FLOPs (program::summary; absent: one per element
+//     // of the largest of its result and operands, forward and per adjoint, as element-wise ops).
+//     static constexpr ctg::flop_rule flops = ctg::flop_rule::matmul;  // matmul, attention_values
 //     // optional: extra text for printing (an axis, a constant).
 //     static std::string describe();
 //   };
@@ -135,6 +138,14 @@ namespace detail {
 template <class P>
 P* offset_or_null(P* p, std::size_t off) { return p ? p + off : nullptr; }
 }  // namespace detail
+
+/// How a model summary counts an op's FLOPs (op::flops, above; graph/summary.hpp): elements, one per
+/// element (the default); matmul, a product x (..., m, k) times (k, n) or (..., k, n), its two
+/// VJPs products of the same size; matmul_transposed, x (m, k) times y (n, k)^T; affine, a product
+/// by a weight (in, out) plus a bias; affine_activation, that and an element-wise activation;
+/// scaled_dot, attention's scores Q K^T and their (masked) softmax; nested, a scan's or repeat's
+/// cell, counted node by node.
+enum class flop_rule : unsigned char { elements, matmul, matmul_transposed, affine, affine_activation, scaled_dot, nested };
 
 /// The bit of op::backward_reads that stands for the op's own result and scratch (see above).
 inline constexpr std::uint32_t reads_result = 1u << 31;

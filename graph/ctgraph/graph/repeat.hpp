@@ -147,6 +147,7 @@ struct repeat_op {
     /// Assigns adjoints: the repeat writes every fresh operand adjoint itself (see backward).
     static constexpr bool assigns_adjoints = true;
     static constexpr std::string_view name = "repeat";
+    static constexpr flop_rule flops = flop_rule::nested;  // how summaries count it (op.hpp)
     static_assert(L >= 1, "ctg::repeat: at least one layer");
     /// The stacked parameters' adjoints are written row by row, layer l's row only by layer l's
     /// backward: the program may report each row final after its layer (run_info::after_layer).

@@ -166,6 +166,7 @@ struct scan_op {
     static constexpr int input_node =
         detail::find_role_impl<CellOut, 1>(std::make_index_sequence<N>{});
     static constexpr std::string_view name = "scan";
+    static constexpr flop_rule flops = flop_rule::nested;  // how summaries count it (op.hpp)
 
     template <class Xs, class... R>
     static consteval bool check() { return true; }

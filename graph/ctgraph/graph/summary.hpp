@@ -198,24 +198,17 @@ template <class C, int L, std::size_t E, std::uint64_t M>
 struct repeat_layers<ops::repeat_op<C, L, E, M>> {
     static constexpr std::size_t value = std::size_t(L);
 };
+template <class Op>
+inline constexpr bool is_repeat = false;
+template <class C, int L, std::size_t E, std::uint64_t M>
+inline constexpr bool is_repeat<ops::repeat_op<C, L, E, M>> = true;
 
-/// How a node's FLOPs are counted (see the file comment): a table per graph, so that one
-/// non-template function counts every node and only repeat and scan instantiate code of their own.
-enum class flop_rule : unsigned char { elements, matmul, matmul_transposed, affine, affine_activation, scaled_dot, nested };
+/// How a node's FLOPs are counted (see the file comment): the op's flops (op.hpp), else one per
+/// element; a table per graph, so that one non-template function counts every node and only
+/// repeat and scan instantiate code of their own.
 template <class Op>
 consteval flop_rule flop_rule_of() {
-    if constexpr (std::is_same_v<Op, no_op>) {
-        return flop_rule::elements;
-    } else {
-        constexpr std::string_view name = Op::name;
-        if (name == "matmul" || name == "attention_values") return flop_rule::matmul;  // (the whole P V)
-        if (name == "matmul_transposed") return flop_rule::matmul_transposed;
-        if (name == "affine") return flop_rule::affine;
-        if (name.starts_with("affine_")) return flop_rule::affine_activation;  // affine_gelu, ...: as affine, then the activation
-        if (name == "scaled_dot_weights") return flop_rule::scaled_dot;
-        if (name == "repeat" || name == "scan") return flop_rule::nested;
-        return flop_rule::elements;
-    }
+    if constexpr (requires { Op::flops; }) return flop_rule(Op::flops); else return flop_rule::elements;
 }
 
 /// The FLOPs of a node of rule r (all but nested) from its shapes: y its result, x[0..k) its
@@ -310,7 +303,7 @@ flop_count nested_flops(const rshape* xp, const bool* gx, bool vjp, bool forward
         std::array<bool, BN> g{}, runs{};
         for (std::size_t i = 0; i < BN; ++i) g[i] = info::computed[i], runs[i] = vjp && !BG::is_index[i];
         if constexpr (Op::state_node >= 0) g[std::size_t(Op::state_node)] = state_grad;
-        if constexpr (Op::name == "repeat") {
+        if constexpr (is_repeat<Op>) {
             for (std::size_t e = 0; e + 1 < Op::extra_nodes.size(); ++e)
                 if (Op::extra_nodes[e] >= 0) g[std::size_t(Op::extra_nodes[e])] = gx[1 + e];
             for (std::size_t p = 0; p < Op::P; ++p) g[info::step_params[p]] = gx[Op::first_param + p];
@@ -322,7 +315,7 @@ flop_count nested_flops(const rshape* xp, const bool* gx, bool vjp, bool forward
         return graph_flops<BG>(Ly.shapes.data(), info::computed.data(), g.data(), runs.data(), forward_only);
     };
     flop_count f;
-    if constexpr (Op::name == "repeat") {  // layer 0's input adjoint is the operand's; the others' the layer below's
+    if constexpr (is_repeat<Op>) {  // layer 0's input adjoint is the operand's; the others' the layer below's
         const auto Ly = Op::plan(x, forward_only, recompute);
         constexpr std::size_t L = repeat_layers<Op>::value;
         f = body(Ly, true).times(L - 1);

@@ -37,6 +37,7 @@ struct affine_shape_rule {
 
 struct affine_op : affine_shape_rule {
     static constexpr std::string_view name = "affine";
+    static constexpr flop_rule flops = flop_rule::affine;  // how summaries count it (op.hpp)
     template <class X, class W, class B>
     static consteval bool rows_independent() { return true; }  // see op.hpp
     static constexpr bool weight_adjoint_is_xt_dy = true;  // see op.hpp

@@ -54,6 +54,7 @@ struct affine_activation_op : affine_shape_rule {
         return s;
     }();
     static constexpr std::string_view name{name_chars.data(), name_chars.size()};  // "affine_gelu"
+    static constexpr flop_rule flops = flop_rule::affine_activation;  // as affine, then the activation (op.hpp)
     template <class X, class W, class B>
     static consteval bool rows_independent() { return true; }  // see op.hpp
     static constexpr bool assigns_adjoints = true;

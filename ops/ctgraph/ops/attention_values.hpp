@@ -27,6 +27,7 @@ namespace ops {
 template <class Mask>
 struct attention_values_op {
     static constexpr std::string_view name = "attention_values";
+    static constexpr flop_rule flops = flop_rule::matmul;  // how summaries count it (op.hpp): the whole P V
     static constexpr bool assigns_adjoints = true;
     static constexpr std::uint32_t bf16_operands = 0b11;  // P and V: their bf16 shadows, io.xb (see op.hpp)
     static constexpr std::uint32_t bf16_operands_only = 0b11;  // read nowhere but in the products (see op.hpp)

@@ -16,6 +16,7 @@ namespace ctg {
 namespace ops {
 struct matmul_op {
     static constexpr std::string_view name = "matmul";
+    static constexpr flop_rule flops = flop_rule::matmul;  // how summaries count it (op.hpp)
     template <class A, class B>
     static consteval bool rows_independent() { return true; }  // row r of A (or batch r) gives row r (see op.hpp)
     static constexpr bool weight_adjoint_is_xt_dy = true;  // for a (K, N) operand 1 (see op.hpp)

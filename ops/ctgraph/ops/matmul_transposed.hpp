@@ -18,6 +18,7 @@ namespace ctg {
 namespace ops {
 struct matmul_transposed_op {
     static constexpr std::string_view name = "matmul_transposed";
+    static constexpr flop_rule flops = flop_rule::matmul_transposed;  // how summaries count it (op.hpp)
     template <class A, class B>
     static consteval bool rows_independent() { return true; }  // row r of a gives row r (see op.hpp)
     static constexpr bool assigns_adjoints = true;

@@ -27,6 +27,7 @@ namespace ops {
 template <cval Scale, class Mask>
 struct scaled_dot_weights_op {
     static constexpr std::string_view name = "scaled_dot_weights";
+    static constexpr flop_rule flops = flop_rule::scaled_dot;  // how summaries count it (op.hpp)
     static constexpr double c = Scale.value();
     static constexpr bool assigns_adjoints = true;
     static constexpr std::uint32_t bf16_operands = 0b11;  // q and k: their bf16 shadows, io.xb (see op.hpp)
