@@ -261,6 +261,17 @@ TEST_CASE("affine_gelu keeps its pre-activation in bf16 where the composed progr
     // and the summary counts the forward scratch as the planner places it
     CHECK(f.summary({{'B', 300}}).arena_bytes == f.arena_elements() * sizeof(float));
     CHECK(c.summary({{'B', 300}}).arena_bytes == c.arena_elements() * sizeof(float));
+    // A float program: z kept as T, dz in backward scratch (one region, one VJP at a time), which
+    // the summary counts as the planner places it.
+    auto d = compile<double>(loss);
+    const auto hd = randoms<double>(300 * 16, 1), td = randoms<double>(300 * 16, 2);
+    d.feed("h", hd.data(), rshape{2, {300, 16}});
+    d.feed("t", td.data(), rshape{2, {300, 16}});
+    d.forward();
+    CHECK(Ws::backward_scratch_size(y, x, 0) == 640);
+    CHECK(Ws::backward_scratch_size(y, x, 1) == 320);  // bf16 products: dz rounded
+    CHECK(d.summary({{'B', 300}}).arena_bytes == d.arena_elements() * sizeof(double));
+    CHECK(d.summary({{'B', 300}}).scratch_bytes >= 300 * 64 * 2 * sizeof(double));  // z kept, and dz
 }
 
 namespace {
