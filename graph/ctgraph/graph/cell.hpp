@@ -374,12 +374,12 @@ private:
     template <std::size_t... I>
     void scratch_sizes(std::index_sequence<I...>) {
         ((bs_size[I] = Info::computed[I] && !forward_only
-                           ? detail::backward_scratch_size_of<detail::op_of_t<typename G::template node_t<I>>, G::arity[I]>(
+                           ? detail::transient_size_of<detail::op_of_t<typename G::template node_t<I>>, G::arity[I], true>(
                                  shapes.data(), &G::operands[0][0], G::max_arity, I, bf16_frame_level(shadows, only, saved))
                            : 0),
          ...);
         ((fs_size[I] = Info::computed[I] && only
-                           ? detail::forward_scratch_size_of<detail::op_of_t<typename G::template node_t<I>>, G::arity[I]>(
+                           ? detail::transient_size_of<detail::op_of_t<typename G::template node_t<I>>, G::arity[I], false>(
                                  shapes.data(), &G::operands[0][0], G::max_arity, I, bf16_frame_level(shadows, only, saved))
                            : 0),
          ...);

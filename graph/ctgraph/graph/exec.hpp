@@ -411,14 +411,6 @@ inline std::size_t transient_size_of(const rshape* shapes, const int* operands, 
     }
     return 0;
 }
-template <class Op, std::size_t K>
-inline std::size_t forward_scratch_size_of(const rshape* shapes, const int* operands, std::size_t stride, std::size_t i, int bf16) {
-    return transient_size_of<Op, K, false>(shapes, operands, stride, i, bf16);
-}
-template <class Op, std::size_t K>
-inline std::size_t backward_scratch_size_of(const rshape* shapes, const int* operands, std::size_t stride, std::size_t i, int bf16) {
-    return transient_size_of<Op, K, true>(shapes, operands, stride, i, bf16);
-}
 
 /// The memory a pass's forward alone uses, first fit by lifetime from offset 0: the floats kept
 /// in bf16 only (node i with transient(i), `elems(i)` elements, from its forward to last[i], its

@@ -696,17 +696,12 @@ private:
         return s;
     }
 
-    template <std::size_t... I>
-    void forward_scratch_sizes(std::array<std::size_t, N>& out, std::index_sequence<I...>) const {
-        ((out[I] = detail::forward_scratch_size_of<detail::op_of_t<node_t<I>>, G::arity[I]>(shapes_.data(), &G::operands[0][0],
-                                                                                            G::max_arity, I, bf16_level)),
-         ...);
-    }
-    template <std::size_t... I>
-    void backward_scratch_sizes(std::array<std::size_t, N>& out, std::index_sequence<I...>) const {
-        ((out[I] = G::needs_grad[I] ? detail::backward_scratch_size_of<detail::op_of_t<node_t<I>>, G::arity[I]>(
-                                          shapes_.data(), &G::operands[0][0], G::max_arity, I, bf16_level)
-                                    : 0),
+    /// The ops' forward scratch (op.hpp), or their backward scratch (of the nodes whose VJP runs).
+    template <bool Backward, std::size_t... I>
+    void transient_sizes(std::array<std::size_t, N>& out, std::index_sequence<I...>) const {
+        ((out[I] = !Backward || G::needs_grad[I] ? detail::transient_size_of<detail::op_of_t<node_t<I>>, G::arity[I], Backward>(
+                                                       shapes_.data(), &G::operands[0][0], G::max_arity, I, bf16_level)
+                                                 : 0),
          ...);
     }
     template <std::size_t... I>
@@ -755,11 +750,11 @@ private:
         // ops' backward scratch (op.hpp), all at its start (one VJP runs at a time).
         const std::size_t transients = off;
         std::array<std::size_t, N> bs_size{};
-        if constexpr (!Opt.inference) backward_scratch_sizes(bs_size, std::make_index_sequence<N>{});
+        if constexpr (!Opt.inference) transient_sizes<true>(bs_size, std::make_index_sequence<N>{});
         std::size_t region = 0;
         for (std::size_t i = 0; i < N; ++i) region = std::max(region, round_up_elems<T>(bs_size[i]));
         if constexpr (any_bf16_only) {  // their floats, and the ops' forward scratch (op.hpp): by lifetime, in forward
-            forward_scratch_sizes(fs_size, std::make_index_sequence<N>{});
+            transient_sizes<false>(fs_size, std::make_index_sequence<N>{});
             std::array<std::size_t, N> at{};
             const std::size_t extent = detail::place_forward_transients(
                 [](std::size_t i) { return float_transient(i); }, only_plan.last,

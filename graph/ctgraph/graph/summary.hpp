@@ -433,24 +433,22 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
     }
     // those floats and the ops' forward scratch, by lifetime in forward, where values are kept in
     // bf16 only; the ops' backward scratch in the same region, one VJP at a time (as program::plan)
-    std::size_t backward_scratch = 0;
-    if constexpr (!Opt.inference) {
-        static constexpr auto backward_scratch_fns = []<std::size_t... I>(std::index_sequence<I...>) {
+    // node i's forward (Backward false) or backward scratch at these shapes (op.hpp)
+    auto transient_size = [&]<bool Backward>(std::size_t i) {
+        static constexpr auto fns = []<std::size_t... I>(std::index_sequence<I...>) {
             return std::array<std::size_t (*)(const rshape*, const int*, std::size_t, std::size_t, int), N>{
-                &backward_scratch_size_of<op_of_t<typename G::template node_t<I>>, G::arity[I]>...};
+                &transient_size_of<op_of_t<typename G::template node_t<I>>, G::arity[I], Backward>...};
         }(std::make_index_sequence<N>{});
+        return fns[i](shapes.data(), &G::operands[0][0], G::max_arity, i, shadows);
+    };
+    std::size_t backward_scratch = 0;
+    if constexpr (!Opt.inference)
         for (std::size_t i = 0; i < N; ++i)
             if (G::needs_grad[i])
-                backward_scratch = std::max(backward_scratch, round_up_elems<T>(backward_scratch_fns[i](
-                                                                  shapes.data(), &G::operands[0][0], G::max_arity, i, shadows)));
-    }
+                backward_scratch = std::max(backward_scratch, round_up_elems<T>(transient_size.template operator()<true>(i)));
     if constexpr (std::find(P::bf16_only_nodes.begin(), P::bf16_only_nodes.end(), true) != P::bf16_only_nodes.end()) {
-        static constexpr auto forward_scratch_fns = []<std::size_t... I>(std::index_sequence<I...>) {
-            return std::array<std::size_t (*)(const rshape*, const int*, std::size_t, std::size_t, int), N>{
-                &forward_scratch_size_of<op_of_t<typename G::template node_t<I>>, G::arity[I]>...};
-        }(std::make_index_sequence<N>{});
         std::array<std::size_t, N> fs_size{}, offset{}, fs_offset{};
-        for (std::size_t i = 0; i < N; ++i) fs_size[i] = forward_scratch_fns[i](shapes.data(), &G::operands[0][0], G::max_arity, i, shadows);
+        for (std::size_t i = 0; i < N; ++i) fs_size[i] = transient_size.template operator()<false>(i);
         const std::size_t forward = place_forward_transients(
             [](std::size_t i) { return P::bf16_only_nodes[i] && !G::aliases[i] && !P::bf16_no_float_nodes[i]; }, P::bf16_only_last,
             [&](std::size_t i) { return round_up_elems<T>(shapes[i].size()); }, fs_size, [](std::size_t e) { return round_up_elems<T>(e); },

@@ -107,18 +107,25 @@ private:
 };
 
 /// n elements of T (64-byte aligned, uninitialised) of the calling thread's scratch_stack until
-/// this object's scope ends; scopes nest.
+/// this object's scope ends; scopes nest. Or, given memory of `given_bytes` that holds them (what
+/// the engine planned for an op's call: op_io::transient), that memory.
 template <class T>
 class scratch {
 public:
     explicit scratch(std::size_t n) : p_(reinterpret_cast<T*>(scratch_stack::here().push(n * sizeof(T), mark_))) {}
-    ~scratch() { scratch_stack::here().pop(mark_); }
+    scratch(std::size_t n, void* given, std::size_t given_bytes)
+        : own_(!given || n * sizeof(T) > given_bytes),
+          p_(own_ ? reinterpret_cast<T*>(scratch_stack::here().push(n * sizeof(T), mark_)) : static_cast<T*>(given)) {}
+    ~scratch() {
+        if (own_) scratch_stack::here().pop(mark_);
+    }
     scratch(const scratch&) = delete;
     scratch& operator=(const scratch&) = delete;
     T* data() const { return p_; }
 
 private:
-    scratch_stack::mark mark_;
+    scratch_stack::mark mark_{};
+    bool own_ = true;
     T* p_;
 };
 

@@ -98,9 +98,8 @@ struct affine_activation_op : affine_shape_rule {
         // z: in the scratch when backward keeps it as T, else in memory for this pass alone (the
         // engine's forward scratch where it places one, else the kernels' scratch).
         const bool z_kept = c.scratch && !z16;
-        const bool z_placed = !z_kept && c.transient && c.transient.size() >= M * N;
-        kernels::scratch<T> own(z_kept || z_placed ? 0 : M * N);
-        T* z = z_kept ? c.scratch.template as<T>() : z_placed ? c.transient.template as<T>() : own.data();
+        kernels::scratch<T> transient(z_kept ? 0 : M * N, c.transient.ptr, c.transient.size() * sizeof(T));
+        T* z = z_kept ? c.scratch.template as<T>() : transient.data();
         kernels::gemm(false, false, M, N, K, T(1), c.x_data(0), K, c.x_data(1), N, T(0), z, N, c.x_data(2), c.run.bf16, c.xb[0],
                       c.xb[1]);
         unary_op<Fn>::apply(M * N, c.y_data(), c.yb, static_cast<const T*>(z), z16 ? c.scratch.template as<kernels::bf16_bits>() : nullptr);
@@ -116,11 +115,10 @@ struct affine_activation_op : affine_shape_rule {
         // its column sums), into bf16 when the products read it rounded, else into T.
         // dz in the memory the engine placed for this VJP (backward_scratch_size), else in the kernels'.
         const bool rounded = std::is_same_v<T, float> && c.run.bf16;
-        const bool placed = c.transient && c.transient.size() >= (rounded ? (M * N + 1) / 2 : M * N);
-        kernels::scratch<T> own(placed || rounded ? 0 : M * N);
-        kernels::scratch<kernels::bf16_bits> own16(placed || !rounded ? 0 : M * N);
-        T* const dz = placed ? c.transient.template as<T>() : own.data();
-        kernels::bf16_bits* const dz16 = placed ? c.transient.template as<kernels::bf16_bits>() : own16.data();
+        kernels::scratch<T> dz_memory(rounded ? 0 : M * N, c.transient.ptr, c.transient.size() * sizeof(T));
+        kernels::scratch<kernels::bf16_bits> dz16_memory(rounded ? M * N : 0, c.transient.ptr, c.transient.size() * sizeof(T));
+        T* const dz = dz_memory.data();
+        kernels::bf16_bits* const dz16 = dz16_memory.data();
         const bool z16 = z_in_bf16(c);
         const T* z = c.scratch.template as<const T>();
         const kernels::bf16_bits* zb = c.scratch.template as<const kernels::bf16_bits>();
