@@ -32,6 +32,7 @@
 #include "ctgraph/error.hpp"
 #include "ctgraph/graph/analysis.hpp"
 #include "ctgraph/graph/exec.hpp"
+#include "ctgraph/graph/inputs.hpp"
 #include "ctgraph/graph/summary.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/memory.hpp"
@@ -138,14 +139,9 @@ private:
                   "ctg::compile: a dynamic dimension is used that no input declares (bind it through an input)");
     static_assert(G::num_inputs <= 64, "ctg::compile: at most 64 distinct inputs per program");
 
-    struct input_slot {
-        aligned_vector<T> values;
-        std::vector<index_t> indices;
-        aligned_vector<kernels::bf16_bits> halves;  // a bf16_input's fed values
-        void* external = nullptr;  // bind(): the caller's memory instead of values (or halves)
-        rshape shape{};
-        bool fed = false;
-    };
+    using input_slot = detail::input_slot<T>;
+    // The graph's tables for the code that needs no types (graph/inputs.hpp).
+    static constexpr const detail::graph_tables& tables = detail::tables_of<G>;
 
 public:
     /// A program with its own, zero-initialised parameter store.
@@ -162,10 +158,7 @@ public:
     /// A program bound to an existing store (shared with other programs); missing parameters are
     /// added, existing ones must have the same shape.
     explicit program(std::shared_ptr<parameter_store<T>> store) : store_(std::move(store)) {
-        for (std::size_t p = 0; p < G::num_params; ++p) {
-            const std::size_t i = G::param_nodes[p];
-            param_slot_[p] = store_->add(G::label[i], static_shape(i), G::layer_axes[i]);
-        }
+        detail::add_parameters(*store_, tables, param_slot_.data());
         if constexpr (Opt.precision == precision::bf16) store_->enable_bf16();  // products read the weights' bf16 copies
         sorted_slots_ = param_slot_;
         std::sort(sorted_slots_.begin(), sorted_slots_.begin() + G::num_params);
@@ -212,7 +205,7 @@ public:
                                 Name>::value,
                       "ctg::program::feed: this leaf is not an input");
         const auto& d = e.derived_cast();
-        rshape s = to_rshape(d.shape(), std::size_t(i));
+        const rshape s = detail::input_shape_of(tables, std::size_t(i), d.shape());
         if constexpr (G::is_bf16[i]) {  // floats, rounded to the bf16 storage
             auto& slot = set_shape(input_ordinal(i), s);
             std::size_t k = 0;
@@ -245,13 +238,14 @@ public:
     bool is_index_input(std::string_view name) const {
         for (std::size_t k = 0; k < G::num_inputs; ++k)
             if (G::label[G::input_nodes[k]] == name) return G::kind[G::input_nodes[k]] == leaf_kind::index_input;
-        throw error("ctg::program::feed: this program has no input named '" + std::string(name) + "'");
+        detail::input_by_name(tables, name, false);  // throws: no input of that name
+        return false;
     }
     /// Runtime-named feeding of a floating-point input from raw row-major data (a bf16_input keeps
     /// them rounded to bf16).
     void feed(std::string_view name, const T* data, const rshape& s) {
-        std::size_t k = input_by_name(name, false);
-        auto& slot = set_shape(k, check_shape(G::input_nodes[k], s));
+        const std::size_t k = detail::input_by_name(tables, name, false);
+        auto& slot = set_shape(k, detail::check_input_shape(tables, G::input_nodes[k], s));
         if (G::is_bf16[G::input_nodes[k]])
             std::transform(data, data + s.size(), slot.halves.data(), [](T v) { return kernels::to_bf16(float(v)); });
         else
@@ -265,8 +259,8 @@ public:
     void bind(std::string_view name, kernels::bf16_bits* data, const rshape& s) { bind_memory(name, data, s, true); }
     /// Runtime-named feeding of an index input from raw row-major data.
     void feed(std::string_view name, const index_t* data, const rshape& s) {
-        std::size_t k = input_by_name(name, true);
-        auto& slot = set_shape(k, check_shape(G::input_nodes[k], s));
+        const std::size_t k = detail::input_by_name(tables, name, true);
+        auto& slot = set_shape(k, detail::check_input_shape(tables, G::input_nodes[k], s));
         std::copy(data, data + s.size(), slot.indices.data());
     }
 
@@ -282,7 +276,7 @@ public:
             for (std::size_t o = 0; o < num_outputs; ++o) {
                 const std::size_t i = output_nodes[o];
                 if (G::rank[i] == 0 && G::elem[i] == element::real && !std::isfinite(*val_[i].template as<T>()))
-                    throw numeric_error("ctg::program::forward: output " + std::to_string(o) + " (" + node_name(i) +
+                    throw numeric_error("ctg::program::forward: output " + std::to_string(o) + " (" + detail::node_name(tables, i) +
                                         ") is " + std::to_string(*val_[i].template as<T>()));
             }
         if constexpr (G::rank[output_nodes[0]] == 0) return *val_[output_nodes[0]].template as<T>();
@@ -567,75 +561,19 @@ private:
     }
 
     // ---------------------------------------------------------------- shapes
-    static rshape static_shape(std::size_t i) {
-        rshape s;
-        s.rank = G::rank[i];
-        for (std::size_t a = 0; a < s.rank; ++a) s.d[a] = std::size_t(G::dims[i][a].n);
-        return s;
-    }
-    static std::string declared(std::size_t i) {
-        std::string s = "(";
-        for (std::size_t a = 0; a < G::rank[i]; ++a) {
-            if (a) s += ',';
-            if (G::dims[i][a].sym) s += G::dims[i][a].sym; else s += std::to_string(G::dims[i][a].n);
-        }
-        return s + ")";
-    }
-    template <class S>
-    static rshape to_rshape(const S& shp, std::size_t i) {
-        rshape s;
-        if (shp.size() > max_rank)
-            throw shape_error("ctg::program::feed: input '" + std::string(G::label[i]) + "' is declared " +
-                              declared(i) + " but was given rank " + std::to_string(shp.size()));
-        s.rank = shp.size();
-        for (std::size_t a = 0; a < s.rank; ++a) s.d[a] = shp[a];
-        return check_shape(i, s);
-    }
+    static rshape static_shape(std::size_t i) { return detail::static_shape(tables, i); }
     void bind_memory(std::string_view name, void* data, const rshape& s, bool bf16) {
-        std::size_t k = input_by_name(name, false);
+        const std::size_t k = detail::input_by_name(tables, name, false);
         if (G::is_bf16[G::input_nodes[k]] != bf16)
             throw error("ctg::program::bind: input '" + std::string(name) + "' is " +
                         (bf16 ? "a floating-point input, given bf16 memory" : "a bf16_input, given floating-point memory"));
-        const rshape checked = check_shape(G::input_nodes[k], s);
+        const rshape checked = detail::check_input_shape(tables, G::input_nodes[k], s);
         input_slot& slot = inputs_[k];
         slot.external = data;
         slot.shape = checked;
         slot.fed = true;
     }
-    static const rshape& check_shape(std::size_t i, const rshape& s) {
-        bool ok = s.rank == G::rank[i];
-        for (std::size_t a = 0; ok && a < s.rank; ++a)
-            ok = G::dims[i][a].sym || std::size_t(G::dims[i][a].n) == s.d[a];
-        if (!ok)
-            throw shape_error("ctg::program::feed: input '" + std::string(G::label[i]) + "' is declared " + declared(i) +
-                              " but was given " + to_string(s));
-        return s;
-    }
-    std::size_t input_by_name(std::string_view name, bool index) const {
-        for (std::size_t k = 0; k < G::num_inputs; ++k) {
-            const std::size_t i = G::input_nodes[k];
-            if (G::label[i] != name) continue;
-            if ((G::kind[i] == leaf_kind::index_input) != index)
-                throw error("ctg::program::feed: input '" + std::string(name) + "' is " +
-                            (index ? "a floating-point input, given index data" : "an index input, given floating-point data"));
-            return k;
-        }
-        throw error("ctg::program::feed: this program has no input named '" + std::string(name) + "'");
-    }
-    input_slot& set_shape(std::size_t k, const rshape& s) {
-        input_slot& slot = inputs_[k];
-        slot.external = nullptr;
-        if (G::kind[G::input_nodes[k]] == leaf_kind::index_input) {
-            if (slot.indices.size() < s.size()) slot.indices.resize(s.size());
-        } else if (G::is_bf16[G::input_nodes[k]]) {
-            if (slot.halves.size() < s.size()) slot.halves.resize(s.size());
-        } else if (slot.values.size() < s.size()) {
-            slot.values.resize(s.size());
-        }
-        slot.shape = s;
-        slot.fed = true;
-        return slot;
-    }
+    input_slot& set_shape(std::size_t k, const rshape& s) { return detail::set_input_shape(tables, inputs_.data(), k, s); }
 
     static auto adapt(T* p, const rshape& s) { return xt::adapt(p, s.size(), xt::no_ownership(), s.to_vector()); }
 
@@ -645,24 +583,7 @@ private:
     void prepare() {
         std::array<std::size_t, G::num_symbols + 1> env{};
         std::array<int, G::num_symbols + 1> bound_by{};
-        bound_by.fill(-1);
-        for (std::size_t k = 0; k < G::num_inputs; ++k) {
-            const std::size_t i = G::input_nodes[k];
-            if (!inputs_[k].fed)
-                throw error("ctg::program::forward: input '" + std::string(G::label[i]) + "' was not fed");
-            for (std::size_t a = 0; a < G::rank[i]; ++a) {
-                const char c = G::dims[i][a].sym;
-                if (!c) continue;
-                const std::size_t j = std::size_t(G::symbol_index(c));
-                const std::size_t v = inputs_[k].shape.d[a];
-                if (bound_by[j] < 0) {
-                    env[j] = v;
-                    bound_by[j] = int(k);
-                } else if (env[j] != v) {
-                    dimension_conflict(c, std::size_t(bound_by[j]), k);
-                }
-            }
-        }
+        detail::bind_dimensions(tables, inputs_.data(), env.data(), bound_by.data());
         bool same = planned_;
         for (std::size_t j = 0; j < G::num_symbols; ++j) same = same && env_[j] == env[j];
         if (!same) {
@@ -670,20 +591,6 @@ private:
             plan();
         }
         bind_leaves();
-    }
-
-    [[noreturn]] void dimension_conflict(char c, std::size_t k1, std::size_t k2) const {
-        const std::size_t i1 = G::input_nodes[k1], i2 = G::input_nodes[k2];
-        std::string meet = "no op";
-        for (std::size_t i = 0; i < N; ++i)
-            if (((G::input_reach[i] >> k1) & 1) && ((G::input_reach[i] >> k2) & 1)) {
-                meet = "op '" + std::string(G::label[i]) + "' (node %" + std::to_string(i) + ")";
-                break;
-            }
-        throw shape_error(std::string("ctg::program::forward: dimension '") + c + "' disagrees between input '" +
-                          std::string(G::label[i1]) + "' of shape " + to_string(inputs_[k1].shape) + " and input '" +
-                          std::string(G::label[i2]) + "' of shape " + to_string(inputs_[k2].shape) +
-                          "; they meet at " + meet);
     }
 
     rshape concrete_shape(std::size_t i) const {
@@ -963,9 +870,8 @@ private:
         for (std::size_t k = 0; k < G::arity[i]; ++k) s += (k ? ", %" : "%") + std::to_string(G::operands[i][k]);
         return s + ")";
     }
-    std::string node_name(std::size_t i) const { return "%" + std::to_string(i) + " " + std::string(G::label[i]); }
     std::string shape_text(std::size_t i) const {
-        std::string s = declared(i);
+        std::string s = detail::declared_shape(tables, i);
         bool dynamic = false;
         for (std::size_t a = 0; a < G::rank[i]; ++a) dynamic = dynamic || G::dims[i][a].sym;
         if (planned_ && dynamic) s += "=" + to_string(shapes_[i]);

@@ -1,0 +1,208 @@
+// ctgraph/graph/inputs.hpp: a program's inputs at run time: their buffers, the checks of what is fed
+// (rank, static extents, names, kinds), the dimension letters they bind, and the messages naming
+// nodes and shapes.
+//
+// None of this needs a graph's type, only its tables (names, kinds, declared shapes), so it is
+// written as ordinary functions over detail::graph_tables: each translation unit compiles them once,
+// where members of ctg::program were compiled once for every program type (a seventh of a test
+// unit's compile time, for code that runs once per feed).
+#pragma once
+#include <array>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ctgraph/dim.hpp"
+#include "ctgraph/error.hpp"
+#include "ctgraph/graph/node.hpp"
+#include "ctgraph/kernels/bf16.hpp"
+#include "ctgraph/memory.hpp"
+#include "ctgraph/params.hpp"
+#include "ctgraph/tensor.hpp"
+
+namespace ctg::detail {
+
+/// What a program's checks and messages read of its graph at run time, as pointers into the
+/// graph's (static constexpr) tables: tables_of<G>.
+struct graph_tables {
+    std::size_t num_nodes = 0, num_inputs = 0, num_params = 0, num_symbols = 0;
+    const std::string_view* label = nullptr;  // node -> its name (a leaf's) or its op's
+    const leaf_kind* kind = nullptr;
+    const bool* is_bf16 = nullptr;  // a bf16_input (or its slice)
+    const std::size_t* rank = nullptr;
+    const std::array<dim, max_rank>* dims = nullptr;  // declared extents: a number or a letter
+    const std::size_t* input_nodes = nullptr;  // input k's node
+    const unsigned long long* input_reach = nullptr;  // node -> bit k set when input k reaches it
+    const std::size_t* param_nodes = nullptr;  // parameter p's node
+    const std::size_t* layer_axes = nullptr;  // node -> a stacked parameter's leading layer axes
+    const char* symbols = nullptr;  // the dimension letters, in order of first appearance in the inputs
+
+    /// The index of dimension letter c among the symbols; -1 when no input declares it.
+    int symbol_index(char c) const {
+        for (std::size_t j = 0; j < num_symbols; ++j)
+            if (symbols[j] == c) return int(j);
+        return -1;
+    }
+};
+
+/// The tables of graph G (ctg::graph<...>).
+template <class G>
+inline constexpr graph_tables tables_of{G::size,
+                                        G::num_inputs,
+                                        G::num_params,
+                                        G::num_symbols,
+                                        G::label.data(),
+                                        G::kind.data(),
+                                        G::is_bf16.data(),
+                                        G::rank.data(),
+                                        G::dims.data(),
+                                        G::input_nodes.data(),
+                                        G::input_reach.data(),
+                                        G::param_nodes.data(),
+                                        G::layer_axes.data(),
+                                        G::symbols_and_count.first.data()};
+
+/// "(B,256)": node i's declared shape, its letters unbound.
+inline std::string declared_shape(const graph_tables& g, std::size_t i) {
+    std::string s = "(";
+    for (std::size_t a = 0; a < g.rank[i]; ++a) {
+        if (a) s += ',';
+        if (g.dims[i][a].sym) s += g.dims[i][a].sym;
+        else s += std::to_string(g.dims[i][a].n);
+    }
+    return s + ")";
+}
+
+/// Node i's declared shape with its numbers (a letter's axis holds its value as declared: 0).
+inline rshape static_shape(const graph_tables& g, std::size_t i) {
+    rshape s;
+    s.rank = g.rank[i];
+    for (std::size_t a = 0; a < s.rank; ++a) s.d[a] = std::size_t(g.dims[i][a].n);
+    return s;
+}
+
+/// "%7 attn": node i as messages name it.
+inline std::string node_name(const graph_tables& g, std::size_t i) {
+    return "%" + std::to_string(i) + " " + std::string(g.label[i]);
+}
+
+/// s, when it fits input node i's declaration (its rank, and its numbers where it declares numbers);
+/// else throws shape_error naming the input, what it declares and what it was given.
+inline const rshape& check_input_shape(const graph_tables& g, std::size_t i, const rshape& s) {
+    bool ok = s.rank == g.rank[i];
+    for (std::size_t a = 0; ok && a < s.rank; ++a) ok = g.dims[i][a].sym || std::size_t(g.dims[i][a].n) == s.d[a];
+    if (!ok)
+        throw shape_error("ctg::program::feed: input '" + std::string(g.label[i]) + "' is declared " +
+                          declared_shape(g, i) + " but was given " + to_string(s));
+    return s;
+}
+
+/// An xtensor shape (any container of extents) as an rshape, checked against input node i.
+template <class S>
+rshape input_shape_of(const graph_tables& g, std::size_t i, const S& shp) {
+    if (shp.size() > max_rank)
+        throw shape_error("ctg::program::feed: input '" + std::string(g.label[i]) + "' is declared " +
+                          declared_shape(g, i) + " but was given rank " + std::to_string(shp.size()));
+    rshape s;
+    s.rank = shp.size();
+    for (std::size_t a = 0; a < s.rank; ++a) s.d[a] = shp[a];
+    return check_input_shape(g, i, s);
+}
+
+/// The ordinal (in input_nodes order) of the input named `name`; throws ctg::error when there is
+/// none, or when it is an index input and `index` is false (floating-point data given) or the reverse.
+inline std::size_t input_by_name(const graph_tables& g, std::string_view name, bool index) {
+    for (std::size_t k = 0; k < g.num_inputs; ++k) {
+        const std::size_t i = g.input_nodes[k];
+        if (g.label[i] != name) continue;
+        if ((g.kind[i] == leaf_kind::index_input) != index)
+            throw error("ctg::program::feed: input '" + std::string(name) + "' is " +
+                        (index ? "a floating-point input, given index data" : "an index input, given floating-point data"));
+        return k;
+    }
+    throw error("ctg::program::feed: this program has no input named '" + std::string(name) + "'");
+}
+
+/// One input's buffers: what was fed (values, indices or bf16 halves, by the input's kind) or the
+/// caller's memory it was bound to, and the shape it was fed with.
+template <class T>
+struct input_slot {
+    aligned_vector<T> values;
+    std::vector<index_t> indices;
+    aligned_vector<kernels::bf16_bits> halves;  // a bf16_input's fed values
+    void* external = nullptr;  // bind(): the caller's memory instead of values (or halves)
+    rshape shape{};
+    bool fed = false;
+};
+
+/// Input k about to be fed with shape s: its buffer of the input's kind grown to hold s (never
+/// shrunk: feeding the same sizes again allocates nothing), its binding to outside memory dropped.
+template <class T>
+input_slot<T>& set_input_shape(const graph_tables& g, input_slot<T>* inputs, std::size_t k, const rshape& s) {
+    input_slot<T>& slot = inputs[k];
+    const std::size_t i = g.input_nodes[k];
+    slot.external = nullptr;
+    if (g.kind[i] == leaf_kind::index_input) {
+        if (slot.indices.size() < s.size()) slot.indices.resize(s.size());
+    } else if (g.is_bf16[i]) {
+        if (slot.halves.size() < s.size()) slot.halves.resize(s.size());
+    } else if (slot.values.size() < s.size()) {
+        slot.values.resize(s.size());
+    }
+    slot.shape = s;
+    slot.fed = true;
+    return slot;
+}
+
+/// Throws shape_error: dimension letter c has different values in inputs k1 and k2 (given shapes s1
+/// and s2); names the first op both reach, where the mismatch would have shown.
+[[noreturn]] inline void dimension_conflict(const graph_tables& g, char c, std::size_t k1, std::size_t k2,
+                                            const rshape& s1, const rshape& s2) {
+    std::string meet = "no op";
+    for (std::size_t i = 0; i < g.num_nodes; ++i)
+        if (((g.input_reach[i] >> k1) & 1) && ((g.input_reach[i] >> k2) & 1)) {
+            meet = "op '" + std::string(g.label[i]) + "' (node %" + std::to_string(i) + ")";
+            break;
+        }
+    throw shape_error(std::string("ctg::program::forward: dimension '") + c + "' disagrees between input '" +
+                      std::string(g.label[g.input_nodes[k1]]) + "' of shape " + to_string(s1) + " and input '" +
+                      std::string(g.label[g.input_nodes[k2]]) + "' of shape " + to_string(s2) + "; they meet at " + meet);
+}
+
+/// The dimension letters' values (env[j] for symbols[j]) from the fed inputs' shapes; throws
+/// ctg::error for an input not fed and shape_error when two inputs disagree on a letter.
+/// bound_by: num_symbols ints of scratch.
+template <class T>
+void bind_dimensions(const graph_tables& g, const input_slot<T>* inputs, std::size_t* env, int* bound_by) {
+    for (std::size_t j = 0; j < g.num_symbols; ++j) env[j] = 0, bound_by[j] = -1;
+    for (std::size_t k = 0; k < g.num_inputs; ++k) {
+        const std::size_t i = g.input_nodes[k];
+        if (!inputs[k].fed) throw error("ctg::program::forward: input '" + std::string(g.label[i]) + "' was not fed");
+        for (std::size_t a = 0; a < g.rank[i]; ++a) {
+            const char c = g.dims[i][a].sym;
+            if (!c) continue;
+            const std::size_t j = std::size_t(g.symbol_index(c));
+            const std::size_t v = inputs[k].shape.d[a];
+            if (bound_by[j] < 0) {
+                env[j] = v;
+                bound_by[j] = int(k);
+            } else if (env[j] != v) {
+                const std::size_t k1 = std::size_t(bound_by[j]);
+                dimension_conflict(g, c, k1, k, inputs[k1].shape, inputs[k].shape);
+            }
+        }
+    }
+}
+
+/// Adds the graph's parameters to a store (slots[p]: parameter p's slot there); a parameter the
+/// store already holds must have the same shape.
+template <class T>
+void add_parameters(parameter_store<T>& store, const graph_tables& g, std::size_t* slots) {
+    for (std::size_t p = 0; p < g.num_params; ++p) {
+        const std::size_t i = g.param_nodes[p];
+        slots[p] = store.add(g.label[i], static_shape(g, i), g.layer_axes[i]);
+    }
+}
+
+}  // namespace ctg::detail
