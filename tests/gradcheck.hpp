@@ -47,14 +47,25 @@ struct input_like<Name, shape<D...>> {
 };
 }  // namespace detail
 
-/// Returns the number of gradient elements checked (> 0), failing the current Catch test on a mismatch.
-template <expr Out>
-std::size_t check_gradients(Out out, const check_config& cfg = {}) {
-    using G = typename detail::input_like<"gradcheck_weights", typename Out::shape>::type;
-    auto prog = compile<double, options{.input_grads = true}>(sum(mul(out, G{})));
-    using P = decltype(prog);
-    using Gr = typename P::graph_type;
-    prog.poison_arena(true);
+/// A compiled float64 program as check_gradients' core sees it: its graph's tables and what it runs,
+/// behind virtual calls, so the core is compiled once per test unit instead of once per model.
+struct gradcheck_program {
+    virtual ~gradcheck_program() = default;
+    virtual double forward() = 0;
+    virtual void backward() = 0;
+    virtual void feed(const std::string& name, const double* data, const rshape& s) = 0;
+    virtual void feed(const std::string& name, const index_t* data, const rshape& s) = 0;
+    virtual parameter_store<double>& params() = 0;
+    virtual double* value(std::size_t i) = 0;  // node i's value (an input's: what forward reads)
+    virtual double* adjoint(std::size_t i) = 0;
+    virtual std::size_t size(std::size_t i) = 0;  // node i's elements at the planned shapes
+    ctg::detail::graph_tables g;
+    const bool* needs_grad = nullptr;  // node -> has an adjoint
+};
+
+/// The checks of check_gradients on a compiled program (see the file comment).
+inline std::size_t check_gradients_of(gradcheck_program& prog, const check_config& cfg) {
+    const ctg::detail::graph_tables& g = prog.g;
     std::mt19937_64 rng(cfg.seed);
     auto draw = [&](const domain& d) {
         std::uniform_real_distribution<double> u(d.lo, d.hi);
@@ -64,25 +75,25 @@ std::size_t check_gradients(Out out, const check_config& cfg = {}) {
     };
     auto concrete = [&](std::size_t i) {
         rshape s;
-        s.rank = Gr::rank[i];
+        s.rank = g.rank[i];
         for (std::size_t a = 0; a < s.rank; ++a) {
-            const dim d = Gr::dims[i][a];
+            const dim d = g.dims[i][a];
             s.d[a] = d.sym ? (cfg.dims.count(d.sym) ? cfg.dims.at(d.sym) : 3) : std::size_t(d.n);
         }
         return s;
     };
 
     // Values of every leaf.
-    std::vector<std::vector<double>> input_values(Gr::size);
-    for (std::size_t i = 0; i < Gr::size; ++i) {
+    std::vector<std::vector<double>> input_values(g.num_nodes);
+    for (std::size_t i = 0; i < g.num_nodes; ++i) {
         const rshape s = concrete(i);
-        const std::string name(Gr::label[i]);
-        if (Gr::kind[i] == leaf_kind::input) {
+        const std::string name(g.label[i]);
+        if (g.kind[i] == leaf_kind::input) {
             auto& v = input_values[i];
             v.resize(s.size());
             for (auto& x : v) x = name == "gradcheck_weights" ? draw({-1, 1, 0.1}) : draw(cfg.values);
             prog.feed(name, v.data(), s);
-        } else if (Gr::kind[i] == leaf_kind::index_input) {
+        } else if (g.kind[i] == leaf_kind::index_input) {
             const int bound = cfg.index_bound.count(name) ? cfg.index_bound.at(name) : 2;
             std::vector<index_t> ids(s.size());
             const int low = cfg.index_low.count(name) ? cfg.index_low.at(name) : 0;
@@ -125,24 +136,45 @@ std::size_t check_gradients(Out out, const check_config& cfg = {}) {
             compare("param " + store.at(p).name, store.value(p), k, store.grad(p)[k] - baseline[off + k]);
     }
     // Input gradients: perturb the program's own copy of the input (what forward reads).
-    for (std::size_t i = 0; i < Gr::size; ++i) {
-        if (Gr::kind[i] != leaf_kind::input || std::string(Gr::label[i]) == "gradcheck_weights") continue;
-        const std::vector<double> grad(prog.adjoint_view(i).template as<double>(),
-                                       prog.adjoint_view(i).template as<double>() + prog.node_shape(i).size());
-        double* x = prog.value_view(i).template as<double>();
-        for (std::size_t k = 0; k < grad.size(); ++k) compare("input " + std::string(Gr::label[i]), x, k, grad[k]);
+    for (std::size_t i = 0; i < g.num_nodes; ++i) {
+        if (g.kind[i] != leaf_kind::input || std::string(g.label[i]) == "gradcheck_weights") continue;
+        const std::vector<double> grad(prog.adjoint(i), prog.adjoint(i) + prog.size(i));
+        double* x = prog.value(i);
+        for (std::size_t k = 0; k < grad.size(); ++k) compare("input " + std::string(g.label[i]), x, k, grad[k]);
     }
     // Every node that needs an adjoint must have a finite one (no NaN leaked from the poisoned arena).
-    for (std::size_t i = 0; i < Gr::size; ++i) {
-        if (!Gr::needs_grad[i] || Gr::kind[i] == leaf_kind::param) continue;
-        const double* g = prog.adjoint_view(i).template as<double>();
-        for (std::size_t k = 0; k < prog.node_shape(i).size(); ++k) {
-            INFO("adjoint of node %" << i << " (" << Gr::label[i] << ") element " << k);
-            REQUIRE(std::isfinite(g[k]));
+    for (std::size_t i = 0; i < g.num_nodes; ++i) {
+        if (!prog.needs_grad[i] || g.kind[i] == leaf_kind::param) continue;
+        const double* a = prog.adjoint(i);
+        for (std::size_t k = 0; k < prog.size(i); ++k) {
+            INFO("adjoint of node %" << i << " (" << g.label[i] << ") element " << k);
+            REQUIRE(std::isfinite(a[k]));
         }
     }
     REQUIRE(checked > 0);
     return checked;
+}
+
+/// Returns the number of gradient elements checked (> 0), failing the current Catch test on a mismatch.
+template <expr Out>
+std::size_t check_gradients(Out out, const check_config& cfg = {}) {
+    using G = typename detail::input_like<"gradcheck_weights", typename Out::shape>::type;
+    using P = decltype(compile<double, options{.input_grads = true}>(sum(mul(out, G{}))));
+    struct compiled final : gradcheck_program {
+        P prog;
+        double forward() override { return prog.forward(); }
+        void backward() override { prog.backward(); }
+        void feed(const std::string& name, const double* data, const rshape& s) override { prog.feed(name, data, s); }
+        void feed(const std::string& name, const index_t* data, const rshape& s) override { prog.feed(name, data, s); }
+        parameter_store<double>& params() override { return prog.params(); }
+        double* value(std::size_t i) override { return prog.value_view(i).template as<double>(); }
+        double* adjoint(std::size_t i) override { return prog.adjoint_view(i).template as<double>(); }
+        std::size_t size(std::size_t i) override { return prog.node_shape(i).size(); }
+    } c;
+    c.g = ctg::detail::tables_of<typename P::graph_type>;
+    c.needs_grad = P::graph_type::needs_grad.data();
+    c.prog.poison_arena(true);
+    return check_gradients_of(c, cfg);
 }
 
 }  // namespace ctg::testing
