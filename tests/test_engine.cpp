@@ -127,6 +127,22 @@ TEST_CASE("forward and backward match a hand computation", "[engine]") {
     CHECK(prog.grad<"b">()(2) == 0.0);
 }
 
+TEST_CASE("constants hold their values, in training and inference programs and in a reshape's operand", "[engine]") {
+    // A gradient check cannot see a constant's value where it only scales (x * c: forward and
+    // backward would agree on a wrong c), so the values are checked here.
+    auto y = mul(X{}, constant<2.5>{}) + mul(constant<-1>{}, reshape<B, 3>(X{} - constant<0.5>{}));
+    const xt::xtensor<double, 2> x{{1, 2, 3}, {-4, 0.25, 8}};
+    const xt::xtensor<double, 2> expected = 2.5 * x - (x - 0.5);
+    auto train = compile<double>(y);
+    train.feed<"x">(x);
+    train.forward();
+    CHECK(xt::allclose(train.output(), expected, 0.0, 1e-15));
+    auto infer = compile<float, options{.inference = true}>(y);
+    infer.feed<"x">(x);
+    infer.forward();
+    CHECK(xt::allclose(infer.output(), xt::cast<float>(expected), 0.0f, 1e-6f));
+}
+
 TEST_CASE("zero_grad is lazy: the next backward assigns, and nothing stale is ever seen", "[engine]") {
     // W is used twice (its second writer adds to what the first assigned); V belongs to another
     // program of the same store, which this program's backward must zero.

@@ -32,7 +32,7 @@
 #include "ctgraph/error.hpp"
 #include "ctgraph/graph/analysis.hpp"
 #include "ctgraph/graph/exec.hpp"
-#include "ctgraph/graph/inputs.hpp"
+#include "ctgraph/graph/program_tables.hpp"
 #include "ctgraph/graph/summary.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/memory.hpp"
@@ -140,7 +140,7 @@ private:
     static_assert(G::num_inputs <= 64, "ctg::compile: at most 64 distinct inputs per program");
 
     using input_slot = detail::input_slot<T>;
-    // The graph's tables for the code that needs no types (graph/inputs.hpp).
+    // The graph's tables for the code that needs no types (graph/program_tables.hpp).
     static constexpr const detail::graph_tables& tables = detail::tables_of<G>;
 
 public:
@@ -676,20 +676,11 @@ private:
         off += region;
         if (arena_.size() < off) arena_.resize(off);
         if (poison_) std::fill(arena_.begin(), arena_.end(), std::numeric_limits<T>::quiet_NaN());
-        T* base = arena_.data();
-        for (std::size_t i = 0; i < N; ++i) {
-            val_[i] = {nullptr, shapes_[i]};
-            adj_[i] = {nullptr, shapes_[i]};
-            scratch_[i] = {scratch[i] ? base + scr_off[i] : nullptr, rshape{1, {scratch[i]}}};
-            transient_[i] = {fs_size[i] ? base + fs_off[i] : nullptr, rshape{1, {fs_size[i]}}};
-            backward_transient_[i] = {bs_size[i] ? base + transients : nullptr, rshape{1, {bs_size[i]}}};
-            if (G::kind[i] == leaf_kind::none || G::kind[i] == leaf_kind::constant)
-                val_[i].ptr = only_plan.no_float[i] ? nullptr : base + val_off[i];  // (no_float: the op writes its shadow alone)
-            if (G::needs_grad[i] && G::kind[i] != leaf_kind::param) adj_[i].ptr = base + adj_off[i];
-            if constexpr (any_shadowed) shadow_[i] = shadowed[i] ? reinterpret_cast<std::uint16_t*>(base + sh_off[i]) : nullptr;
-        }
-        for (std::size_t i = 0; i < N; ++i)
-            if (G::kind[i] == leaf_kind::constant) *val_[i].template as<T>() = T(G::constant_value[i]);
+        detail::arena_placement at{val_off.data(), adj_off.data(), scratch.data(), scr_off.data(), fs_size.data(),
+                                   fs_off.data(),  bs_size.data(), transients,     only_plan.no_float.data()};
+        if constexpr (any_shadowed) at.shadowed = shadowed.data(), at.shadow_at = sh_off.data();
+        detail::point_views(tables, at, arena_.data(), shapes_.data(),
+                            {val_.data(), adj_.data(), scratch_.data(), transient_.data(), backward_transient_.data(), shadow_.data()});
         for (std::size_t o = 0; o < num_outputs; ++o) seeds_[o].assign(shapes_[output_nodes[o]].size(), T(0));
         planned_ = true;
     }
@@ -712,23 +703,7 @@ private:
 
     // Leaves point into the parameter store and the input buffers (which may have moved since).
     void bind_leaves() {
-        for (std::size_t p = 0; p < G::num_params; ++p) {
-            const std::size_t i = G::param_nodes[p];
-            val_[i].ptr = store_->value_storage(param_slot_[p]);  // (reads: the bf16 copy stays current)
-            // (a pending zero_grad stays pending; an inference program never touches the gradients,
-            // so a store read only by inference programs never allocates them)
-            if constexpr (!Opt.inference) adj_[i].ptr = store_->grad_storage(param_slot_[p]);
-        }
-        for (std::size_t k = 0; k < G::num_inputs; ++k) {
-            const std::size_t i = G::input_nodes[k];
-            val_[i].ptr = G::kind[i] == leaf_kind::index_input ? static_cast<void*>(inputs_[k].indices.data())
-                          : inputs_[k].external                ? inputs_[k].external
-                          : G::is_bf16[i]                      ? static_cast<void*>(inputs_[k].halves.data())
-                                                               : static_cast<void*>(inputs_[k].values.data());
-        }
-        // Aliasing nodes (reshape) read their operand's memory, wherever it is this time.
-        for (std::size_t i = 0; i < N; ++i)
-            if (G::aliases[i]) val_[i].ptr = val_[std::size_t(G::operands[i][0])].ptr;
+        detail::bind_leaves(tables, val_.data(), adj_.data(), *store_, param_slot_.data(), inputs_.data(), !Opt.inference);
     }
 
     // ---------------------------------------------------------------- execution

@@ -1,14 +1,15 @@
-// ctgraph/graph/inputs.hpp: a program's inputs at run time: their buffers, the checks of what is fed
-// (rank, static extents, names, kinds), the dimension letters they bind, and the messages naming
-// nodes and shapes.
+// ctgraph/graph/program_tables.hpp: what a program does from its graph's tables alone: the checks of
+// what is fed (rank, static extents, names, kinds), its input buffers, the dimension letters the
+// inputs bind, the messages naming nodes and shapes, and pointing the nodes' views at their memory.
 //
-// None of this needs a graph's type, only its tables (names, kinds, declared shapes), so it is
-// written as ordinary functions over detail::graph_tables: each translation unit compiles them once,
-// where members of ctg::program were compiled once for every program type (a seventh of a test
-// unit's compile time, for code that runs once per feed).
+// None of this needs a graph's type, only its tables (names, kinds, declared shapes, operands), so
+// it is written as ordinary functions over detail::graph_tables: each translation unit compiles them
+// once, where members of ctg::program were compiled once for every program type (together a third
+// of a test unit's machine code, for code that runs once per feed or per plan).
 #pragma once
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,8 +24,8 @@
 
 namespace ctg::detail {
 
-/// What a program's checks and messages read of its graph at run time, as pointers into the
-/// graph's (static constexpr) tables: tables_of<G>.
+/// What a program reads of its graph at run time, as pointers into the graph's (static constexpr)
+/// tables: tables_of<G>.
 struct graph_tables {
     std::size_t num_nodes = 0, num_inputs = 0, num_params = 0, num_symbols = 0;
     const std::string_view* label = nullptr;  // node -> its name (a leaf's) or its op's
@@ -37,6 +38,11 @@ struct graph_tables {
     const std::size_t* param_nodes = nullptr;  // parameter p's node
     const std::size_t* layer_axes = nullptr;  // node -> a stacked parameter's leading layer axes
     const char* symbols = nullptr;  // the dimension letters, in order of first appearance in the inputs
+    const bool* needs_grad = nullptr;  // node -> has an adjoint
+    const bool* aliases = nullptr;  // node -> its value is operand 0's memory (reshape)
+    const int* operands = nullptr;  // node i's operand k: operands[i * max_arity + k]
+    std::size_t max_arity = 1;
+    const double* constant_value = nullptr;  // a constant leaf's value
 
     /// The index of dimension letter c among the symbols; -1 when no input declares it.
     int symbol_index(char c) const {
@@ -61,7 +67,12 @@ inline constexpr graph_tables tables_of{G::size,
                                         G::input_reach.data(),
                                         G::param_nodes.data(),
                                         G::layer_axes.data(),
-                                        G::symbols_and_count.first.data()};
+                                        G::symbols_and_count.first.data(),
+                                        G::needs_grad.data(),
+                                        G::aliases.data(),
+                                        &G::operands[0][0],
+                                        G::max_arity,
+                                        G::constant_value.data()};
 
 /// "(B,256)": node i's declared shape, its letters unbound.
 inline std::string declared_shape(const graph_tables& g, std::size_t i) {
@@ -203,6 +214,73 @@ void add_parameters(parameter_store<T>& store, const graph_tables& g, std::size_
         const std::size_t i = g.param_nodes[p];
         slots[p] = store.add(g.label[i], static_shape(g, i), g.layer_axes[i]);
     }
+}
+
+/// Points the leaves' views at their memory: parameters at the store's values (and their gradients,
+/// when the program has a backward: an inference program never touches them, so a store read only
+/// by inference programs never allocates them), inputs at what was fed or bound, and nodes that
+/// alias their operand (reshape) at its memory, wherever it is this time.
+template <class T>
+void bind_leaves(const graph_tables& g, view* val, view* adj, parameter_store<T>& store, const std::size_t* param_slot,
+                 input_slot<T>* inputs, bool with_gradients) {
+    for (std::size_t p = 0; p < g.num_params; ++p) {
+        const std::size_t i = g.param_nodes[p];
+        val[i].ptr = store.value_storage(param_slot[p]);  // (reads: the bf16 copy stays current)
+        if (with_gradients) adj[i].ptr = store.grad_storage(param_slot[p]);  // (a pending zero_grad stays pending)
+    }
+    for (std::size_t k = 0; k < g.num_inputs; ++k) {
+        const std::size_t i = g.input_nodes[k];
+        val[i].ptr = g.kind[i] == leaf_kind::index_input ? static_cast<void*>(inputs[k].indices.data())
+                     : inputs[k].external                ? inputs[k].external
+                     : g.is_bf16[i]                      ? static_cast<void*>(inputs[k].halves.data())
+                                                         : static_cast<void*>(inputs[k].values.data());
+    }
+    for (std::size_t i = 0; i < g.num_nodes; ++i)
+        if (g.aliases[i]) val[i].ptr = val[std::size_t(g.operands[i * g.max_arity])].ptr;
+}
+
+/// Where program::plan put each node's memory in the arena: element offsets and sizes, per node.
+struct arena_placement {
+    const std::size_t* value = nullptr;  // a computed value's or a constant's offset
+    const std::size_t* adjoint = nullptr;  // a non-parameter adjoint's offset
+    const std::size_t* scratch = nullptr;  // the op's scratch (kept from forward to backward): size
+    const std::size_t* scratch_at = nullptr;  // ... and offset
+    const std::size_t* forward = nullptr;  // the op's forward scratch (op.hpp): size
+    const std::size_t* forward_at = nullptr;  // ... and offset
+    const std::size_t* backward = nullptr;  // the op's backward scratch (op.hpp): size, all at backward_at
+    std::size_t backward_at = 0;
+    const bool* no_float = nullptr;  // the op writes its bf16 shadow alone: no float value
+    const bool* shadowed = nullptr;  // keeps a bf16 shadow, at shadow_at (null: no node does)
+    const std::size_t* shadow_at = nullptr;
+};
+
+/// A program's views of every node, pointed into its arena.
+struct node_views {
+    view* value;
+    view* adjoint;
+    view* scratch;
+    view* forward_scratch;  // program::transient_
+    view* backward_scratch;  // program::backward_transient_
+    std::uint16_t** shadow;  // null: no node keeps a bf16 shadow
+};
+
+/// Points every node's views at the arena at `base` as `at` places them (leaves: bind_leaves), and
+/// writes the constants' values.
+template <class T>
+void point_views(const graph_tables& g, const arena_placement& at, T* base, const rshape* shapes, const node_views& v) {
+    for (std::size_t i = 0; i < g.num_nodes; ++i) {
+        v.value[i] = {nullptr, shapes[i]};
+        v.adjoint[i] = {nullptr, shapes[i]};
+        v.scratch[i] = {at.scratch[i] ? base + at.scratch_at[i] : nullptr, rshape{1, {at.scratch[i]}}};
+        v.forward_scratch[i] = {at.forward[i] ? base + at.forward_at[i] : nullptr, rshape{1, {at.forward[i]}}};
+        v.backward_scratch[i] = {at.backward[i] ? base + at.backward_at : nullptr, rshape{1, {at.backward[i]}}};
+        if (g.kind[i] == leaf_kind::none || g.kind[i] == leaf_kind::constant)
+            v.value[i].ptr = at.no_float[i] ? nullptr : base + at.value[i];
+        if (g.needs_grad[i] && g.kind[i] != leaf_kind::param) v.adjoint[i].ptr = base + at.adjoint[i];
+        if (at.shadowed) v.shadow[i] = at.shadowed[i] ? reinterpret_cast<std::uint16_t*>(base + at.shadow_at[i]) : nullptr;
+    }
+    for (std::size_t i = 0; i < g.num_nodes; ++i)
+        if (g.kind[i] == leaf_kind::constant) *v.value[i].template as<T>() = T(g.constant_value[i]);
 }
 
 }  // namespace ctg::detail
