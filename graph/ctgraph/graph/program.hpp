@@ -561,7 +561,7 @@ private:
     }
 
     // ---------------------------------------------------------------- shapes
-    static rshape static_shape(std::size_t i) { return detail::static_shape(tables, i); }
+    static rshape static_shape(std::size_t i) { return detail::concrete_shape(tables, i); }
     void bind_memory(std::string_view name, void* data, const rshape& s, bool bf16) {
         const std::size_t k = detail::input_by_name(tables, name, false);
         if (G::is_bf16[G::input_nodes[k]] != bf16)
@@ -593,16 +593,6 @@ private:
         bind_leaves();
     }
 
-    rshape concrete_shape(std::size_t i) const {
-        rshape s;
-        s.rank = G::rank[i];
-        for (std::size_t a = 0; a < s.rank; ++a) {
-            const dim d = G::dims[i][a];
-            s.d[a] = d.sym ? env_[std::size_t(G::symbol_index(d.sym))] : std::size_t(d.n);
-        }
-        return s;
-    }
-
     /// The ops' forward scratch (op.hpp), or their backward scratch (of the nodes whose VJP runs).
     template <bool Backward, std::size_t... I>
     void transient_sizes(std::array<std::size_t, N>& out, std::index_sequence<I...>) const {
@@ -620,7 +610,7 @@ private:
     }
 
     void plan() {
-        for (std::size_t i = 0; i < N; ++i) shapes_[i] = concrete_shape(i);
+        for (std::size_t i = 0; i < N; ++i) shapes_[i] = detail::concrete_shape(tables, i, env_.data());
         std::array<std::size_t, N> scratch{};
         scratch_sizes(scratch, std::make_index_sequence<N>{});
         std::array<std::size_t, N> val_off{}, adj_off{}, scr_off{};

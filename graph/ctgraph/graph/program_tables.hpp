@@ -85,11 +85,15 @@ inline std::string declared_shape(const graph_tables& g, std::size_t i) {
     return s + ")";
 }
 
-/// Node i's declared shape with its numbers (a letter's axis holds its value as declared: 0).
-inline rshape static_shape(const graph_tables& g, std::size_t i) {
+/// Node i's shape: its numbers, and each dimension letter's value env[j] (the letter symbols[j]).
+/// Without env, a letter's axis is 0: the declared shape of a parameter, which has no letters.
+inline rshape concrete_shape(const graph_tables& g, std::size_t i, const std::size_t* env = nullptr) {
     rshape s;
     s.rank = g.rank[i];
-    for (std::size_t a = 0; a < s.rank; ++a) s.d[a] = std::size_t(g.dims[i][a].n);
+    for (std::size_t a = 0; a < s.rank; ++a) {
+        const dim d = g.dims[i][a];
+        s.d[a] = d.sym && env ? env[std::size_t(g.symbol_index(d.sym))] : std::size_t(d.n);
+    }
     return s;
 }
 
@@ -212,7 +216,7 @@ template <class T>
 void add_parameters(parameter_store<T>& store, const graph_tables& g, std::size_t* slots) {
     for (std::size_t p = 0; p < g.num_params; ++p) {
         const std::size_t i = g.param_nodes[p];
-        slots[p] = store.add(g.label[i], static_shape(g, i), g.layer_axes[i]);
+        slots[p] = store.add(g.label[i], concrete_shape(g, i), g.layer_axes[i]);
     }
 }
 

@@ -48,6 +48,7 @@
 #include "ctgraph/error.hpp"
 #include "ctgraph/graph/analysis.hpp"
 #include "ctgraph/graph/exec.hpp"
+#include "ctgraph/graph/program_tables.hpp"
 #include "ctgraph/memory.hpp"
 
 namespace ctg {
@@ -389,13 +390,7 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
         s.sizes.emplace_back(c, env[j]);
     }
     std::array<rshape, N> shapes{};
-    for (std::size_t i = 0; i < N; ++i) {
-        shapes[i].rank = G::rank[i];
-        for (std::size_t a = 0; a < G::rank[i]; ++a) {
-            const dim d = G::dims[i][a];
-            shapes[i].d[a] = d.sym ? env[std::size_t(G::symbol_index(d.sym))] : std::size_t(d.n);
-        }
-    }
+    for (std::size_t i = 0; i < N; ++i) shapes[i] = concrete_shape(tables_of<G>, i, env.data());
 
     // Per node: FLOPs, scratch (the functions program::plan() calls), and the arena as plan() lays it out.
     static constexpr auto scratch_fns = []<std::size_t... I>(std::index_sequence<I...>) {
