@@ -2,7 +2,8 @@
 // and repeat keep one step's or layer's values in a forward-only pass (run_info::forward_only):
 // the outputs equal those of programs that keep everything, in less memory, and reading a value
 // whose memory was reused is an error that says so. A reshape that is its operand's only reader
-// shares that operand's adjoint (detail::adjoint_roots), in programs and in repeat blocks.
+// shares that operand's adjoint (detail::adjoint_roots), in programs and in repeat blocks, and so
+// does a sum (add, sub's first operand) for an operand of its own shape: a residual branch.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -187,7 +188,8 @@ TEST_CASE("a reshape that is its operand's only reader shares its adjoint: one b
     constexpr int r2 = GA::template index_of<decltype(reshape<B, 4, 4>(two_readers()))>,
                   x2 = GA::template index_of<decltype(two_readers())>;
     static_assert(r1 >= 0 && x1 >= 0 && r2 >= 0 && x2 >= 0);
-    static_assert(decltype(a)::adjoint_root[x1] == std::size_t(r1) && shared_adjoints(decltype(a)::adjoint_root) == 1);
+    static_assert(decltype(a)::adjoint_root[x1] == std::size_t(r1) && decltype(a)::adjoint_root[x2] == std::size_t(x2) &&
+                  decltype(a)::adjoint_root[r2] == std::size_t(r2));
     a.params().init(4);
     const std::size_t batch = 3;
     const auto x = random_values(batch * 8, 1), g = random_values(batch * 16, 2);
@@ -218,7 +220,8 @@ TEST_CASE("a reshape that is its operand's only reader shares its adjoint: one b
     constexpr auto without = [](auto h) { return tanh(h * W{}) + h; };
     using H = input<"h", B, 16>;
     using block = detail::cell_info<decltype(with_reshapes(H{})), true>;  // as repeat sees the block
-    static_assert(shared_adjoints(block::adj_root) == 2, "the product's and the inner reshape's adjoints are the outer reshape's");
+    static_assert(shared_adjoints(block::adj_root) == 3,
+                  "the product's and the inner reshape's adjoints are the outer reshape's; tanh's is the layer's output adjoint");
     auto ra = compile<double>(sum(mul(repeat<3, "r.">(with_reshapes, H{}), G16{})));
     decltype(compile<double>(sum(mul(repeat<3, "r.">(without, H{}), G16{})))) rb(ra.shared_params());
     ra.params().init(5);
@@ -242,4 +245,106 @@ TEST_CASE("a reshape that is its operand's only reader shares its adjoint: one b
     std::size_t wrong = 0;
     for (std::size_t i = 0; i < want_layers.size(); ++i) wrong += twice[i] != 2 * want_layers[i];
     CHECK(wrong == 0);
+}
+
+TEST_CASE("a sum that is its operand's only reader shares its adjoint: no copy for a residual branch, the same gradients",
+          "[memory]") {
+    // The same sums, once as they are (each branch read by the sum alone: its adjoint is the sum's)
+    // and once with every branch read a second time by a term that adds zero (the adjoints then
+    // their own, added to): the gradients are equal bit for bit, since gy + 0 is gy.
+    using G16 = input<"g", B, 16>;
+    using P1 = param<"W1", 8, 16>;
+    using P2 = param<"W2", 8, 16>;
+    using Z = constant<0.0>;
+    constexpr auto t = [] { return tanh(X{} * P1{}); };
+    constexpr auto u = [] { return X{} * P2{}; };
+    // t and u read by two sums each: their adjoints are their own (each is added to twice).
+    using two_readers = decltype(compile<double>(sum(mul(t() + u(), G16{})) + sum(mul(t() - u(), G16{}))));
+    using GT = typename two_readers::G;
+    constexpr int ti = GT::template index_of<decltype(t())>, ui = GT::template index_of<decltype(u())>;
+    static_assert(ti >= 0 && ui >= 0 && two_readers::adjoint_root[ti] == std::size_t(ti) &&
+                  two_readers::adjoint_root[ui] == std::size_t(ui));
+
+    // One reader each: a + b shares both, a - b its first only (b's adjoint is -gy).
+    using P3 = param<"W3", 8, 16>;
+    constexpr auto a1e = [] { return tanh(X{} * P1{}); };
+    constexpr auto b1e = [] { return X{} * P2{}; };
+    constexpr auto a2e = [] { return relu(X{} * P1{}); };
+    constexpr auto b2e = [] { return tanh(X{} * P3{}); };
+    constexpr auto branches = [=] { return sum(mul(a1e() + b1e(), G16{})) + sum(mul(a2e() - b2e(), G16{})); };
+    constexpr auto branches_read_twice = [=] {
+        return branches() + mul(Z{}, sum(a1e()) + sum(b1e()) + sum(a2e()) + sum(b2e()));
+    };
+    auto c = compile<double>(branches());
+    decltype(compile<double>(branches_read_twice())) d(c.shared_params());
+    using GC = typename decltype(c)::G;
+    constexpr int s1 = GC::template index_of<decltype(a1e() + b1e())>, a1 = GC::template index_of<decltype(a1e())>,
+                  b1 = GC::template index_of<decltype(b1e())>, s2 = GC::template index_of<decltype(a2e() - b2e())>,
+                  a2 = GC::template index_of<decltype(a2e())>, b2 = GC::template index_of<decltype(b2e())>;
+    static_assert(s1 >= 0 && a1 >= 0 && b1 >= 0 && s2 >= 0 && a2 >= 0 && b2 >= 0);
+    constexpr auto& root = decltype(c)::adjoint_root;
+    static_assert(root[a1] == std::size_t(s1) && root[b1] == std::size_t(s1) && root[a2] == std::size_t(s2) &&
+                  root[b2] == std::size_t(b2));
+    using GD = typename decltype(d)::G;
+    constexpr int d_s1 = GD::template index_of<decltype(a1e() + b1e())>, d_a1 = GD::template index_of<decltype(a1e())>;
+    static_assert(d_s1 >= 0 && d_a1 >= 0 && decltype(d)::adjoint_root[d_a1] == std::size_t(d_a1));
+
+    c.params().init(6);
+    const std::size_t batch = 3;
+    const auto x = random_values(batch * 8, 7), g = random_values(batch * 16, 8);
+    auto grads = [&](auto& p) {
+        p.params().zero_grad();
+        p.feed("x", x.data(), rshape{2, {batch, 8}});
+        p.feed("g", g.data(), rshape{2, {batch, 16}});
+        p.forward();
+        p.backward();
+        std::vector<double> r;
+        for (const char* n : {"W1", "W2", "W3"}) {
+            const std::size_t s = p.params().slot(n);
+            r.insert(r.end(), p.params().grad(s), p.params().grad(s) + 8 * 16);
+        }
+        return r;
+    };
+    d.poison_arena(true);
+    const auto want = grads(d);
+    c.poison_arena(true);  // an adjoint read before it is written would show as NaN
+    CHECK(grads(c) == want);
+    CHECK(c.adjoint_view(std::size_t(a1)).ptr == c.adjoint_view(std::size_t(s1)).ptr);
+    CHECK(c.adjoint_view(std::size_t(b1)).ptr == c.adjoint_view(std::size_t(s1)).ptr);
+    CHECK(c.adjoint_view(std::size_t(b2)).ptr != c.adjoint_view(std::size_t(s2)).ptr);
+    CHECK(c.arena_elements() < d.arena_elements());
+    CHECK(c.arena_elements() * sizeof(double) == c.summary({{'B', batch}}).arena_bytes);
+
+    // In a repeat whose block ends in a residual sum: the branch's adjoint is the layer's output
+    // adjoint (the block's result, outside the block's memory), in every layer.
+    using W = param<"W", 16, 16>;
+    using H = input<"h", B, 16>;
+    constexpr auto residual = [](auto h) { return tanh(h * W{}) + h; };
+    constexpr auto read_twice = [](auto h) { return tanh(h * W{}) + h + mul(Z{}, sum(tanh(h * W{}))); };
+    using block = detail::cell_info<decltype(residual(H{})), true>;
+    using block2 = detail::cell_info<decltype(read_twice(H{})), true>;
+    static_assert(shared_adjoints(block::adj_root) == 1 && block::adjoint_shares_result(block::out - 1));
+    static_assert(shared_adjoints(block2::adj_root) == 1, "only the outer sum's first operand, the inner sum, shares");
+    constexpr options with_dh{.input_grads = true};
+    auto ra = compile<double, with_dh>(sum(mul(repeat<3, "r.">(residual, H{}), G16{})));
+    decltype(compile<double, with_dh>(sum(mul(repeat<3, "r.">(read_twice, H{}), G16{})))) rb(ra.shared_params());
+    ra.params().init(9);
+    const auto h = random_values(batch * 16, 10);
+    auto layer_grads = [&](auto& p) {
+        p.params().zero_grad();
+        p.feed("h", h.data(), rshape{2, {batch, 16}});
+        p.feed("g", g.data(), rshape{2, {batch, 16}});
+        p.forward();
+        p.backward();
+        const std::size_t s = p.params().slot("r.W");
+        std::vector<double> r(p.params().grad(s), p.params().grad(s) + 3 * 16 * 16);
+        const auto dh = p.template input_grad<"h">();  // what the first layer sends down
+        r.insert(r.end(), dh.begin(), dh.end());
+        return r;
+    };
+    rb.poison_arena(true);
+    const auto want_layers = layer_grads(rb);
+    ra.poison_arena(true);
+    CHECK(layer_grads(ra) == want_layers);
+    CHECK(ra.arena_elements() < rb.arena_elements());
 }

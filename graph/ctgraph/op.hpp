@@ -32,6 +32,11 @@
 //     // program's, a cell's) give c.gx[0] c.gy's memory too (c.fresh(0) is then true): backward
 //     // must copy nothing when they are the same.
 //     static constexpr bool aliases_operand = true;
+//     // optional: bit k set where operand k's VJP is the identity, gx_k = gy, whenever operand k
+//     // has the result's shape (add: 0b11, sub: 0b01). Where the op is such an operand's only
+//     // reader, the planners give c.gx[k] c.gy's memory (c.fresh(k) is then true): backward must
+//     // write nothing to an adjoint that is c.gy itself, and must not write c.gy.
+//     static constexpr std::uint32_t identity_vjp_operands = 0b11;
 //
 //     // optional: whether row r of the result (its first axis) comes from row r of every operand
 //     // whose first axis is the batch and from the whole of the others, given the operand shapes (as

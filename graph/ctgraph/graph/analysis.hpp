@@ -204,6 +204,30 @@ consteval bool aliases_operand() {
     if constexpr (requires { Op::aliases_operand; }) return bool(Op::aliases_operand); else return false;
 }
 
+/// The operands whose adjoint is the node's own, element for element: operand 0 of an aliasing
+/// node (reshape), and operand k of an op declaring bit k of `identity_vjp_operands` (add: both,
+/// sub: the first; see op.hpp) where that operand has the node's shape (not broadcast). The
+/// planners may give such an operand's adjoint the node's memory (adjoint_roots).
+template <class Shape, class... A>
+consteval std::array<bool, sizeof...(A) + 1> operand_has_shape(tlist<A...>*) {
+    return {std::is_same_v<typename A::shape, Shape>..., false};
+}
+template <class N>
+consteval std::uint32_t identity_vjp_operands() {
+    if constexpr (N::kind == leaf_kind::none && !N::is_poison) {
+        using Op = op_of_t<N>;
+        std::uint32_t m = aliases_operand<N>() ? 1u : 0u;
+        if constexpr (requires { Op::identity_vjp_operands; }) {
+            const auto same = operand_has_shape<typename N::shape>(static_cast<typename N::args*>(nullptr));
+            for (std::size_t k = 0; k < N::args::size && k < 32; ++k)
+                if (((std::uint32_t(Op::identity_vjp_operands) >> k) & 1u) && same[k]) m |= 1u << k;
+        }
+        return m;
+    } else {
+        return 0;
+    }
+}
+
 template <class N>
 consteval double constant_value() {
     if constexpr (N::kind == leaf_kind::constant) return N::value; else return 0.0;
@@ -271,25 +295,31 @@ constexpr adj_write_table<N, A> adj_write_modes(const std::array<std::size_t, N>
     return t;
 }
 
-/// Whose adjoint memory each node's adjoint is: its own, or that of the aliasing node (reshape, see
-/// `aliases_operand` in op.hpp) that is its only reader, followed up a chain of them. The two
-/// adjoints are the same elements in the same order, so the alias's VJP, the first writer of its
-/// operand's adjoint, finds it written and copies nothing (gpt-m's head split and merge copied
-/// 4 x 3 MiB a layer). `planned[i]`: node i's adjoint is the planner's to place (not an output's,
-/// a leaf's or an enclosing op's).
+/// Whose adjoint memory each node's adjoint is: its own, or that of the node that is its only
+/// reader and whose VJP for it is the identity (identity_vjp_operands: a reshape's operand, a
+/// residual sum's branch), followed up a chain of them. The two adjoints are the same elements in
+/// the same order, so that VJP, the first writer of its operand's adjoint, finds it written and
+/// copies nothing (gpt-m's head split and merge copied 4 x 3 MiB a layer; its residual sums, 2 x 3
+/// MiB). `planned[i]`: node i's adjoint is the planner's to place (not a leaf's or an enclosing
+/// op's; an output's adjoint is seeded: `shared_root` says whether it may still be shared, as a
+/// repeat's block result is, its memory then the enclosing op's).
 template <std::size_t N, std::size_t A>
 constexpr std::array<std::size_t, N> adjoint_roots(const std::array<std::size_t, N>& arity,
                                                    const std::array<std::array<int, A>, N>& operands,
-                                                   const std::array<bool, N>& aliases, const std::array<bool, N>& planned) {
+                                                   const std::array<std::uint32_t, N>& identity_vjp,
+                                                   const std::array<bool, N>& planned,
+                                                   const std::array<bool, N>& shared_root = {}) {
     std::array<std::size_t, N> readers{}, root{};
     for (std::size_t i = 0; i < N; ++i)
         for (std::size_t k = 0; k < arity[i]; ++k) ++readers[std::size_t(operands[i][k])];
     for (std::size_t j = 0; j < N; ++j) root[j] = j;
-    for (std::size_t i = N; i-- > 0;)  // from the last node down: an alias's own root is known first
-        if (planned[i] && aliases[i]) {
-            const std::size_t j = std::size_t(operands[i][0]);
-            if (planned[j] && readers[j] == 1) root[j] = root[i];
-        }
+    for (std::size_t i = N; i-- > 0;)  // from the last node down: a reader's own root is known first
+        if (planned[i] || shared_root[i])
+            for (std::size_t k = 0; k < arity[i]; ++k)
+                if ((identity_vjp[i] >> k) & 1u) {
+                    const std::size_t j = std::size_t(operands[i][k]);
+                    if (planned[j] && readers[j] == 1) root[j] = root[i];
+                }
     return root;
 }
 
@@ -321,6 +351,7 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
     static constexpr std::array<bool, size> is_bf16{Ns::is_bf16...};  // bf16_input and its slices
     static constexpr std::array<element, size> elem{element_of<Ns>...};
     static constexpr std::array<bool, size> aliases{detail::aliases_operand<Ns>()...};  // value = operand 0's memory
+    static constexpr std::array<std::uint32_t, size> identity_vjp{detail::identity_vjp_operands<Ns>()...};  // adjoint = the node's
     static constexpr std::array<std::string_view, size> label{detail::node_label<Ns>()...};
     static constexpr std::array<double, size> constant_value{detail::constant_value<Ns>()...};
     static constexpr std::array<std::size_t, size> layer_axes{detail::layer_axes_of<Ns>()...};  // stacked params

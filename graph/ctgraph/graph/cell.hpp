@@ -142,13 +142,19 @@ struct cell_info {
                 if (adj_writes.mode[i][k] != adj_write::add) f[std::size_t(G::operands[i][k])] = i;
         return f;
     }();
-    /// Whose adjoint memory node j's adjoint is (adjoint_roots): the result's adjoint is the
-    /// enclosing op's, and is shared with none.
+    /// Whose adjoint memory node j's adjoint is (adjoint_roots). The result's adjoint is the
+    /// enclosing op's; in a repeat's block (PerStepParams) it is shared too (`out` is then a root
+    /// outside the block's memory: the layer's output adjoint, adjoint_shares_result), so that a
+    /// block ending in a residual sum copies no adjoint into its branch. A scan's is not: the
+    /// scan adds the next step's state adjoint into it.
     static constexpr std::array<std::size_t, N> adj_root = [] {
-        std::array<bool, N> planned{};
+        std::array<bool, N> planned{}, shared_root{};
         for (std::size_t i = 0; i < N; ++i) planned[i] = computed[i] && has_adjoint[i] && i != out;
-        return adjoint_roots(G::arity, G::operands, G::aliases, planned);
+        shared_root[out] = PerStepParams && computed[out] && has_adjoint[out];
+        return adjoint_roots(G::arity, G::operands, G::identity_vjp, planned, shared_root);
     }();
+    /// Whether node i's adjoint is the result's memory (adj_root; a repeat's block only).
+    static constexpr bool adjoint_shares_result(std::size_t i) { return i != out && adj_root[i] == out; }
     static constexpr std::size_t num_orphans = [] {
         std::size_t n = 0;
         for (bool b : adj_writes.orphan) n += b;
@@ -300,7 +306,7 @@ struct cell_frame {
                 if (bs_size[i]) order[n++] = N + i;
                 if (i == Info::out) continue;
                 if (Info::adj_root[i] == i) order[n++] = i;
-                else lowest[Info::adj_root[i]] = std::min(lowest[Info::adj_root[i]], i);
+                else if (!Info::adjoint_shares_result(i)) lowest[Info::adj_root[i]] = std::min(lowest[Info::adj_root[i]], i);
             }
         // Backward time runs from node N - 1 down: adjoint j is live at steps N - first_writer[j] ..
         // N - j, node i's backward scratch at step N - i.
@@ -318,7 +324,8 @@ struct cell_frame {
         adj_block = place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
         for (std::size_t a = 0; a < n; ++a) (order[a] < N ? adj_off[order[a]] : bs_off[order[a] - N]) = offset[a];
         for (std::size_t i = 0; i < N; ++i)
-            if (Info::computed[i] && i != Info::out && Info::adj_root[i] != i) adj_off[i] = adj_off[Info::adj_root[i]];
+            if (Info::computed[i] && i != Info::out && Info::adj_root[i] != i && !Info::adjoint_shares_result(i))
+                adj_off[i] = adj_off[Info::adj_root[i]];
     }
 
     /// A forward-only frame: values and op scratch of one step by lifetime (first fit), as an

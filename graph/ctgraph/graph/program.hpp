@@ -423,13 +423,14 @@ public:
     static constexpr std::array<bool, N> bf16_only_nodes = only_plan.only;
     /// For each of them, the last node whose forward reads its float (which lives in shared scratch until then).
     static constexpr std::array<std::size_t, N> bf16_only_last = only_plan.last;
-    /// Whose adjoint memory node i's adjoint is (detail::adjoint_roots): its own, or that of the
-    /// reshape that is its only reader (an output's adjoint is seeded, and shared with none).
+    /// Whose adjoint memory node i's adjoint is (detail::adjoint_roots): its own, or that of its
+    /// only reader where that one's VJP for it is the identity (a reshape, a residual sum); an
+    /// output's adjoint is seeded, and shared with none.
     static constexpr std::array<std::size_t, N> adjoint_root = [] {
         std::array<bool, N> planned{};
         for (std::size_t i = 0; i < N; ++i) planned[i] = G::needs_grad[i] && G::kind[i] == leaf_kind::none;
         for (std::size_t o : output_nodes) planned[o] = false;
-        return detail::adjoint_roots(G::arity, G::operands, G::aliases, planned);
+        return detail::adjoint_roots(G::arity, G::operands, G::identity_vjp, planned);
     }();
     /// What the repeats' layer frames keep in this program (their scratch_size's fifth argument): 0
     /// floats only, 1 bf16 shadows too, 2 values in bf16 only, 3 those that VJPs read rounded too.

@@ -361,6 +361,8 @@ struct repeat_op {
             }
             // This layer's output adjoint: the loss's (top layer) or what layer l+1 sent down.
             v.adj[info::out].ptr = l + 1 == L ? c.gy_data() : base + Ly.state_adj_off(l & 1);
+            for (std::size_t i = 0; i < N; ++i)  // a residual sum's branch: the output adjoint itself
+                if (info::computed[i] && info::adjoint_shares_result(i)) v.adj[i].ptr = v.adj[info::out].ptr;
             if constexpr (state_node >= 0) {
                 if (l > 0) {
                     T* down = base + Ly.state_adj_off((l - 1) & 1);

@@ -15,6 +15,7 @@
 // smaller one is walked in blocks (vector kernels); other broadcasts go through per-axis strides.
 #pragma once
 #include <algorithm>
+#include <cassert>
 #include <array>
 #include <string_view>
 
@@ -118,6 +119,11 @@ struct binary_op {
     }
 
     static constexpr bool assigns_adjoints = true;
+    // The operands whose VJP is gy itself (Fn::identity_vjp_operands: add's two, sub's first): the
+    // planners may give such an operand's adjoint gy's memory (op.hpp), which backward then skips.
+    static constexpr std::uint32_t identity_vjp_operands = [] {
+        if constexpr (requires { Fn::identity_vjp_operands; }) return std::uint32_t(Fn::identity_vjp_operands); else return 0u;
+    }();
     template <class A, class B>
     static consteval bool rows_independent() { return true; }  // element-wise, rows repeated (see op.hpp)
     /// The values backward reads (op.hpp): none when the derivatives are constants (Fn::constant_derivatives: add, sub).
@@ -141,13 +147,24 @@ struct binary_op {
             kernels::map(L.m, y + r * L.m, [](auto u, auto v) { return Fn::f(u, v); }, a + r * L.a_step,
                          b + r * L.b_step);
     }
+    // Operand k's adjoint to write: null where it needs none, or where it is gy's memory (the
+    // planners shared it, identity_vjp_operands: it holds its value already).
+    template <class T>
+    static T* adjoint_to_write(const op_io<T, 2>& c, std::size_t k) {
+        T* g = c.gx_data(k);
+        if (g && g == c.gy_data()) {
+            assert(c.fresh(k) && "binary op: an adjoint shared with the result's must be that one's first writer");
+            return nullptr;
+        }
+        return g;
+    }
     template <class T>
     static void backward(op_io<T, 2>& c) {
+        T *ga = adjoint_to_write(c, 0), *gb = adjoint_to_write(c, 1);
         if (!blocked(c)) {  // a fresh adjoint is zeroed, then every element adds its share
             const T *a = c.x_data(0), *b = c.x_data(1), *y = c.y_data(), *gy = c.gy_data();
-            T *ga = c.gx_data(0), *gb = c.gx_data(1);
             for (std::size_t k = 0; k < 2; ++k)
-                if (T* g = c.gx_data(k); g && c.fresh(k)) std::fill(g, g + c.x[k].size(), T(0));
+                if (T* g = k == 0 ? ga : gb; g && c.fresh(k)) std::fill(g, g + c.x[k].size(), T(0));
             each_element(strides_of(c), [&](std::size_t iy, std::size_t ia, std::size_t ib) {
                 if (ga) ga[ia] += gy[iy] * Fn::da(a[ia], b[ib], y[iy]);
                 if (gb) gb[ib] += gy[iy] * Fn::db(a[ia], b[ib], y[iy]);
@@ -157,12 +174,12 @@ struct binary_op {
         const auto L = layout_of(c);
         const T *a = c.x_data(0), *b = c.x_data(1), *y = c.y_data(), *gy = c.gy_data();
         // A repeated (broadcast) operand's adjoint sums over the repetitions: only the first may assign.
-        if (T* ga = c.gx_data(0))
+        if (ga)
             for (std::size_t r = 0; r < L.reps; ++r)
                 kernels::map_into(c.fresh(0) && (r == 0 || L.a_step), L.m, ga + r * L.a_step,
                                   [](auto gyv, auto u, auto v, auto yv) { return gyv * Fn::da(u, v, yv); }, gy + r * L.m,
                                   a + r * L.a_step, b + r * L.b_step, y + r * L.m);
-        if (T* gb = c.gx_data(1))
+        if (gb)
             for (std::size_t r = 0; r < L.reps; ++r)
                 kernels::map_into(c.fresh(1) && (r == 0 || L.b_step), L.m, gb + r * L.b_step,
                                   [](auto gyv, auto u, auto v, auto yv) { return gyv * Fn::db(u, v, yv); }, gy + r * L.m,
@@ -170,7 +187,7 @@ struct binary_op {
         // No repetitions (an empty batch): a fresh adjoint of the repeated operand is still all zero.
         if (L.reps == 0)
             for (std::size_t k = 0; k < 2; ++k)
-                if (T* g = c.gx_data(k); g && c.fresh(k)) std::fill(g, g + c.x[k].size(), T(0));
+                if (T* g = k == 0 ? ga : gb; g && c.fresh(k)) std::fill(g, g + c.x[k].size(), T(0));
     }
 };
 
