@@ -322,6 +322,76 @@ TEST_CASE("fused scaled-dot weights in row blocks equal the composed graph: head
     }
 }
 
+TEST_CASE("attention over heads side by side equals split, attend, merge: values, weights and gradients", "[attention]") {
+    // nn::attention_over_heads reads each head's columns of q, k, v (B, n, H d) in place and writes
+    // its output columns: the fused ops with Heads > 0. Against the heads made a batch axis
+    // (split_heads, the fused ops with Heads = 0, merge_heads), under masks with several row blocks
+    // per matrix, keys no row sees and n != m; the unscaled dot score too, and a score without
+    // fused weights (bilinear: the same split, attend, merge). The products are the same sums over
+    // the same elements: equal to rounding.
+    constexpr dim N = dyn('N'), Mk = dyn('M');
+    constexpr int H = 3, dk = 4, dval = 2;
+    using Q = input<"q", B, N, H * dk>;
+    using K = input<"k", B, Mk, H * dk>;
+    using V = input<"v", B, Mk, H * dval>;
+    using G = input<"g", B, N, H * dval>;
+    using Gw = input<"gw", B, H, N, Mk>;
+    const auto check = [](auto score, auto mask, std::size_t n, std::size_t m) {
+        INFO("n " << n << ", m " << m);
+        using Score = decltype(score);
+        const auto over_heads = nn::attention_over_heads<H>(Q{}, K{}, V{}, score, mask);
+        const auto split = nn::merge_heads(attention(nn::split_heads<H>(Q{}), nn::split_heads<H>(K{}), nn::split_heads<H>(V{}), score, mask));
+        // the weights' gradient too: the loss reads them beside the output
+        const auto w_over = nn::attention_weights_over_heads<H>(Q{}, K{}, score, mask);
+        const auto w_split = attention_weights(nn::split_heads<H>(Q{}), nn::split_heads<H>(K{}), score, mask);
+        auto a = compile<double, options{.input_grads = true}>(sum(mul(over_heads, G{})) + sum(mul(w_over, Gw{})));
+        decltype(compile<double, options{.input_grads = true}>(sum(mul(split, G{})) + sum(mul(w_split, Gw{})))) b(a.shared_params());
+        if constexpr (std::is_same_v<Score, scaled_dot_score> || std::is_same_v<Score, dot_score>)
+            static_assert(decltype(a)::G::template index_of<decltype(nn::split_heads<H>(Q{}))> < 0, "no split: the fused ops read q in place");
+        a.params().init(3);
+        const auto q = random_values(2 * n * H * dk, 41), k = random_values(2 * m * H * dk, 42), v = random_values(2 * m * H * dval, 43),
+                   g = random_values(2 * n * H * dval, 44), gw = random_values(2 * H * n * m, 45);
+        const std::vector<index_t> len{index_t(m), index_t(m / 3)};
+        const auto run = [&](auto& p) {
+            p.feed("q", q.data(), rshape{3, {2, n, H * dk}});
+            p.feed("k", k.data(), rshape{3, {2, m, H * dk}});
+            p.feed("v", v.data(), rshape{3, {2, m, H * dval}});
+            p.feed("g", g.data(), rshape{3, {2, n, H * dval}});
+            p.feed("gw", gw.data(), rshape{4, {2, H, n, m}});
+            if constexpr (std::remove_reference_t<decltype(p)>::template has_input<"len">) p.feed("len", len.data(), rshape{1, {2}});
+            p.poison_arena(true);  // an element read before it is written shows as NaN
+            const double loss = p.forward();
+            p.backward();
+            return loss;
+        };
+        const double la = run(a), lb = run(b);
+        REQUIRE(std::isfinite(la));
+        CHECK(la == Approx(lb).epsilon(1e-13));
+        const auto worst = [](const auto& x, const auto& y) {
+            double w = 0;
+            for (std::size_t i = 0; i < x.size(); ++i) w = std::max(w, std::abs(x.data()[i] - y.data()[i]));
+            return w;
+        };
+        CHECK(worst(a.template input_grad<"q">(), b.template input_grad<"q">()) <= 1e-13);
+        CHECK(worst(a.template input_grad<"k">(), b.template input_grad<"k">()) <= 1e-13);
+        CHECK(worst(a.template input_grad<"v">(), b.template input_grad<"v">()) <= 1e-13);
+        CHECK(worst(a.value_of(w_over), b.value_of(w_split)) <= 1e-15);
+    };
+    for (auto [n, m] : {std::pair<std::size_t, std::size_t>{150, 150}, {70, 140}, {140, 70}}) {
+        check(scaled_dot_score{}, causal{} && key_padding(Len{}), n, m);
+        check(scaled_dot_score{}, no_mask{}, n, m);
+        check(dot_score{}, causal{}, n, m);
+        check(bilinear_score<"bil", dk, dk>{}, key_padding(Len{}), n, m);
+    }
+    // Finite differences, through the weights and the value product, with padding and causality.
+    ctg::testing::check_config cfg;
+    cfg.dims = {{'B', 2}, {'N', 5}, {'M', 4}};
+    cfg.index_bound = {{"len", 5}};
+    cfg.index_low = {{"len", 1}};
+    CHECK(check_gradients(nn::attention_over_heads<H>(Q{}, K{}, V{}, scaled_dot_score{}, causal{} && key_padding(Len{})), cfg) > 0);
+    CHECK(check_gradients(nn::attention_over_heads<H>(Q{}, K{}, V{}), cfg) > 0);
+}
+
 TEST_CASE("fused additive scores equal the composed n x m x a tanh graph, values and gradients", "[attention]") {
     // The composed form materialises tanh(qp_i + kp_j) for every pair: qp (B, n, a) is repeated over
     // the m keys and kp (B, m, a) over the n queries (with matmuls by rows of ones), then contracted with w.

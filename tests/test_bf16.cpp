@@ -787,18 +787,18 @@ TEST_CASE("bf16 shadows and values in bf16 only: a GPT's step is bit for bit the
     for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = int(i * 7 % 11), y.data()[i] = int(i * 5 % 11);
     using S = decltype(compile<float, options{.precision = precision::bf16}>(loss));
     static_assert(S::num_bf16_shadows >= 1);  // the head's input (the repeat's values are in its frames)
-    // In the repeat's block (a pre-norm GPT block), 17 values: read by products only, the layer
-    // norms' outputs, q, k and v, the merged heads (the permutation and the reshape that the
-    // projection reads) and the FFN's activation (affine_gelu's result); read in forward only, the
-    // q, k and v projections and their reshapes (the head split permutes them), attention's output
-    // (the merge permutes it), the output projection's and the second FFN product's (the residual
-    // sums add them). Not the attention weights (softmax's VJP reads them) nor the residual sums
-    // (the layer norms' VJPs read them). (The first FFN product is affine_gelu's own scratch.)
+    // In the repeat's block (a pre-norm GPT block), 9 values: read by products only, the layer
+    // norms' outputs, q, k and v (the projections' outputs, whose heads attention reads in place),
+    // attention's output (the heads side by side, which the output projection reads) and the FFN's
+    // activation (affine_gelu's result); read in forward only, the output projection's and the
+    // second FFN product's (the residual sums add them). Not the attention weights (softmax's VJP
+    // reads them) nor the residual sums (the layer norms' VJPs read them). (The first FFN product
+    // is affine_gelu's own scratch.)
     using block = detail::cell_info<decltype(nn::gpt<11, 8, 16, 2, 2>::block{}(input<"h", B, T, 16>{}, causal{})), true>;
     const auto in_block = labels_of<typename block::G>(block::bf16_only.only);
     const auto in_program = labels_of<typename S::graph_type>(S::bf16_only_nodes);
     INFO("in the block: " << joined(in_block) << "; in the program: " << joined(in_program));
-    CHECK(in_block.size() == 17);
+    CHECK(joined(in_block) == "layer_norm, affine, affine, affine, attention_values, affine, layer_norm, affine_gelu, affine");
     // With the values that VJPs read rounded (options::bf16_saved), one more: the attention weights
     // (their op writes the shadow alone).
     CHECK(added_by_saved<typename block::G>(block::bf16_only.only, block::bf16_saved.only) ==
@@ -825,12 +825,12 @@ TEST_CASE("values in bf16 only outside a repeat: one GPT block's step is bit for
     using SS = decltype(compile<float, options{.precision = precision::bf16}>(loss));
     const auto nodes = labels_of<typename S::graph_type>(S::bf16_only_nodes);
     INFO(joined(nodes));
-    CHECK(nodes.size() == 17);
+    CHECK(joined(nodes) == "layer_norm, affine, affine, affine, attention_values, affine, layer_norm, affine_gelu, affine");
     // Of those, the ones whose op writes the shadow alone, with no float at all (a null value): both
-    // layer norms' outputs, q, k, v (the head split's permutes) and the FFN's activation.
+    // layer norms' outputs and the FFN's activation.
     const auto no_float = labels_of<typename S::graph_type>(S::bf16_no_float_nodes);
     INFO(joined(no_float));
-    CHECK(no_float.size() == 6);
+    CHECK(joined(no_float) == "layer_norm, layer_norm, affine_gelu");
     // options::bf16_saved adds the attention weights (no float either). (The FFN's pre-activation,
     // which GELU's VJP reads, is affine_gelu's scratch: in bf16 with bf16_saved, tests/test_affine_activation.cpp.)
     using G = typename S::graph_type;

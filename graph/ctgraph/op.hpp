@@ -150,7 +150,7 @@ P* offset_or_null(P* p, std::size_t off) { return p ? p + off : nullptr; }
 /// by a weight (in, out) plus a bias; affine_activation, that and an element-wise activation;
 /// scaled_dot, attention's scores Q K^T and their (masked) softmax; nested, a scan's or repeat's
 /// cell, counted node by node.
-enum class flop_rule : unsigned char { elements, matmul, matmul_transposed, affine, affine_activation, scaled_dot, nested };
+enum class flop_rule : unsigned char { elements, matmul, matmul_transposed, affine, affine_activation, scaled_dot, head_values, nested };
 
 /// The bit of op::backward_reads that stands for the op's own result and scratch (see above).
 inline constexpr std::uint32_t reads_result = 1u << 31;

@@ -103,6 +103,12 @@ struct dot_score {
     static constexpr auto weights(Q q, K k, Mask) {
         return detail::make_scaled_dot_weights<cval(1.0), Mask>(q, k, typename Mask::operands{});
     }
+    /// The same per head, for queries (B, n, D) and keys (B, m, D) holding Heads heads side by side
+    /// (nn::attention_over_heads): -> (B, Heads, n, m).
+    template <int Heads, expr Q, expr K, attention_mask Mask>
+    static constexpr auto head_weights(Q q, K k, Mask) {
+        return detail::make_scaled_dot_weights<cval(1.0), Mask, Heads>(q, k, typename Mask::operands{});
+    }
 };
 
 /// The Transformer's scaled dot product: S = Q K^T / sqrt(d_k).
@@ -122,6 +128,13 @@ struct scaled_dot_score {
     template <expr Q, expr K, attention_mask Mask>
     static constexpr auto weights(Q q, K k, Mask) {
         return detail::make_scaled_dot_weights<cval(factor<Q>), Mask>(q, k, typename Mask::operands{});
+    }
+    /// The same per head, for queries (B, n, D) and keys (B, m, D) holding Heads heads side by side
+    /// (nn::attention_over_heads): -> (B, Heads, n, m), each head's scores scaled by 1/sqrt(D / Heads).
+    template <int Heads, expr Q, expr K, attention_mask Mask>
+    static constexpr auto head_weights(Q q, K k, Mask) {
+        constexpr double d = double(Q::shape::dims[Q::shape::rank - 1].n) / Heads;
+        return detail::make_scaled_dot_weights<cval(1.0 / detail::const_sqrt(d)), Mask, Heads>(q, k, typename Mask::operands{});
     }
 };
 

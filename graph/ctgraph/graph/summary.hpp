@@ -228,6 +228,9 @@ inline flop_count rule_flops(flop_rule r, const rshape& y, const rshape* x, cons
         case flop_rule::affine:
         case flop_rule::affine_activation: p = 2ULL * x[0].rows() * x[0].cols() * x[1].d[1]; break;
         case flop_rule::scaled_dot: p = 2ULL * x[0].rows() * x[1][-2] * x[0][-1]; break;  // matrices x n x m x d
+        case flop_rule::head_values:  // P (B, h, n, m) by V (B, m, h d_v): each of the B h matrices by its head's d_v columns
+            p = 2ULL * x[0].size() * (x[0][-3] ? x[1][-1] / x[0][-3] : 0);
+            break;
         default: {  // one per element of the larger of the result and the operand (a reduction reads more)
             std::uint64_t most = y.size();
             for (std::size_t j = 0; j < k; ++j) most = std::max<std::uint64_t>(most, x[j].size());

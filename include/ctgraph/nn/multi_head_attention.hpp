@@ -5,10 +5,12 @@
 //   auto y = mha::cross(x, memory, key_padding(len));         // queries from x, keys/values from memory
 //   auto y = mha::attend(q, k, v, mask);                      // queries, keys, values from three tensors
 //
-// Q = x W_q + b_q, K = m W_k + b_k, V = m W_v + b_v, each (B, n, D); split_heads makes them
-// (B, h, n, D/h) (head j = features j*D/h .. (j+1)*D/h - 1, as PyTorch's nn.MultiheadAttention and
-// the gpt workloads), so the heads are a batch axis of one attention call; merge_heads undoes it,
-// and W_o, b_o project the concatenated heads. Parameters are named as PyTorch modules name their
+// Q = x W_q + b_q, K = m W_k + b_k, V = m W_v + b_v, each (B, n, D), head j = features j*D/h ..
+// (j+1)*D/h - 1 (as PyTorch's nn.MultiheadAttention and the gpt workloads); W_o, b_o project the
+// concatenated heads. attention_over_heads computes every head's attention from Q, K and V as they
+// are: with a dot-product score, fused ops read each head's columns in place and write its output
+// columns (no copy into (B, h, n, D/h) and back); with any other score, split_heads makes the heads
+// a batch axis of one attention call and merge_heads undoes it. Parameters are named as PyTorch modules name their
 // Linear layers: <P>q.weight, <P>q.bias, <P>k.*, <P>v.*, <P>proj.weight, <P>proj.bias; weights are
 // stored (in, out), the transpose of PyTorch's (out, in). The score is a template argument (any ctg::score_for type, per head).
 #pragma once
@@ -44,6 +46,28 @@ constexpr auto merge_heads(X x) {
     else return reshape<S::dims[0], S::dims[2], S::dims[1].n * S::dims[3].n>(permute<0, 2, 1, 3>(x));
 }
 
+/// The attention of each of Heads heads side by side: q (B, n, D), k (B, m, D), v (B, m, D_v), head
+/// j of q and k = features j D/Heads .. (j+1) D/Heads - 1 (of v likewise by D_v) -> (B, n, D_v),
+/// head j's output in its columns. Equal to merge_heads(attention(split_heads<Heads>(q),
+/// split_heads<Heads>(k), split_heads<Heads>(v), score, mask)); with a score that has fused
+/// per-head weights (dot_score, scaled_dot_score: head_weights) it reads and writes each head's
+/// columns in place, with no copies of the split or the merge.
+template <int Heads, expr Q, expr K, expr V, class Score = scaled_dot_score, attention_mask Mask = no_mask>
+constexpr auto attention_over_heads(Q q, K k, V v, Score score = {}, Mask mask = {}) {
+    if constexpr (any_poison<Q, K, V>) return poison{};
+    else if constexpr (requires { Score::template head_weights<Heads>(q, k, mask); })
+        return ctg::detail::make_attention_values<Mask, Heads>(Score::template head_weights<Heads>(q, k, mask), v,
+                                                               typename Mask::operands{});
+    else return merge_heads(attention(split_heads<Heads>(q), split_heads<Heads>(k), split_heads<Heads>(v), score, mask));
+}
+/// The weights (B, Heads, n, m) of attention_over_heads(q, k, v, score, mask): the same node.
+template <int Heads, expr Q, expr K, class Score = scaled_dot_score, attention_mask Mask = no_mask>
+constexpr auto attention_weights_over_heads(Q q, K k, Score score = {}, Mask mask = {}) {
+    if constexpr (any_poison<Q, K>) return poison{};
+    else if constexpr (requires { Score::template head_weights<Heads>(q, k, mask); }) return Score::template head_weights<Heads>(q, k, mask);
+    else return attention_weights(split_heads<Heads>(q), split_heads<Heads>(k), score, mask);
+}
+
 /// Multi-head attention with Heads heads over model width D; parameter names start with P. Its
 /// checks (nn/checks.hpp) are said once however many graphs use it; a failed one gives poison.
 template <fixed_string P, int D, int Heads, class Score = scaled_dot_score>
@@ -72,15 +96,14 @@ struct multi_head_attention {
     /// Queries from xq (B, n, D), keys and values from xkv (B, m, D) -> (B, n, D).
     template <expr Xq, expr Xkv, attention_mask Mask = no_mask>
     static constexpr auto cross(Xq xq, Xkv xkv, Mask mask = {}) {
-        if constexpr (!(fits<Xq>() && fits<Xkv>())) return poison{};
-        else return affine(merge_heads(attention(queries(xq), keys(xkv), values(xkv), Score{}, mask)), W_o{}, b_o{});
+        return attend(xq, xkv, xkv, mask);
     }
     /// Queries from xq (B, n, D), keys from xk (B, m, D) and values from xv (B, m, D) -> (B, n, D):
     /// PyTorch's nn.MultiheadAttention(query, key, value). cross(xq, m) is attend(xq, m, m).
     template <expr Xq, expr Xk, expr Xv, attention_mask Mask = no_mask>
     static constexpr auto attend(Xq xq, Xk xk, Xv xv, Mask mask = {}) {
         if constexpr (!(fits<Xq>() && fits<Xk>() && fits<Xv>())) return poison{};
-        else return affine(merge_heads(attention(queries(xq), keys(xk), values(xv), Score{}, mask)), W_o{}, b_o{});
+        else return affine(over_heads(affine(xq, W_q{}, b_q{}), affine(xk, W_k{}, b_k{}), affine(xv, W_v{}, b_v{}), mask), W_o{}, b_o{});
     }
     /// Self-attention: queries, keys and values from x (B, n, D) -> (B, n, D).
     template <expr X, attention_mask Mask = no_mask>
@@ -94,7 +117,7 @@ struct multi_head_attention {
         } else {
             auto k = cache_store<true>(affine(x, W_k{}, b_k{}), kc);
             auto v = cache_store(affine(x, W_v{}, b_v{}), vc);
-            return affine(merge_heads(attention(queries(x), split(k), split(v), Score{}, mask)), W_o{}, b_o{});
+            return affine(over_heads(affine(x, W_q{}, b_q{}), k, v, mask), W_o{}, b_o{});
         }
     }
     /// One decoding step: x (B, 1, D) at positions pos (B) appends its key and value to the caches
@@ -111,7 +134,8 @@ struct multi_head_attention {
     /// The weights (B, h, n, m) of cross(xq, xkv, mask): read them with prog.value_of(...).
     template <expr Xq, expr Xkv, attention_mask Mask = no_mask>
     static constexpr auto weights(Xq xq, Xkv xkv, Mask mask = {}) {
-        return attention_weights(queries(xq), keys(xkv), Score{}, mask);
+        if constexpr (!(fits<Xq>() && fits<Xkv>())) return poison{};
+        else return attention_weights_over_heads<Heads>(affine(xq, W_q{}, b_q{}), affine(xkv, W_k{}, b_k{}), Score{}, mask);
     }
 
 private:
@@ -125,6 +149,11 @@ private:
     static constexpr auto split(X x) {
         if constexpr (!width_ok) return poison{};
         else return split_heads<Heads>(x);
+    }
+    template <expr Q, expr K, expr V, attention_mask Mask>
+    static constexpr auto over_heads(Q q, K k, V v, Mask mask) {
+        if constexpr (!width_ok) return poison{};
+        else return attention_over_heads<Heads>(q, k, v, Score{}, mask);
     }
 };
 

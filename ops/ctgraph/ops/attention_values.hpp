@@ -11,6 +11,10 @@
 //   gV += P^T gO   by column block (keys no row sees: 0 when fresh)
 // So the op is matmul(P, V) for any P that is 0 where the mask hides a key, and its adjoints are
 // matmul's wherever the producer of such a P reads them.
+// Heads > 0: P (B, Heads, n, m) and V (B, m, Heads d_v), the heads side by side in V's rows -> O
+// (B, n, Heads d_v), the heads side by side again: merge_heads(P split_heads(V)) without the
+// copies of the split and the merge (head_rows in detail/score_blocks.hpp). Without a mask too
+// (no_mask: one block per matrix).
 #pragma once
 #include <algorithm>
 #include <string>
@@ -24,10 +28,11 @@
 
 namespace ctg {
 namespace ops {
-template <class Mask>
+template <class Mask, int Heads = 0>
 struct attention_values_op {
     static constexpr std::string_view name = "attention_values";
-    static constexpr flop_rule flops = flop_rule::matmul;  // how summaries count it (op.hpp): the whole P V
+    // how summaries count it (op.hpp): the whole P V
+    static constexpr flop_rule flops = Heads > 0 ? flop_rule::head_values : flop_rule::matmul;
     static constexpr bool assigns_adjoints = true;
     static constexpr std::uint32_t bf16_operands = 0b11;  // P and V: their bf16 shadows, io.xb (see op.hpp)
     static constexpr std::uint32_t bf16_operands_only = 0b11;  // read nowhere but in the products (see op.hpp)
@@ -36,17 +41,23 @@ struct attention_values_op {
     // Its shapes are matmul's for batched operands: (..., n, m) x (..., m, d_v) -> (..., n, d_v).
     template <class P, class V, class... Ops>
     static consteval bool check() {
-        if constexpr (P::rank < 2 || P::rank != V::rank) return false;
+        if constexpr (Heads > 0)  // (B, Heads, n, m) and (B, m, Heads d_v)
+            return P::rank == 4 && V::rank == 3 && P::dims[0] == V::dims[0] && P::dims[1] == dim(Heads) &&
+                   P::dims[3] == V::dims[1] && V::dims[2].is_static() && V::dims[2].n % Heads == 0;
+        else if constexpr (P::rank < 2 || P::rank != V::rank) return false;
         else return matmul_op::check<P, V>();
     }
     template <class P, class V, class... Ops>
-    static consteval auto dims() { return matmul_op::dims<P, V>(); }
+    static consteval auto dims() {
+        if constexpr (Heads > 0) return std::array<dim, 3>{P::dims[0], P::dims[2], V::dims[2]};
+        else return matmul_op::dims<P, V>();
+    }
 
     struct sizes {
         std::size_t matrices, n, m, dv;
         std::size_t work() const { return 2 * matrices * n * m * dv; }  // flops of the whole products
     };
-    static sizes sizes_of(const rshape& p, const rshape& v) { return {p.rows() / p[-2], p[-2], p[-1], v[-1]}; }
+    static sizes sizes_of(const rshape& p, const rshape& v) { return {p.rows() / p[-2], p[-2], p[-1], v[-1] / (Heads > 0 ? Heads : 1)}; }
 
     template <class T, std::size_t K>
     static void forward(op_io<T, K>& io) {
@@ -56,13 +67,14 @@ struct attention_values_op {
         const T *p = io.x_data(0), *v = io.x_data(1);
         T* o = io.y_data();
         const std::size_t nm = s.n * s.m;
+        const head_rows<Heads> at{s.dv};
         // One task per block of (batch, head) matrices, as matmul's batches.
         kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
             const score_blocks first = rows.row_blocks(f0);
             for (std::size_t f = f0; f < f1; ++f)  // (n x dv) = (n x m)(m x dv); rows that see nothing: 0
                 block_sum(sum_over::keys, rows.row_blocks(f, f0, first), s.m, s.dv, T(1), offset_or_null(p, f * nm),
-                          offset_or_null(io.xb[0], f * nm), offset_or_null(v, f * s.m * s.dv),
-                          offset_or_null(io.xb[1], f * s.m * s.dv), T(0), o + f * s.n * s.dv, io.run.bf16);
+                          offset_or_null(io.xb[0], f * nm), offset_or_null(v, at.offset(f, s.m)),
+                          offset_or_null(io.xb[1], at.offset(f, s.m)), at.ld(), T(0), o + at.offset(f, s.n), at.ld(), io.run.bf16);
         });
     }
     template <class T, std::size_t K>
@@ -74,11 +86,13 @@ struct attention_values_op {
         const masked_rows<Mask, T, K> rows(io, io.x[0].shape);
         const T *p = io.x_data(0), *v = io.x_data(1), *go = io.gy_data();
         const std::size_t nm = s.n * s.m;
+        const head_rows<Heads> at{s.dv};
         kernels::for_items(s.matrices, 2 * s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
             const score_blocks first = rows.row_blocks(f0), first_cols = rows.column_blocks(first);
             for (std::size_t f = f0; f < f1; ++f) {
                 const score_blocks parts = rows.row_blocks(f, f0, first);
-                const T* gof = go + f * s.n * s.dv;
+                const T* gof = go + at.offset(f, s.n);
+                const std::size_t vf = at.offset(f, s.m);
                 if (gp) {  // (n x m) = or += (n x dv)(dv x m) inside the blocks
                     if (io.fresh(0))  // a fresh adjoint is written whole: 0 beside each block
                         for (std::size_t b = 0; b < parts.count; ++b)
@@ -87,25 +101,27 @@ struct attention_values_op {
                                 std::fill(row, row + parts.at[b].c0, T(0));
                                 std::fill(row + parts.at[b].c1, row + s.m, T(0));
                             }
-                    block_scores(parts, s.m, s.dv, T(1), gof, nullptr, offset_or_null(v, f * s.m * s.dv),
-                                 offset_or_null(io.xb[1], f * s.m * s.dv), io.fresh(0) ? T(0) : T(1), gp + f * nm, io.run.bf16);
+                    block_scores(parts, s.m, s.dv, T(1), gof, nullptr, at.ld(), offset_or_null(v, vf), offset_or_null(io.xb[1], vf),
+                                 at.ld(), io.fresh(0) ? T(0) : T(1), gp + f * nm, io.run.bf16);
                 }
                 if (gv)  // (m x dv) = or += (m x n)(n x dv), by column block
                     block_sum(sum_over::queries, rows.column_blocks(f, f0, first_cols, parts), s.m, s.dv, T(1), offset_or_null(p, f * nm),
-                              offset_or_null(io.xb[0], f * nm), gof, nullptr, io.fresh(1) ? T(0) : T(1),
-                              gv + f * s.m * s.dv, io.run.bf16);
+                              offset_or_null(io.xb[0], f * nm), gof, nullptr, at.ld(), io.fresh(1) ? T(0) : T(1), gv + vf, at.ld(),
+                              io.run.bf16);
             }
         });
     }
-    static std::string describe() { return "mask " + Mask::describe(); }
+    static std::string describe() {
+        return "mask " + Mask::describe() + (Heads > 0 ? ", " + std::to_string(Heads) + " heads side by side" : std::string());
+    }
 };
 }  // namespace ops
 
 namespace detail {
 /// O = P V for attention weights P under `Mask` (ctg::attention builds it; see the file comment).
-template <class Mask, class P, class V, class... Ops>
+template <class Mask, int Heads = 0, class P, class V, class... Ops>
 constexpr auto make_attention_values(P p, V v, tlist<Ops...>) {
-    using op = ops::attention_values_op<Mask>;
+    using op = ops::attention_values_op<Mask, Heads>;
     if constexpr (any_poison<P, V, Ops...>) {
         return poison{};
     } else {

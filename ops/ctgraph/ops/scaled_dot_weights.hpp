@@ -13,6 +13,10 @@
 // In a mixed-precision program P may be kept in bf16 only (options::bf16_saved): forward then writes
 // P's bf16 shadow a matrix at a time from its thread's scratch and keeps no float P at all, and the
 // VJP reads P rounded (the value product's VJP reads that shadow anyway).
+// Heads > 0: Q (B, n, Heads d) and K (B, m, Heads d) hold the heads side by side in their rows (a
+// projection's output, not split: head j is features j d .. (j + 1) d - 1) -> P (B, Heads, n, m),
+// as split_heads then the op with Heads = 0 would give, without the split's copies (nn's
+// multi-head attention; head_rows in detail/score_blocks.hpp).
 #pragma once
 #include <string>
 #include <string_view>
@@ -24,7 +28,7 @@
 
 namespace ctg {
 namespace ops {
-template <cval Scale, class Mask>
+template <cval Scale, class Mask, int Heads = 0>
 struct scaled_dot_weights_op {
     static constexpr std::string_view name = "scaled_dot_weights";
     static constexpr flop_rule flops = flop_rule::scaled_dot;  // how summaries count it (op.hpp)
@@ -41,6 +45,9 @@ struct scaled_dot_weights_op {
     static consteval bool check() {
         if constexpr (Q::rank < 2 || Q::rank != K::rank) {
             return false;
+        } else if constexpr (Heads > 0) {  // (B, n, Heads d) and (B, m, Heads d)
+            return Q::rank == 3 && Q::dims[0] == K::dims[0] && Q::dims[2] == K::dims[2] && Q::dims[2].is_static() &&
+                   Q::dims[2].n % Heads == 0;
         } else {
             for (std::size_t i = 0; i + 2 < Q::rank; ++i)
                 if (!(Q::dims[i] == K::dims[i])) return false;
@@ -49,9 +56,13 @@ struct scaled_dot_weights_op {
     }
     template <class Q, class K, class... Ops>
     static consteval auto dims() {
-        auto r = Q::dims;
-        r[Q::rank - 1] = K::dims[K::rank - 2];
-        return r;
+        if constexpr (Heads > 0) {
+            return std::array<dim, 4>{Q::dims[0], dim(Heads), Q::dims[1], K::dims[1]};
+        } else {
+            auto r = Q::dims;
+            r[Q::rank - 1] = K::dims[K::rank - 2];
+            return r;
+        }
     }
     // Backward's gS (n x m) of one matrix. (Independent of the pool's size: a scan or repeat sizes
     // its cell's scratch again at every call, possibly at another thread count.)
@@ -61,7 +72,10 @@ struct scaled_dot_weights_op {
         std::size_t matrices, n, m, d;
         std::size_t work() const { return 2 * matrices * n * m * d; }  // flops of the products
     };
-    static sizes sizes_of(const rshape& q, const rshape& k) { return {q.rows() / q[-2], q[-2], k[-2], q[-1]}; }
+    static sizes sizes_of(const rshape& q, const rshape& k) {
+        if constexpr (Heads > 0) return {q.d[0] * Heads, q[-2], k[-2], q[-1] / Heads};
+        else return {q.rows() / q[-2], q[-2], k[-2], q[-1]};
+    }
     template <class T, std::size_t K>
     static void forward(op_io<T, K>& io) {
         using ctg::detail::offset_or_null;
@@ -71,6 +85,7 @@ struct scaled_dot_weights_op {
         const T *q = io.x_data(0), *k = io.x_data(1);
         T* p = io.y_data();  // null: P is kept as its bf16 shadow alone (io.yb)
         const std::size_t nm = s.n * s.m;
+        const head_rows<Heads> at{s.d};
         // One task per block of (batch, head) matrices: their products are too small to split well.
         kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
             kernels::scratch<T> own(p ? 0 : nm);  // one matrix of P, when only its shadow is kept
@@ -79,8 +94,9 @@ struct scaled_dot_weights_op {
                 T* pf = p ? p + f * nm : own.data();
                 const score_blocks parts = rows.row_blocks(f, f0, first);
                 // the scores the mask leaves visible
-                block_scores(parts, s.m, s.d, T(c), offset_or_null(q, f * s.n * s.d), offset_or_null(io.xb[0], f * s.n * s.d),
-                             offset_or_null(k, f * s.m * s.d), offset_or_null(io.xb[1], f * s.m * s.d), T(0), pf, io.run.bf16);
+                const std::size_t qf = at.offset(f, s.n), kf = at.offset(f, s.m);
+                block_scores(parts, s.m, s.d, T(c), offset_or_null(q, qf), offset_or_null(io.xb[0], qf), at.ld(), offset_or_null(k, kf),
+                             offset_or_null(io.xb[1], kf), at.ld(), T(0), pf, io.run.bf16);
                 for (std::size_t i = 0; i < s.n; ++i) rows.forward_row(f * s.n + i, pf + i * s.m, pf + i * s.m);
                 if constexpr (std::is_same_v<T, float>)  // the shadow, while the matrix is in cache
                     if (io.yb) kernels::pack_bf16(false, 1, nm, pf, nm, io.yb + f * nm);
@@ -96,6 +112,7 @@ struct scaled_dot_weights_op {
         const masked_rows<Mask, T, K> rows(io, io.y.shape);
         const T *q = io.x_data(0), *k = io.x_data(1), *p = io.y_data(), *gp = io.gy_data();
         const std::size_t nm = s.n * s.m;
+        const head_rows<Heads> at{s.d};
         // gS of one matrix at a time: the op's scratch on one thread; on the pool, each block of
         // matrices uses its thread's own buffer (kept: allocated once per thread and size).
         kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
@@ -112,29 +129,37 @@ struct scaled_dot_weights_op {
                     rows.backward_row(f * s.n + i, pf + i * s.m, gp + off + i * s.m, gs + i * s.m, true);
                 // gS is 0 outside the blocks forward computed: the products read only inside them.
                 const score_blocks parts = rows.row_blocks(f, f0, first);
+                const std::size_t qf = at.offset(f, s.n), kf = at.offset(f, s.m);
                 if (gq)  // (n x d) += c (n x m)(m x d)
-                    block_sum(sum_over::keys, parts, s.m, s.d, T(c), gs, nullptr, offset_or_null(k, f * s.m * s.d),
-                              offset_or_null(io.xb[1], f * s.m * s.d), io.fresh(0) ? T(0) : T(1), gq + f * s.n * s.d, io.run.bf16);
+                    block_sum(sum_over::keys, parts, s.m, s.d, T(c), gs, nullptr, offset_or_null(k, kf), offset_or_null(io.xb[1], kf),
+                              at.ld(), io.fresh(0) ? T(0) : T(1), gq + qf, at.ld(), io.run.bf16);
                 if (gk)  // (m x d) += c (m x n)(n x d)
                     block_sum(sum_over::queries, rows.column_blocks(f, f0, first_cols, parts), s.m, s.d, T(c), gs, nullptr,
-                              offset_or_null(q, f * s.n * s.d), offset_or_null(io.xb[0], f * s.n * s.d), io.fresh(1) ? T(0) : T(1),
-                              gk + f * s.m * s.d, io.run.bf16);
+                              offset_or_null(q, qf), offset_or_null(io.xb[0], qf), at.ld(), io.fresh(1) ? T(0) : T(1), gk + kf, at.ld(),
+                              io.run.bf16);
             }
         });
     }
-    static std::string describe() { return "scale " + std::to_string(c) + ", mask " + Mask::describe(); }
+    static std::string describe() {
+        return "scale " + std::to_string(c) + ", mask " + Mask::describe() +
+               (Heads > 0 ? ", " + std::to_string(Heads) + " heads side by side" : std::string());
+    }
 };
 
 }  // namespace ops
 
 namespace detail {
-template <cval Scale, class Mask, class Q, class K, class... Ops>
+template <cval Scale, class Mask, int Heads = 0, class Q, class K, class... Ops>
 constexpr auto make_scaled_dot_weights(Q q, K k, tlist<Ops...>) {
-    using op = ops::scaled_dot_weights_op<Scale, Mask>;
-    static_assert(with_shapes<any_poison<Q, K> || op::template check<typename Q::shape, typename K::shape>(),
+    using op = ops::scaled_dot_weights_op<Scale, Mask, Heads>;
+    static_assert(with_shapes<any_poison<Q, K> || (Heads > 0) || op::template check<typename Q::shape, typename K::shape>(),
                               typename Q::shape::pretty, typename K::shape::pretty>::value,
                   "ctg::attention: queries (..., n, d) and keys (..., m, d) need the same leading dimensions and the "
                   "same feature size d for a dot-product score");
+    static_assert(with_shapes<any_poison<Q, K> || Heads == 0 || op::template check<typename Q::shape, typename K::shape>(),
+                              typename Q::shape::pretty, typename K::shape::pretty, shape_is<Heads>>::value,
+                  "ctg::attention: queries (B, n, D) and keys (B, m, D) of heads side by side need the same B and D, and D a "
+                  "multiple of the number of heads");
     static_assert(with_shapes<any_poison<Q, K, Ops...> || (Ops::is_index && ...), typename Ops::shape::pretty...>::value,
                   "ctg::masked_softmax: a mask's lengths or matrix must be an index_input");
     if constexpr (any_poison<Q, K, Ops...> || !op::template check<typename Q::shape, typename K::shape>()) {

@@ -5,8 +5,9 @@
 //   block_sum(keys)    C = alpha S B + beta C       (n x d)   P V, gQ = gS K
 //   block_sum(queries) C = alpha S^T A + beta C     (m x d)   gV = P^T gO, gK = gS^T Q
 // S is one n x m matrix (leading dimension m); A has a row per query, B a row per key, C as said,
-// all with d columns. Each operand may come with its bf16 shadow (laid out as it, or null), read by
-// bf16 products (kernels::gemm).
+// all with d columns, each row ld_a, ld_b, ld_c elements after the last (d where heads are a batch
+// axis; h d where the heads sit side by side in the rows, head_rows). Each operand may come with its
+// bf16 shadow (laid out as it, or null), read by bf16 products (kernels::gemm).
 #pragma once
 #include <array>
 #include <cstddef>
@@ -42,15 +43,31 @@ struct score_blocks {
     }
 };
 
+/// Where matrix f of a (..., n, d) operand of attention is, by its head layout: Heads = 0, heads
+/// (if any) a batch axis, (B, h, n, d): matrix f at f n d, its rows d apart; Heads > 0, the heads
+/// side by side in the rows of a (B, n, Heads d) tensor (a projection's output as it is, no split):
+/// matrix f = (b, j) at b n Heads d + j d, its rows Heads d apart.
+template <int Heads>
+struct head_rows {
+    std::size_t d;  ///< a head's features
+    /// The first element of matrix f, of n rows.
+    std::size_t offset(std::size_t f, std::size_t n) const {
+        if constexpr (Heads == 0) return f * n * d;
+        else return (f / Heads) * n * Heads * d + (f % Heads) * d;
+    }
+    /// The distance between two rows of a matrix.
+    std::size_t ld() const { return Heads == 0 ? d : Heads * d; }
+};
+
 /// S = alpha A B^T + beta S on each of the row blocks `rows`; S outside them is not touched.
 template <class T>
 void block_scores(const score_blocks& rows, std::size_t m, std::size_t d, T alpha, const T* a, const kernels::bf16_bits* a16,
-                  const T* b, const kernels::bf16_bits* b16, T beta, T* s, bool bf16) {
+                  std::size_t ld_a, const T* b, const kernels::bf16_bits* b16, std::size_t ld_b, T beta, T* s, bool bf16) {
     using ctg::detail::offset_or_null;
     for (std::size_t i = 0; i < rows.count; ++i) {
         const score_block& x = rows.at[i];
-        kernels::gemm(false, true, x.r1 - x.r0, x.c1 - x.c0, d, alpha, offset_or_null(a, x.r0 * d), d, offset_or_null(b, x.c0 * d), d,
-                      beta, s + x.r0 * m + x.c0, m, nullptr, bf16, offset_or_null(a16, x.r0 * d), offset_or_null(b16, x.c0 * d));
+        kernels::gemm(false, true, x.r1 - x.r0, x.c1 - x.c0, d, alpha, offset_or_null(a, x.r0 * ld_a), ld_a, offset_or_null(b, x.c0 * ld_b),
+                      ld_b, beta, s + x.r0 * m + x.c0, m, nullptr, bf16, offset_or_null(a16, x.r0 * ld_a), offset_or_null(b16, x.c0 * ld_b));
     }
 }
 /// Which way a block sum runs over S (block_sum).
@@ -63,7 +80,8 @@ enum class sum_over {
 /// gives alpha times an empty sum.
 template <class T>
 void block_sum(sum_over over, const score_blocks& parts, std::size_t m, std::size_t d, T alpha, const T* s,
-               const kernels::bf16_bits* s16, const T* x, const kernels::bf16_bits* x16, T beta, T* c, bool bf16) {
+               const kernels::bf16_bits* s16, const T* x, const kernels::bf16_bits* x16, std::size_t ld_x, T beta, T* c,
+               std::size_t ld_c, bool bf16) {
     using ctg::detail::offset_or_null;
     const bool by_keys = over == sum_over::keys;
     for (std::size_t i = 0; i < parts.count; ++i) {
@@ -72,8 +90,8 @@ void block_sum(sum_over over, const score_blocks& parts, std::size_t m, std::siz
         const std::size_t out0 = by_keys ? b.r0 : b.c0, out1 = by_keys ? b.r1 : b.c1;
         const std::size_t in0 = by_keys ? b.c0 : b.r0, in1 = by_keys ? b.c1 : b.r1;
         const std::size_t at = b.r0 * m + b.c0;
-        kernels::gemm(!by_keys, false, out1 - out0, d, in1 - in0, alpha, offset_or_null(s, at), m, offset_or_null(x, in0 * d), d, beta,
-                      c + out0 * d, d, nullptr, bf16, offset_or_null(s16, at), offset_or_null(x16, in0 * d));
+        kernels::gemm(!by_keys, false, out1 - out0, d, in1 - in0, alpha, offset_or_null(s, at), m, offset_or_null(x, in0 * ld_x), ld_x,
+                      beta, c + out0 * ld_c, ld_c, nullptr, bf16, offset_or_null(s16, at), offset_or_null(x16, in0 * ld_x));
     }
 }
 
