@@ -383,6 +383,11 @@ TEST_CASE("attention over heads side by side equals split, attend, merge: values
         check(dot_score{}, causal{}, n, m);
         check(bilinear_score<"bil", dk, dk>{}, key_padding(Len{}), n, m);
     }
+    // A mask alone means the scaled dot product, as for ctg::attention.
+    static_assert(std::is_same_v<decltype(nn::attention_over_heads<H>(Q{}, K{}, V{}, causal{})),
+                                 decltype(nn::attention_over_heads<H>(Q{}, K{}, V{}, scaled_dot_score{}, causal{}))>);
+    static_assert(std::is_same_v<decltype(nn::attention_weights_over_heads<H>(Q{}, K{}, causal{})),
+                                 decltype(nn::attention_weights_over_heads<H>(Q{}, K{}, scaled_dot_score{}, causal{}))>);
     // Finite differences, through the weights and the value product, with padding and causality.
     ctg::testing::check_config cfg;
     cfg.dims = {{'B', 2}, {'N', 5}, {'M', 4}};

@@ -53,6 +53,7 @@ constexpr auto merge_heads(X x) {
 /// per-head weights (dot_score, scaled_dot_score: head_weights) it reads and writes each head's
 /// columns in place, with no copies of the split or the merge.
 template <int Heads, expr Q, expr K, expr V, class Score = scaled_dot_score, attention_mask Mask = no_mask>
+    requires(!attention_mask<Score>)
 constexpr auto attention_over_heads(Q q, K k, V v, Score score = {}, Mask mask = {}) {
     if constexpr (any_poison<Q, K, V>) return poison{};
     else if constexpr (requires { Score::template head_weights<Heads>(q, k, mask); })
@@ -60,12 +61,23 @@ constexpr auto attention_over_heads(Q q, K k, V v, Score score = {}, Mask mask =
                                                                typename Mask::operands{});
     else return merge_heads(attention(split_heads<Heads>(q), split_heads<Heads>(k), split_heads<Heads>(v), score, mask));
 }
+/// Scaled dot-product attention over heads with a mask: attention_over_heads<Heads>(q, k, v, causal{}).
+template <int Heads, expr Q, expr K, expr V, attention_mask Mask>
+constexpr auto attention_over_heads(Q q, K k, V v, Mask mask) {
+    return attention_over_heads<Heads>(q, k, v, scaled_dot_score{}, mask);
+}
 /// The weights (B, Heads, n, m) of attention_over_heads(q, k, v, score, mask): the same node.
 template <int Heads, expr Q, expr K, class Score = scaled_dot_score, attention_mask Mask = no_mask>
+    requires(!attention_mask<Score>)
 constexpr auto attention_weights_over_heads(Q q, K k, Score score = {}, Mask mask = {}) {
     if constexpr (any_poison<Q, K>) return poison{};
     else if constexpr (requires { Score::template head_weights<Heads>(q, k, mask); }) return Score::template head_weights<Heads>(q, k, mask);
     else return attention_weights(split_heads<Heads>(q), split_heads<Heads>(k), score, mask);
+}
+/// The weights of scaled dot-product attention over heads with a mask.
+template <int Heads, expr Q, expr K, attention_mask Mask>
+constexpr auto attention_weights_over_heads(Q q, K k, Mask mask) {
+    return attention_weights_over_heads<Heads>(q, k, scaled_dot_score{}, mask);
 }
 
 /// Multi-head attention with Heads heads over model width D; parameter names start with P. Its
