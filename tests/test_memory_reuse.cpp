@@ -39,6 +39,25 @@ std::vector<double> output_copy(P& p) {
     return {y.begin(), y.end()};
 }
 
+// One step of p from zeroed gradients, with input `x_name` (batch x x_cols) and "g" (g_shape) fed:
+// the gradients of `params`, each `elements` long.
+template <class P>
+std::vector<double> step_gradients(P& p, const char* x_name, const std::vector<double>& x, std::size_t batch, std::size_t x_cols,
+                                   const std::vector<double>& g, rshape g_shape, std::initializer_list<const char*> params,
+                                   std::size_t elements) {
+    p.params().zero_grad();
+    p.feed(x_name, x.data(), rshape{2, {batch, x_cols}});
+    p.feed("g", g.data(), g_shape);
+    p.forward();
+    p.backward();
+    std::vector<double> r;
+    for (const char* n : params) {
+        const std::size_t s = p.params().slot(n);
+        r.insert(r.end(), p.params().grad(s), p.params().grad(s) + elements);
+    }
+    return r;
+}
+
 // A chain of layers, with a reshape (a node that reads its operand's memory) in the middle.
 using X = input<"x", B, 8>;
 constexpr auto h1() { return tanh(X{} * param<"W1", 8, 16>{}); }
@@ -193,19 +212,7 @@ TEST_CASE("a reshape that is its operand's only reader shares its adjoint: one b
     a.params().init(4);
     const std::size_t batch = 3;
     const auto x = random_values(batch * 8, 1), g = random_values(batch * 16, 2);
-    auto grads = [&](auto& p, rshape gs) {
-        p.params().zero_grad();
-        p.feed("x", x.data(), rshape{2, {batch, 8}});
-        p.feed("g", g.data(), gs);
-        p.forward();
-        p.backward();
-        std::vector<double> r;
-        for (const char* n : {"W1", "W2"}) {
-            const std::size_t s = p.params().slot(n);
-            r.insert(r.end(), p.params().grad(s), p.params().grad(s) + 8 * 16);
-        }
-        return r;
-    };
+    auto grads = [&](auto& p, rshape gs) { return step_gradients(p, "x", x, batch, 8, g, gs, {"W1", "W2"}, 8 * 16); };
     const auto want = grads(b, rshape{2, {batch, 16}});
     a.poison_arena(true);  // an adjoint read before it is written would show as NaN
     CHECK(grads(a, rshape{3, {batch, 4, 4}}) == want);
@@ -227,13 +234,7 @@ TEST_CASE("a reshape that is its operand's only reader shares its adjoint: one b
     ra.params().init(5);
     const auto h = random_values(batch * 16, 3);
     auto layer_grads = [&](auto& p) {
-        p.params().zero_grad();
-        p.feed("h", h.data(), rshape{2, {batch, 16}});
-        p.feed("g", g.data(), rshape{2, {batch, 16}});
-        p.forward();
-        p.backward();
-        const std::size_t s = p.params().slot("r.W");
-        return std::vector<double>(p.params().grad(s), p.params().grad(s) + 3 * 16 * 16);
+        return step_gradients(p, "h", h, batch, 16, g, rshape{2, {batch, 16}}, {"r.W"}, 3 * 16 * 16);
     };
     const auto want_layers = layer_grads(rb);
     ra.poison_arena(true);
@@ -293,17 +294,7 @@ TEST_CASE("a sum that is its operand's only reader shares its adjoint: no copy f
     const std::size_t batch = 3;
     const auto x = random_values(batch * 8, 7), g = random_values(batch * 16, 8);
     auto grads = [&](auto& p) {
-        p.params().zero_grad();
-        p.feed("x", x.data(), rshape{2, {batch, 8}});
-        p.feed("g", g.data(), rshape{2, {batch, 16}});
-        p.forward();
-        p.backward();
-        std::vector<double> r;
-        for (const char* n : {"W1", "W2", "W3"}) {
-            const std::size_t s = p.params().slot(n);
-            r.insert(r.end(), p.params().grad(s), p.params().grad(s) + 8 * 16);
-        }
-        return r;
+        return step_gradients(p, "x", x, batch, 8, g, rshape{2, {batch, 16}}, {"W1", "W2", "W3"}, 8 * 16);
     };
     d.poison_arena(true);
     const auto want = grads(d);
@@ -331,13 +322,7 @@ TEST_CASE("a sum that is its operand's only reader shares its adjoint: no copy f
     ra.params().init(9);
     const auto h = random_values(batch * 16, 10);
     auto layer_grads = [&](auto& p) {
-        p.params().zero_grad();
-        p.feed("h", h.data(), rshape{2, {batch, 16}});
-        p.feed("g", g.data(), rshape{2, {batch, 16}});
-        p.forward();
-        p.backward();
-        const std::size_t s = p.params().slot("r.W");
-        std::vector<double> r(p.params().grad(s), p.params().grad(s) + 3 * 16 * 16);
+        auto r = step_gradients(p, "h", h, batch, 16, g, rshape{2, {batch, 16}}, {"r.W"}, 3 * 16 * 16);
         const auto dh = p.template input_grad<"h">();  // what the first layer sends down
         r.insert(r.end(), dh.begin(), dh.end());
         return r;
