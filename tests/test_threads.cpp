@@ -71,6 +71,12 @@ TEST_CASE("attention: per-matrix tasks at two threads equal one thread", "[threa
         check_close(one, two);
         check_close(one, run_attention(out, 2, /*plan_at_one=*/true));  // scratch for one thread, run at two
     }
+    SECTION("heads side by side (nn::attention_over_heads: each head's columns in place)") {
+        auto out = nn::attention_over_heads<2>(Q{}, K{}, V{}, causal{});  // 2 heads of 8 (values: of 4)
+        const auto one = run_attention(out, 1), two = run_attention(out, 2);
+        check_close(one, two);
+        check_close(one, run_attention(out, 2, /*plan_at_one=*/true));
+    }
     SECTION("dot score (masked softmax rows)") {
         auto out = attention(Q{}, K{}, V{}, dot_score{}, local_window<3>{});
         check_close(run_attention(out, 1), run_attention(out, 2));
