@@ -30,12 +30,13 @@
 //     // c.y at c.x[0]'s memory and forward must only copy when the two differ (a cell's result).
 //     // Its VJP is the identity, so where the op is its operand's only reader the planners (a
 //     // program's, a cell's) give c.gx[0] c.gy's memory too (c.fresh(0) is then true): backward
-//     // must copy nothing when they are the same.
+//     // must copy nothing when they are the same (c.gx_to_write(0) is then null).
 //     static constexpr bool aliases_operand = true;
 //     // optional: bit k set where operand k's VJP is the identity, gx_k = gy, whenever operand k
 //     // has the result's shape (add: 0b11, sub: 0b01). Where the op is such an operand's only
 //     // reader, the planners give c.gx[k] c.gy's memory (c.fresh(k) is then true): backward must
-//     // write nothing to an adjoint that is c.gy itself, and must not write c.gy.
+//     // write nothing to an adjoint that is c.gy itself (c.gx_to_write(k) is then null), and must
+//     // not write c.gy.
 //     static constexpr std::uint32_t identity_vjp_operands = 0b11;
 //
 //     // optional: whether row r of the result (its first axis) comes from row r of every operand
@@ -118,6 +119,7 @@
 // An op's result is always of the program's T (no op makes index tensors).
 #pragma once
 #include <array>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -224,6 +226,17 @@ struct op_io {
     T* gy_data() const { return gy.template as<T>(); }
     const T* x_data(std::size_t k) const { return x[k].template as<T>(); }
     T* gx_data(std::size_t k) const { return gx[k].template as<T>(); }
+    /// Operand k's adjoint for backward to write: gx_data(k), or null where none is needed or where
+    /// it is gy's own memory (aliases_operand, identity_vjp_operands: the planners shared it, so it
+    /// holds its value already and must not be written again).
+    T* gx_to_write(std::size_t k) const {
+        T* g = gx_data(k);
+        if (g && g == gy_data()) {
+            assert(fresh(k) && "an adjoint shared with the result's must be that one's first writer");
+            return nullptr;
+        }
+        return g;
+    }
 };
 
 }  // namespace ctg

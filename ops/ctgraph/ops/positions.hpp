@@ -136,7 +136,7 @@ struct positions_op {
     static void backward(op_io<T, K>& c) {
         const rshape& s = c.x[0].shape;
         const std::size_t len = s[-2], outer = len ? s.size() / (len * D) : 0;
-        if (c.gx[0] && c.gx_data(0) != c.gy_data()) kernels::put(c.fresh(0), outer * len * D, c.gy_data(), c.gx_data(0));
+        if (T* g = c.gx_to_write(0)) kernels::put(c.fresh(0), outer * len * D, c.gy_data(), g);
         if constexpr (Learned)
             if (T* table = c.gx_data(1)) {
                 bool first_assigns = false;

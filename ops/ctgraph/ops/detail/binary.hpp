@@ -15,7 +15,6 @@
 // smaller one is walked in blocks (vector kernels); other broadcasts go through per-axis strides.
 #pragma once
 #include <algorithm>
-#include <cassert>
 #include <array>
 #include <string_view>
 
@@ -147,20 +146,9 @@ struct binary_op {
             kernels::map(L.m, y + r * L.m, [](auto u, auto v) { return Fn::f(u, v); }, a + r * L.a_step,
                          b + r * L.b_step);
     }
-    // Operand k's adjoint to write: null where it needs none, or where it is gy's memory (the
-    // planners shared it, identity_vjp_operands: it holds its value already).
-    template <class T>
-    static T* adjoint_to_write(const op_io<T, 2>& c, std::size_t k) {
-        T* g = c.gx_data(k);
-        if (g && g == c.gy_data()) {
-            assert(c.fresh(k) && "binary op: an adjoint shared with the result's must be that one's first writer");
-            return nullptr;
-        }
-        return g;
-    }
     template <class T>
     static void backward(op_io<T, 2>& c) {
-        T *ga = adjoint_to_write(c, 0), *gb = adjoint_to_write(c, 1);
+        T *ga = c.gx_to_write(0), *gb = c.gx_to_write(1);  // (null where shared with gy: identity_vjp_operands)
         if (!blocked(c)) {  // a fresh adjoint is zeroed, then every element adds its share
             const T *a = c.x_data(0), *b = c.x_data(1), *y = c.y_data(), *gy = c.gy_data();
             for (std::size_t k = 0; k < 2; ++k)
