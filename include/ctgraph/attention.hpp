@@ -113,9 +113,10 @@ struct dot_score {
 
 /// The Transformer's scaled dot product: S = Q K^T / sqrt(d_k).
 struct scaled_dot_score {
-    /// 1 / sqrt(d_k), d_k the queries' last dimension.
-    template <class Q>
-    static constexpr double factor = 1.0 / detail::const_sqrt(double(Q::shape::dims[Q::shape::rank - 1].n));
+    /// 1 / sqrt(d_k), d_k the queries' last dimension, or its share per head where Heads heads sit
+    /// side by side in it (head_weights).
+    template <class Q, int Heads = 1>
+    static constexpr double factor = 1.0 / detail::const_sqrt(double(Q::shape::dims[Q::shape::rank - 1].n) / Heads);
     /// The scores Q K^T / sqrt(d_k): (..., n, d) and (..., m, d) -> (..., n, m). Different d is a compile error.
     template <expr Q, expr K>
     static constexpr auto scores(Q q, K k) {
@@ -133,8 +134,7 @@ struct scaled_dot_score {
     /// (nn::attention_over_heads): -> (B, Heads, n, m), each head's scores scaled by 1/sqrt(D / Heads).
     template <int Heads, expr Q, expr K, attention_mask Mask>
     static constexpr auto head_weights(Q q, K k, Mask) {
-        constexpr double d = double(Q::shape::dims[Q::shape::rank - 1].n) / Heads;
-        return detail::make_scaled_dot_weights<cval(1.0 / detail::const_sqrt(d)), Mask, Heads>(q, k, typename Mask::operands{});
+        return detail::make_scaled_dot_weights<cval(factor<Q, Heads>), Mask, Heads>(q, k, typename Mask::operands{});
     }
 };
 
