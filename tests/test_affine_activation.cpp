@@ -8,6 +8,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <random>
 #include <stdexcept>
@@ -338,4 +339,69 @@ TEST_CASE("affine_gelu's pre-activation and its adjoint live in memory the engin
         CHECK(kernel_scratch_after([&] { train_two_steps<options{.precision = precision::bf16}>(layered, h, t); }) < limit);
     }
     kernels::set_bf16_engine(saved_engine);
+}
+
+TEST_CASE("GELU's value from its input's bf16 shadow where its VJP reads it so, affine_gelu's from its rounded "
+          "pre-activation, and its shadow made again from that in a repeat's backward: the same bits",
+          "[bf16][fused]") {
+    // The op alone. 10,001 elements: pieces of 4096 and a tail on the scalar form.
+    const std::size_t n = 10'001;
+    std::vector<float> x = randoms<float>(n, 61);
+    for (float& v : x) v *= 4;
+    std::vector<kernels::bf16_bits> xb(n), yb(n), want_b(n), z16(n), remade(n);
+    std::vector<float> rounded(n), y(n), want(n);
+    kernels::pack_bf16(false, 1, n, x.data(), n, xb.data());
+    kernels::pack_bf16(false, 1, n, x.data(), n, rounded.data());
+    using gelu_op = ops::unary_op<ops::gelu_fn>;
+    gelu_op::apply(n, want.data(), want_b.data(), static_cast<const float*>(rounded.data()));  // GELU of the rounded floats
+    op_io<float, 1> c;
+    c.y = {y.data(), rshape{1, {n}}};
+    c.x[0] = {nullptr, rshape{1, {n}}};  // kept in bf16 only: the engine hands its shadow alone
+    c.xb[0] = xb.data();
+    c.yb = yb.data();
+    gelu_op::forward(c);
+    CHECK(std::memcmp(y.data(), want.data(), n * sizeof(float)) == 0);
+    CHECK(std::memcmp(yb.data(), want_b.data(), n * sizeof(kernels::bf16_bits)) == 0);
+    bool differs = false;  // (and that is not GELU of the floats: the rule changes values)
+    gelu_op::apply(n, y.data(), static_cast<kernels::bf16_bits*>(nullptr), static_cast<const float*>(x.data()));
+    for (std::size_t k = 0; k < n; ++k) differs = differs || y[k] != want[k];
+    CHECK(differs);
+    // affine_gelu's forward from z's floats (rounding them into z16 on the way) and its shadow made
+    // again from z16 alone: GELU of the rounded floats, as above.
+    gelu_op::apply_rounded(n, y.data(), yb.data(), x.data(), nullptr, z16.data());
+    CHECK(z16 == xb);
+    CHECK(std::memcmp(y.data(), want.data(), n * sizeof(float)) == 0);
+    CHECK(yb == want_b);
+    using Ws = ops::affine_activation_op<ops::gelu_fn>;
+    op_io<float, 3> a;
+    a.y = {nullptr, rshape{2, {1, n}}};
+    a.scratch = {z16.data(), rshape{1, {(n + 1) / 2}}};  // z in bf16: two per float
+    a.yb = remade.data();
+    Ws::remake_bf16_result(a);
+    CHECK(remade == want_b);
+
+    // In a repeat's layers (values in bf16 only, the default bf16 program), the FFN's activation
+    // keeps no shadow in the frames: L of them less than the composed block, which keeps GELU's.
+    using H = input<"h", B, 16>;
+    using W1 = param<"W1", 16, 256>;
+    using B1 = param<"b1", 256>;
+    using W2 = param<"W2", 256, 16>;
+    using B2 = param<"b2", 16>;
+    const auto fused = mse_loss(repeat<3, "blocks.">([](auto h) { return h + affine(affine_gelu(h, W1{}, B1{}), W2{}, B2{}); }, H{}),
+                                input<"t", B, 16>{});
+    const auto composed = mse_loss(
+        repeat<3, "blocks.">([](auto h) { return h + affine(gelu(affine(h, W1{}, B1{})), W2{}, B2{}); }, H{}), input<"t", B, 16>{});
+    auto f = compile<float, options{.precision = precision::bf16}>(fused);
+    auto g = compile<float, options{.precision = precision::bf16}>(composed);
+    const auto h = randoms<float>(512 * 16, 62), t = randoms<float>(512 * 16, 63);
+    const auto run = [&](auto& p) {
+        p.feed("h", h.data(), rshape{2, {512, 16}});
+        p.feed("t", t.data(), rshape{2, {512, 16}});
+        p.forward();
+    };
+    run(f), run(g);
+    const std::size_t shadow_floats = 512 * 256 / 2;
+    INFO("fused " << f.arena_elements() << " elements, composed " << g.arena_elements());
+    CHECK(f.arena_elements() + 3 * shadow_floats <= g.arena_elements());
+    CHECK(f.summary({{'B', 512}}).arena_bytes == f.arena_elements() * sizeof(float));
 }

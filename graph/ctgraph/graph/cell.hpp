@@ -128,6 +128,35 @@ struct cell_info {
         return p.only[i] && !G::aliases[i] && !p.no_float[i];
     }
 
+    /// The computed nodes that read node i, of lowest and highest index (N where none does).
+    static constexpr std::array<std::size_t, N> first_reader = [] {
+        std::array<std::size_t, N> r{};
+        r.fill(N);
+        for (std::size_t j = N; j-- > 0;)
+            if (computed[j])
+                for (std::size_t k = 0; k < G::arity[j]; ++k) r[std::size_t(G::operands[j][k])] = j;
+        return r;
+    }();
+    static constexpr std::array<std::size_t, N> last_reader = [] {
+        std::array<std::size_t, N> r{};
+        r.fill(N);
+        for (std::size_t j = 0; j < N; ++j)
+            if (computed[j])
+                for (std::size_t k = 0; k < G::arity[j]; ++k) r[std::size_t(G::operands[j][k])] = j;
+        return r;
+    }();
+    /// Computed nodes whose op can make their bf16 shadow again from what its VJP reads (op.hpp,
+    /// remakes_bf16_result), read inside the cell: where the frame keeps them in bf16 only and
+    /// nothing reads their float, cell_frame::remade.
+    static constexpr std::array<bool, N> remakable = [] {
+        constexpr std::array<bool, N> op_can = []<std::size_t... I>(std::index_sequence<I...>) {
+            return std::array<bool, N>{remakes_bf16_result_of<op_of_t<typename G::template node_t<I>>>...};
+        }(std::make_index_sequence<N>{});
+        std::array<bool, N> r{};
+        for (std::size_t i = 0; i < N; ++i) r[i] = computed[i] && i != out && !G::is_index[i] && op_can[i] && last_reader[i] < N;
+        return r;
+    }();
+
     /// How each step's VJPs write the computed nodes' adjoints (adj_write_modes): the first writer
     /// assigns or zeroes, so the per-step adjoint block is never cleared as a whole. The cell's
     /// result and its leaves (state, step input, invariants, parameters) belong to the enclosing op.
@@ -204,6 +233,11 @@ struct cell_frame {
     std::array<std::size_t, N> bs_off{}, bs_size{};
     // With only: whether values that VJPs read rounded are kept in bf16 only too (run_info::bf16_saved).
     bool saved = false;
+    // Node i's shadow is not kept in the step's frame but made again (remade[i]; see remade()):
+    // while forward reads it, at tr_off[i] of the transients' block; from its last reader's VJP
+    // to its first reader's, at rm_off[i] of the adjoint block.
+    std::array<bool, N> remade{};
+    std::array<std::size_t, N> rm_off{};
     /// The values in bf16 only, and the shadows, of this frame (with only).
     const bf16_only_plan<N>& only_plan() const { return Info::bf16_plan(saved); }
     /// Whether node i keeps a bf16 shadow in this frame.
@@ -252,6 +286,12 @@ struct cell_frame {
                 shapes[i].d[a] = G::dims[i][a].sym ? value_of(G::dims[i][a].sym) : std::size_t(G::dims[i][a].n);
         }
         scratch_sizes(std::make_index_sequence<N>{});
+        // A value kept in bf16 only whose float nothing reads (a Transformer FFN's activation,
+        // read by the second product alone), made by an op that can make its shadow again from
+        // what its own VJP keeps (affine_gelu, from the pre-activation): its shadow lives only
+        // while forward's readers and backward's read it, not from forward until backward. The
+        // op makes it again before the first of its readers' VJPs (run_cell_backward).
+        for (std::size_t i = 0; i < N; ++i) remade[i] = only && Info::remakable[i] && only_plan().no_float[i];
         if (forward_only) {
             place_values_by_lifetime();
             return;
@@ -266,7 +306,7 @@ struct cell_frame {
             }
             scr_off[i] = off;
             off += round_up_lines(scr_size[i]);
-            if (shadowed(i)) {  // (bf16 programs are float programs: 2 values per element)
+            if (shadowed(i) && !remade[i]) {  // (bf16 programs are float programs: 2 values per element)
                 sh_off[i] = off;
                 off += round_up_lines((shapes[i].size() + 1) / 2);
             }
@@ -280,12 +320,18 @@ struct cell_frame {
     /// Those floats, first fit by lifetime: node i's from its forward to that of its last forward
     /// reader (a reader in forward only, or an alias making its shadow), only_plan().last[i]; and
     /// the ops' forward scratch, during their forward (detail::place_forward_transients).
+    /// A remade shadow (remade) takes a float's place there, from its forward to its last reader's.
     void place_transients() {
+        std::array<std::size_t, N> last = only_plan().last;
+        for (std::size_t i = 0; i < N; ++i)
+            if (remade[i]) last[i] = Info::last_reader[i];
         tr_size = place_forward_transients(
-            [this](std::size_t i) { return Info::computed[i] && Info::float_transient(only_plan(), i); }, only_plan().last,
-            [this](std::size_t i) { return round_up_lines(shapes[i].size()); }, fs_size,
+            [this](std::size_t i) { return Info::computed[i] && (Info::float_transient(only_plan(), i) || remade[i]); }, last,
+            [this](std::size_t i) { return round_up_lines(remade[i] ? shadow_elems(i) : shapes[i].size()); }, fs_size,
             [](std::size_t e) { return round_up_lines(e); }, tr_off, fs_off);
     }
+    /// Floats that hold node i's bf16 shadow, two elements each.
+    std::size_t shadow_elems(std::size_t i) const { return (shapes[i].size() + 1) / 2; }
 
     /// Adjoints share memory by lifetime. Node j's adjoint is live from its first writer's VJP
     /// (Info::first_writer[j], the consumer of highest index) until j's own VJP has read it; the VJPs
@@ -294,35 +340,42 @@ struct cell_frame {
     /// block's adjoints take about a third of their sum.
     /// An adjoint shared with an alias's (Info::adj_root) is live from the alias's first writer
     /// until the lowest sharing node's VJP. An op's backward scratch (bs_size) is live during its
-    /// VJP alone, placed after the adjoints that become live by then.
+    /// VJP alone, placed after the adjoints that become live by then. A remade shadow (remade) is
+    /// live from its last reader's VJP, before which the op makes it, to its first reader's.
     void place_adjoints() {
-        // order: N + i for node i's backward scratch, j for adjoint j
-        std::array<std::size_t, 2 * N> order{};
+        // order: N + i for node i's backward scratch, 2 N + i for its remade shadow, j for adjoint j
+        std::array<std::size_t, 3 * N> order{};
         std::array<std::size_t, N> lowest{};
         std::size_t n = 0;
         for (std::size_t i = 0; i < N; ++i) lowest[i] = i;
         for (std::size_t i = 0; i < N; ++i)
             if (Info::computed[i]) {
                 if (bs_size[i]) order[n++] = N + i;
+                if (remade[i]) order[n++] = 2 * N + i;
                 if (i == Info::out) continue;
                 if (Info::adj_root[i] == i) order[n++] = i;
                 else if (!Info::adjoint_shares_result(i)) lowest[Info::adj_root[i]] = std::min(lowest[Info::adj_root[i]], i);
             }
         // Backward time runs from node N - 1 down: adjoint j is live at steps N - first_writer[j] ..
-        // N - j, node i's backward scratch at step N - i.
-        const auto first = [](std::size_t a) { return a < N ? N - Info::first_writer[a] : N - (a - N); };
+        // N - j, node i's backward scratch at step N - i, its remade shadow at N - last_reader[i] ..
+        // N - first_reader[i].
+        const auto first = [](std::size_t a) {
+            return a < N ? N - Info::first_writer[a] : a < 2 * N ? N - (a - N) : N - Info::last_reader[a - 2 * N];
+        };
         std::sort(order.begin(), order.begin() + n,
                   [&](std::size_t x, std::size_t y) { return first(x) != first(y) ? first(x) < first(y) : x < y; });
-        std::array<lifetime, 2 * N> blocks{};
-        std::array<std::size_t, 2 * N> offset{};
-        std::array<std::pair<std::size_t, std::size_t>, 2 * N> taken{};
+        std::array<lifetime, 3 * N> blocks{};
+        std::array<std::size_t, 3 * N> offset{};
+        std::array<std::pair<std::size_t, std::size_t>, 3 * N> taken{};
         for (std::size_t a = 0; a < n; ++a) {
             const std::size_t j = order[a];
-            blocks[a] = j < N ? lifetime{first(j), N - lowest[j], round_up_lines(shapes[j].size())}
-                              : lifetime{first(j), first(j), round_up_lines(bs_size[j - N])};
+            blocks[a] = j < N       ? lifetime{first(j), N - lowest[j], round_up_lines(shapes[j].size())}
+                        : j < 2 * N ? lifetime{first(j), first(j), round_up_lines(bs_size[j - N])}
+                                    : lifetime{first(j), N - Info::first_reader[j - 2 * N], round_up_lines(shadow_elems(j - 2 * N))};
         }
         adj_block = place_by_lifetime(n, blocks.data(), offset.data(), taken.data());
-        for (std::size_t a = 0; a < n; ++a) (order[a] < N ? adj_off[order[a]] : bs_off[order[a] - N]) = offset[a];
+        for (std::size_t a = 0; a < n; ++a)
+            (order[a] < N ? adj_off[order[a]] : order[a] < 2 * N ? bs_off[order[a] - N] : rm_off[order[a] - 2 * N]) = offset[a];
         for (std::size_t i = 0; i < N; ++i)
             if (Info::computed[i] && i != Info::out && Info::adj_root[i] != i && !Info::adjoint_shares_result(i))
                 adj_off[i] = adj_off[Info::adj_root[i]];
@@ -430,12 +483,31 @@ void run_cell_forward(const exec_state& s, std::index_sequence<I...>) {
     using G = typename Info::G;
     ((Info::computed[I] ? exec_forward<op_of_t<typename G::template node_t<I>>, G::arity[I], T>(s, I) : void()), ...);
 }
+/// Node I's exec_remake where its op makes its shadow again, else null.
+template <class G, class T, std::size_t I>
+constexpr void (*remake_fn())(const exec_state&, std::size_t) {
+    using Op = op_of_t<typename G::template node_t<I>>;
+    if constexpr (remakes_bf16_result_of<Op>) return &exec_remake<Op, G::arity[I], T>; else return nullptr;
+}
+/// Makes again the shadows of the step's remade values (exec_state::remade) that node r's VJP is
+/// the first to read in backward (their reader of highest index).
+template <class Info, class T>
+void remake_shadows_before(const exec_state& s, std::size_t r) {
+    using G = typename Info::G;
+    static constexpr auto fns = []<std::size_t... I>(std::index_sequence<I...>) {
+        return std::array<void (*)(const exec_state&, std::size_t), Info::N>{remake_fn<G, T, I>()...};
+    }(std::make_index_sequence<Info::N>{});
+    for (std::size_t i = 0; i < Info::N; ++i)
+        if (Info::remakable[i] && Info::last_reader[i] == r && s.remade[i]) fns[i](s, i);
+}
 /// after(i) runs right after node i's VJP, while its adjoint is still intact (scan keeps some).
 template <class Info, class T, class After, std::size_t... I>
 void run_cell_backward(const exec_state& s, After&& after, std::index_sequence<I...>) {
     using G = typename Info::G;
     constexpr std::size_t M = sizeof...(I);
-    ((Info::computed[M - 1 - I] ? (exec_backward<op_of_t<typename G::template node_t<M - 1 - I>>, G::arity[M - 1 - I],
+    constexpr bool any_remakable = std::find(Info::remakable.begin(), Info::remakable.end(), true) != Info::remakable.end();
+    ((Info::computed[M - 1 - I] ? ((any_remakable && s.remade ? remake_shadows_before<Info, T>(s, M - 1 - I) : void()),
+                                   exec_backward<op_of_t<typename G::template node_t<M - 1 - I>>, G::arity[M - 1 - I],
                                                  !G::is_index[M - 1 - I], T>(s, M - 1 - I),
                                    after(M - 1 - I))
                                 : void()),

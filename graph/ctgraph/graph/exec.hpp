@@ -52,6 +52,9 @@ struct exec_state {
     // Node i's backward scratch (op.hpp, backward_scratch_size; backward_transient[i]), memory valid
     // during its VJP alone; the array null where none is placed.
     const view* backward_transient = nullptr;
+    // Node i's shadow is made again before its first reader's VJP (remade[i]; a repeat's layer:
+    // graph/cell.hpp, cell_frame::remade); the array null where none is.
+    const bool* remade = nullptr;
 };
 
 /// The operands an op reads as matrix-product operands (op.hpp, bf16_operands): none unless it says.
@@ -341,7 +344,9 @@ template <class T, std::size_t K>
 template <class Op, std::size_t K, class T, bool Anomaly = false>
 [[gnu::noinline]] inline void exec_forward(const exec_state& s, std::size_t i) {
     if constexpr (!std::is_same_v<Op, no_op>) {
-        auto c = build_io<T, K>(s, i, bf16_operands_only_of<Op>);
+        // An operand that the VJP reads rounded, kept in bf16 only, comes as its shadow alone in
+        // forward too (op.hpp, vjp_reads_bf16): the value and its derivative see one operand.
+        auto c = build_io<T, K>(s, i, bf16_operands_only_of<Op> | (vjp_reads_bf16_of<Op> & ~reads_result));
         if (s.forward_transient) c.transient = s.forward_transient[i];
         if constexpr (std::is_same_v<T, float> && writes_bf16_result_of<Op>)  // the op writes its shadow itself
             if (s.shadow) c.yb = s.shadow[i];  // (c.y null where nothing reads the float: bf16_only_plan::no_float)
@@ -376,6 +381,26 @@ template <class Op, std::size_t K, bool NeedsGrad, class T, bool Anomaly = false
                 if (c.gx[k])
                     if (const long e = first_non_finite<T>(c.gx[k]); e >= 0)
                         anomaly<T, K>(s, i, Op::name, true, int(k), e, c.gx[k]);
+    }
+}
+
+/// Whether an op can make its result's bf16 shadow again from what its VJP reads (op.hpp,
+/// remakes_bf16_result).
+template <class Op>
+inline constexpr bool remakes_bf16_result_of = [] {
+    if constexpr (requires { Op::remakes_bf16_result; }) return bool(Op::remakes_bf16_result); else return false;
+}();
+
+/// Node i's bf16 shadow made again into s.shadow[i] before backward reads it (op.hpp,
+/// remakes_bf16_result; graph/cell.hpp, cell_frame::remade): its operands and scratch as its VJP
+/// gets them.
+template <class Op, std::size_t K, class T>
+[[gnu::noinline]] inline void exec_remake(const exec_state& s, std::size_t i) {
+    if constexpr (std::is_same_v<T, float> && remakes_bf16_result_of<Op>) {
+        auto c = build_io<T, K>(s, i, bf16_operands_only_of<Op> | (vjp_reads_bf16_of<Op> & ~reads_result));
+        c.y.ptr = nullptr;
+        c.yb = s.shadow[i];
+        Op::template remake_bf16_result<T>(c);
     }
 }
 

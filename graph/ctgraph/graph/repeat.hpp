@@ -289,8 +289,9 @@ struct repeat_op {
                                : Ly.only_plan().no_float[i]                   ? nullptr  // (the op writes its shadow alone)
                                : info::float_transient(Ly.only_plan(), i) ? base + Ly.transients_off() + Ly.tr_off[i]
                                                                               : base + Ly.layer_frame_off(l) + Ly.val_off[i];
-            if (Ly.shadowed(i))
-                v.sh[i] = reinterpret_cast<std::uint16_t*>(base + Ly.layer_frame_off(l) + Ly.sh_off[i]);
+            if (Ly.shadowed(i))  // (a remade one: where forward's readers read it; backward points it elsewhere)
+                v.sh[i] = reinterpret_cast<std::uint16_t*>(base + (Ly.remade[i] ? Ly.transients_off() + Ly.tr_off[i]
+                                                                                 : Ly.layer_frame_off(l) + Ly.sh_off[i]));
             if (Ly.fs_size[i]) v.fscr[i] = {base + Ly.transients_off() + Ly.fs_off[i], rshape{1, {Ly.fs_size[i]}}};
         }
         v.val[info::out].ptr = l + 1 == L ? c.y_data() : base + Ly.output_off(l);
@@ -314,7 +315,8 @@ struct repeat_op {
         return {v.val.data(), v.adj.data(), v.scr.data(), Ly.shapes.data(), info::has_adjoint.data(), G::elem.data(), v.label.data(),
                 &G::operands[0][0], G::max_arity, detail::cell_run(run, l),
                 &adj_tables[state][params].mode[0][0], Ly.shadows ? v.sh.data() : nullptr,
-                Ly.only ? Ly.only_plan().only.data() : nullptr, Ly.only ? v.fscr.data() : nullptr, v.bscr.data()};
+                Ly.only ? Ly.only_plan().only.data() : nullptr, Ly.only ? v.fscr.data() : nullptr, v.bscr.data(),
+                Ly.only ? Ly.remade.data() : nullptr};
     }
 
     // ---------------------------------------------------------------- forward
@@ -358,6 +360,7 @@ struct repeat_op {
                 v.adj[i].ptr = nullptr;  // stays null where nothing outside needs the adjoint
                 if (info::computed[i]) v.adj[i].ptr = adj_block + Ly.adj_off[i];
                 v.bscr[i] = Ly.backward_scratch(adj_block, i);
+                if (Ly.remade[i]) v.sh[i] = reinterpret_cast<std::uint16_t*>(adj_block + Ly.rm_off[i]);  // (made before its readers' VJPs)
             }
             // This layer's output adjoint: the loss's (top layer) or what layer l+1 sent down.
             v.adj[info::out].ptr = l + 1 == L ? c.gy_data() : base + Ly.state_adj_off(l & 1);

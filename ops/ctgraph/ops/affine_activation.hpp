@@ -102,7 +102,26 @@ struct affine_activation_op : affine_shape_rule {
         T* z = z_kept ? c.scratch.template as<T>() : transient.data();
         kernels::gemm(false, false, M, N, K, T(1), c.x_data(0), K, c.x_data(1), N, T(0), z, N, c.x_data(2), c.run.bf16, c.xb[0],
                       c.xb[1]);
-        unary_op<Fn>::apply(M * N, c.y_data(), c.yb, static_cast<const T*>(z), z16 ? c.scratch.template as<kernels::bf16_bits>() : nullptr);
+        // Where backward keeps z rounded, the value comes from z rounded too, as the VJP's
+        // derivative does (and as the composed GELU computes it from its input's shadow there).
+        if constexpr (std::is_same_v<T, float>)
+            if (z16) return unary_op<Fn>::apply_rounded(M * N, c.y_data(), c.yb, z, nullptr, c.scratch.template as<kernels::bf16_bits>());
+        unary_op<Fn>::apply(M * N, c.y_data(), c.yb, static_cast<const T*>(z));
+    }
+
+    /// The result's bf16 shadow again, from z as backward keeps it: the bits forward wrote (both
+    /// apply f to the same z in the same pieces). A repeat whose layers keep this value in bf16
+    /// only, read by products alone, keeps no shadow of it in each layer's frame: it calls this
+    /// before the first VJP that reads the value (graph/cell.hpp, cell_frame::remade). gpt-m: the
+    /// FFN's activation, 6 MiB a layer, made again by one pass over z16 in each layer's backward.
+    static constexpr bool remakes_bf16_result = true;
+    template <class T>
+    static void remake_bf16_result(op_io<T, 3>& c) {
+        if constexpr (std::is_same_v<T, float>) {
+            const std::size_t n = c.y.size();
+            if (z_in_bf16(c)) unary_op<Fn>::apply_rounded(n, nullptr, c.yb, nullptr, c.scratch.template as<const kernels::bf16_bits>());
+            else unary_op<Fn>::apply(n, static_cast<float*>(nullptr), c.yb, c.scratch.template as<const float>());
+        }
     }
 
     template <class T>

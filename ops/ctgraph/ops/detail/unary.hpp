@@ -49,8 +49,15 @@ struct unary_op {
         else return 0u;
     }();
 
+    // With vjp_reads_bf16, the engine hands forward x as its shadow alone (c.x[0] null) where the
+    // VJP reads it so (graph/exec.hpp): the value then comes from x rounded, as the VJP's
+    // derivative does, and as PyTorch's autocast computes GELU of a product's bf16 output.
     template <class T>
-    static void forward(op_io<T, 1>& c) { apply(c.y.size(), c.y_data(), c.yb, c.x_data(0)); }
+    static void forward(op_io<T, 1>& c) {
+        if constexpr (std::is_same_v<T, float> && vjp_reads_bf16 != 0)
+            if (!c.x_data(0)) return apply_rounded(c.y.size(), c.y_data(), c.yb, nullptr, c.xb[0]);
+        apply(c.y.size(), c.y_data(), c.yb, c.x_data(0));
+    }
     /// y = f(x) over n elements, and its bf16 rounding into yb where not null; y may be null when
     /// yb is not (only the shadow is kept). x16, where not null, gets x rounded to bf16 in the same
     /// pieces (affine_activation.hpp: the saved pre-activation).
@@ -58,20 +65,41 @@ struct unary_op {
     static void apply(std::size_t n, T* y, std::uint16_t* yb, const T* x, std::uint16_t* x16 = nullptr) {
         if constexpr (std::is_same_v<T, float>)
             if (yb || x16) {  // the same pieces as kernels::map (so the same SIMD and scalar elements), each rounded after
-                kernels::for_ranges<float>(n, kernels::parallel_map_min_size, [&](std::size_t b, std::size_t e) {
-                    constexpr std::size_t piece = 4096;  // a multiple of every SIMD width; 16 KiB
-                    kernels::scratch<float> own(y ? 0 : piece);  // a piece, when only the shadow is kept (y null)
-                    for (std::size_t i = b; i < e; i += piece) {
-                        const std::size_t m = std::min(e, i + piece) - i;
-                        float* yi = y ? y + i : own.data();
-                        map_piece(m, yi, x + i);
-                        if (yb) kernels::pack_bf16(false, 1, m, yi, m, yb + i);
-                        if (x16) kernels::pack_bf16(false, 1, m, x + i, m, x16 + i);
-                    }
+                by_pieces(n, y, [&](std::size_t i, std::size_t m, float* yi) {
+                    map_piece(m, yi, x + i);
+                    if (yb) kernels::pack_bf16(false, 1, m, yi, m, yb + i);
+                    if (x16) kernels::pack_bf16(false, 1, m, x + i, m, x16 + i);
                 });
                 return;
             }
         kernels::map(n, y, [](auto v) { return Fn::f(v); }, x);
+    }
+    /// y = f(x rounded to bf16) over n elements, from x's floats (x, whose rounding also goes to
+    /// x16 where not null) or from its bf16 bits (xb, where x is null); yb and y as apply's. The
+    /// same pieces, so the same bits, from either input.
+    static void apply_rounded(std::size_t n, float* y, std::uint16_t* yb, const float* x, const std::uint16_t* xb,
+                              std::uint16_t* x16 = nullptr) {
+        by_pieces(n, y, [&](std::size_t i, std::size_t m, float* yi) {
+            kernels::scratch<float> xr(m);
+            if (x) kernels::pack_bf16(false, 1, m, x + i, m, xr.data());  // rounded, as floats
+            else kernels::pack_bf16(false, 1, m, xb + i, m, xr.data());   // widened
+            if (x16) kernels::pack_bf16(false, 1, m, x + i, m, x16 + i);
+            map_piece(m, yi, static_cast<const float*>(xr.data()));
+            if (yb) kernels::pack_bf16(false, 1, m, yi, m, yb + i);
+        });
+    }
+    // kernels::map's ranges cut into pieces of 4096 (a multiple of every SIMD width; 16 KiB): piece(i,
+    // m, yi) with yi = y + i, or a piece of memory of its own where y is null (only the shadow is kept).
+    template <class Piece>
+    static void by_pieces(std::size_t n, float* y, Piece&& piece_fn) {
+        kernels::for_ranges<float>(n, kernels::parallel_map_min_size, [&](std::size_t b, std::size_t e) {
+            constexpr std::size_t piece = 4096;
+            kernels::scratch<float> own(y ? 0 : piece);
+            for (std::size_t i = b; i < e; i += piece) {
+                const std::size_t m = std::min(e, i + piece) - i;
+                piece_fn(i, m, y ? y + i : own.data());
+            }
+        });
     }
     // kernels::map's loop over one piece, on this thread.
     template <class T>
