@@ -104,10 +104,18 @@
 //     // optional: the values this op's VJP can read from their bf16 shadow, rounded, instead of the
 //     // float (bit k: operand k; ctg::reads_result: its result), in a program that keeps values for
 //     // backward in bf16 (options::bf16_saved; graph/exec.hpp, bf16_only_values). Backward then gets
-//     // c.x[k] null and the shadow in c.xb[k] (c.y null and c.yb), and must read the shadow; forward
-//     // still gets the float. Only where a rounded value is as good for the VJP as the products'
-//     // rounded operands: GELU's input, the attention weights (softmax's VJP).
+//     // c.x[k] null and the shadow in c.xb[k] (c.y null and c.yb), and must read the shadow; so
+//     // does forward for such an operand (the value and its derivative then come from one input;
+//     // forward still gets its own result's float). Only where a rounded value is as good for the
+//     // VJP as the products' rounded operands: GELU's input, the attention weights (softmax's VJP).
 //     static constexpr std::uint32_t vjp_reads_bf16 = 0b1;  // GELU: its input
+//     // optional: the op can make its result's bf16 shadow again from what its VJP reads (its
+//     // operands and scratch, as backward gets them), with the bits forward wrote:
+//     // remake_bf16_result writes c.yb (c.y null). A repeat's layers then keep no shadow of such a
+//     // value where they keep it in bf16 only and nothing reads its float: the engine calls this
+//     // before the VJP of the value's reader of highest index (graph/cell.hpp, cell_frame::remade).
+//     static constexpr bool remakes_bf16_result = true;  // affine_gelu: GELU of its kept pre-activation
+//     template <class T> static void remake_bf16_result(ctg::op_io<T, K>& c);
 //     // optional: how a model summary counts its FLOPs (program::summary; absent: one per element
 //     // of the largest of its result and operands, forward and per adjoint, as element-wise ops).
 //     static constexpr ctg::flop_rule flops = ctg::flop_rule::matmul;  // matmul, attention_values
