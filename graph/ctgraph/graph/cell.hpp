@@ -233,7 +233,7 @@ struct cell_frame {
     std::array<std::size_t, N> bs_off{}, bs_size{};
     // With only: whether values that VJPs read rounded are kept in bf16 only too (run_info::bf16_saved).
     bool saved = false;
-    // Node i's shadow is not kept in the step's frame but made again (remade[i]; see remade()):
+    // Node i's shadow is not kept in the step's frame but made again (remade[i]; see plan()):
     // while forward reads it, at tr_off[i] of the transients' block; from its last reader's VJP
     // to its first reader's, at rm_off[i] of the adjoint block.
     std::array<bool, N> remade{};
