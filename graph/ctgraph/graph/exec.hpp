@@ -114,6 +114,12 @@ inline constexpr std::uint32_t vjp_reads_bf16_of = [] {
     if constexpr (requires { Op::vjp_reads_bf16; }) return std::uint32_t(Op::vjp_reads_bf16); else return std::uint32_t(0);
 }();
 
+/// The operands an op is handed as their shadow alone (c.x[k] null) where they are kept in bf16
+/// only (build_io's `only`): those it reads only in products, and those its VJP reads rounded, to
+/// which forward and a remake (exec_remake) read the same rounded operand.
+template <class Op>
+inline constexpr std::uint32_t shadow_only_operands_of = bf16_operands_only_of<Op> | (vjp_reads_bf16_of<Op> & ~reads_result);
+
 /// Which values a mixed-precision program keeps no float of for backward: those that backward
 /// reads only as bf16 product operands, through their shadow, or not at all. Their float gets no
 /// place of its own, only scratch shared with other such values while forward still reads it.
@@ -346,7 +352,7 @@ template <class Op, std::size_t K, class T, bool Anomaly = false>
     if constexpr (!std::is_same_v<Op, no_op>) {
         // An operand that the VJP reads rounded, kept in bf16 only, comes as its shadow alone in
         // forward too (op.hpp, vjp_reads_bf16): the value and its derivative see one operand.
-        auto c = build_io<T, K>(s, i, bf16_operands_only_of<Op> | (vjp_reads_bf16_of<Op> & ~reads_result));
+        auto c = build_io<T, K>(s, i, shadow_only_operands_of<Op>);
         if (s.forward_transient) c.transient = s.forward_transient[i];
         if constexpr (std::is_same_v<T, float> && writes_bf16_result_of<Op>)  // the op writes its shadow itself
             if (s.shadow) c.yb = s.shadow[i];  // (c.y null where nothing reads the float: bf16_only_plan::no_float)
@@ -364,7 +370,7 @@ template <class Op, std::size_t K, bool NeedsGrad, class T, bool Anomaly = false
     if constexpr (!std::is_same_v<Op, no_op> && NeedsGrad) {
         // A value kept in bf16 only has no float in backward: the operands (and the result) that the
         // VJP can read rounded come as their shadow alone (vjp_reads_bf16).
-        auto c = build_io<T, K>(s, i, bf16_operands_only_of<Op> | (vjp_reads_bf16_of<Op> & ~reads_result));
+        auto c = build_io<T, K>(s, i, shadow_only_operands_of<Op>);
         if (s.backward_transient) c.transient = s.backward_transient[i];
         if constexpr (std::is_same_v<T, float> && (vjp_reads_bf16_of<Op> & reads_result) != 0)
             if (s.bf16_only && s.bf16_only[i] && s.shadow && s.shadow[i]) c.y.ptr = nullptr, c.yb = s.shadow[i];
@@ -397,7 +403,7 @@ inline constexpr bool remakes_bf16_result_of = [] {
 template <class Op, std::size_t K, class T>
 [[gnu::noinline]] inline void exec_remake(const exec_state& s, std::size_t i) {
     if constexpr (std::is_same_v<T, float> && remakes_bf16_result_of<Op>) {
-        auto c = build_io<T, K>(s, i, bf16_operands_only_of<Op> | (vjp_reads_bf16_of<Op> & ~reads_result));
+        auto c = build_io<T, K>(s, i, shadow_only_operands_of<Op>);
         c.y.ptr = nullptr;
         c.yb = s.shadow[i];
         Op::template remake_bf16_result<T>(c);

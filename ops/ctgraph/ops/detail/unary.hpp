@@ -89,7 +89,8 @@ struct unary_op {
         });
     }
     // kernels::map's ranges cut into pieces of 4096 (a multiple of every SIMD width; 16 KiB): piece(i,
-    // m, yi) with yi = y + i, or a piece of memory of its own where y is null (only the shadow is kept).
+    // m, yi) with yi = y + i, or a piece of memory of its own where y is null (only the shadow is
+    // kept; the VJP widens x into it).
     template <class Piece>
     static void by_pieces(std::size_t n, float* y, Piece&& piece_fn) {
         kernels::for_ranges<float>(n, kernels::parallel_map_min_size, [&](std::size_t b, std::size_t e) {
@@ -134,17 +135,12 @@ struct unary_op {
         if (!c.gx[0]) return;
         if constexpr (!vjp_reads_result) {  // (y may be kept in bf16 only: graph/exec.hpp, bf16_only_values)
             if constexpr (std::is_same_v<T, float> && vjp_reads_bf16 != 0)
-                if (!c.x_data(0)) {  // x kept in bf16 only: read rounded, a piece at a time
+                if (!c.x_data(0)) {  // x kept in bf16 only: read rounded, a piece at a time (widened into the piece's memory)
                     const bool fresh = c.fresh(0);
-                    kernels::for_ranges<float>(c.y.size(), kernels::parallel_map_min_size, [&](std::size_t b, std::size_t e) {
-                        constexpr std::size_t piece = 4096;
-                        kernels::scratch<float> x(piece);
-                        for (std::size_t i = b; i < e; i += piece) {
-                            const std::size_t m = std::min(e, i + piece) - i;
-                            kernels::pack_bf16(false, 1, m, c.xb[0] + i, m, x.data());
-                            kernels::map_into(fresh, m, c.gx_data(0) + i, [](auto gy, auto x) { return gy * Fn::df(x, x); },
-                                              static_cast<const float*>(c.gy_data()) + i, static_cast<const float*>(x.data()));
-                        }
+                    by_pieces(c.y.size(), nullptr, [&](std::size_t i, std::size_t m, float* x) {
+                        kernels::pack_bf16(false, 1, m, c.xb[0] + i, m, x);
+                        kernels::map_into(fresh, m, c.gx_data(0) + i, [](auto gy, auto x) { return gy * Fn::df(x, x); },
+                                          static_cast<const float*>(c.gy_data()) + i, static_cast<const float*>(x));
                     });
                     return;
                 }
