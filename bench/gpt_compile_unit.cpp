@@ -28,7 +28,7 @@ using model = nn::gpt<65, GPT_CONTEXT, GPT_WIDTH, GPT_HEADS, GPT_LAYERS>;
 
 int main() {
     auto prog = compile<float>(model::loss(index_input<"x", B, T>{}, index_input<"y", B, T>{}));
-    auto opt = optim::adamw<float>(3e-4, 0.1);
+    auto opt = optim::adamw<float>({.lr = 3e-4, .weight_decay = 0.1});
     prog.params().init(1);
     std::mt19937 rng(2);
     std::vector<index_t> x(2 * 16), y(2 * 16);

@@ -41,7 +41,7 @@ int run(int steps, std::size_t batch) {
     prog.params().init(1);
     const model_summary s = prog.summary({{'B', batch}, {'T', std::size_t(Ctx)}});
     std::printf("%s", s.to_string().c_str());
-    auto opt = optim::adamw<float>(1e-4, 0.01);
+    auto opt = optim::adamw<float>({.lr = 1e-4, .weight_decay = 0.01});
     std::mt19937 gen(7);
     std::uniform_int_distribution<int> id(0, V - 1);
     xt::xtensor<int, 2> tok = xt::zeros<int>({batch, std::size_t(Ctx)});

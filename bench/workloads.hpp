@@ -319,7 +319,7 @@ struct gpt_workload : workload_base<gpt_workload<P, Name, Vocab, Context, Width,
     using Y = index_input<"y", B, Td>;
     static constexpr auto loss() { return model::loss(X{}, Y{}); }
     decltype(compile<T, options_of<P>>(loss())) prog = compile<T, options_of<P>>(loss());
-    optim::adam<T> opt = optim::adamw<T>(3e-4, 0.1);
+    optim::adam<T> opt = optim::adamw<T>({.lr = 3e-4, .weight_decay = 0.1});
 
     static std::set<std::string> transposed() {
         return {"blocks.q.weight", "blocks.k.weight", "blocks.v.weight", "blocks.proj.weight",

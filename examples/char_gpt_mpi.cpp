@@ -68,7 +68,7 @@ int train(const dist::communicator& comm, int argc, char** argv) {
     params.init(11);  // rank 0's weights are the ones that count: data_parallel copies them
     params.init("tok_embed", [](std::mt19937_64& rng, std::size_t) { return float(std::normal_distribution<double>(0, 0.02)(rng)); });
     prog.dropout_seed(1 + std::uint64_t(comm.rank()));
-    auto opt = optim::adamw<float>(3e-3, 0.01);
+    auto opt = optim::adamw<float>({.lr = 3e-3, .weight_decay = 0.01});
     const char* threads = std::getenv("OPENBLAS_NUM_THREADS");
     if (comm.root())
         std::printf("char_gpt_mpi: %d ranks x %s OpenBLAS thread(s), global batch %zu (%zu per rank), %s, %zu parameters\n",

@@ -128,7 +128,7 @@ int main(int argc, char** argv) try {
 
     models m;
     m.train.params().init(7);
-    optim::adam<float> opt = optim::adamw<float>(2e-3, 0.01);
+    optim::adam<float> opt = optim::adamw<float>({.lr = 2e-3, .weight_decay = 0.01});
     const optim::warmup_cosine_lr schedule{2e-3, 100, steps, 2e-5};
     auto match = [&] { return dates::exact_match(test, [&](const std::vector<example>& part) { return m.greedy(encode(part)); }); };
     const auto feed = [&](const std::vector<example>& ex) {

@@ -52,7 +52,7 @@ outcome run(const std::string& out_dir, long max_steps, unsigned init_seed, data
     train_program prog;
     prog.params().init(init_seed);
     prog.dropout_seed(1);
-    auto opt = optim::adamw<float>(1e-2, 0.01);
+    auto opt = optim::adamw<float>({.lr = 1e-2, .weight_decay = 0.01});
     trainer training(prog, opt,
                      {.batch = 32, .epochs = 6, .max_steps = max_steps, .seed = 5, .eval_every = 45,
                       .checkpoint_every = 20, .keep_last = 2, .out_dir = out_dir, .name = "mlp", .log = nullptr},

@@ -154,7 +154,7 @@ int run(const args& a) {
     params.init("tok_embed", [](std::mt19937_64& rng, std::size_t) { return float(std::normal_distribution<double>(0, 0.02)(rng)); });
     std::printf("%zu parameters\n", params.num_elements());
     prog.dropout_seed(1);
-    auto opt = optim::adamw<float>(3e-3, 0.01);
+    auto opt = optim::adamw<float>({.lr = 3e-3, .weight_decay = 0.01});
     trainer training(prog, opt,
                      {.batch = 8, .epochs = 0, .max_steps = a.steps, .seed = 3, .clip_norm = 1.0,
                       .eval_every = std::min(100L, a.steps), .checkpoint_every = 100, .out_dir = a.out_dir,

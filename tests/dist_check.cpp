@@ -224,7 +224,7 @@ int equivalence(const dist::communicator& comm) {
     const std::filesystem::path root_dir(d0);
 
     auto sgd = []<class S>(S) { return optim::sgd<S>({.lr = 0.2, .momentum = 0.9, .weight_decay = 0.01}); };
-    auto adamw = []<class S>(S) { return optim::adamw<S>(0.01, 0.05); };
+    auto adamw = []<class S>(S) { return optim::adamw<S>({.lr = 0.01, .weight_decay = 0.05}); };
     gru_by_hand<float>(comm, [&] { return sgd(0.f); }, {.bucket_bytes = 256}, "GRU, SGD momentum, float32, overlapped");
     gru_by_hand<double>(comm, [&] { return sgd(0.); }, {.bucket_bytes = 256}, "GRU, SGD momentum, float64, overlapped");
     gru_by_hand<float>(comm, [&] { return adamw(0.f); }, {.bucket_bytes = 256}, "GRU, AdamW, float32, overlapped");

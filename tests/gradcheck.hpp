@@ -109,7 +109,7 @@ inline std::size_t check_gradients_of(gradcheck_program& prog, const check_confi
 
     // Analytic gradients, on top of a random baseline in the parameter gradients.
     prog.forward();
-    std::vector<double> baseline(store.grads().size());
+    std::vector<double> baseline(store.grads().size());  // (the parameters that train: options::frozen)
     for (auto& b : baseline) b = draw({-1, 1, 0});
     std::copy(baseline.begin(), baseline.end(), store.grads().begin());
     prog.backward();
@@ -131,7 +131,8 @@ inline std::size_t check_gradients_of(gradcheck_program& prog, const check_confi
         ++checked;
     };
     for (std::size_t p = 0; p < store.size(); ++p) {
-        const std::size_t off = store.at(p).offset;
+        if (store.frozen(p)) continue;  // (no gradient: options::frozen)
+        const std::size_t off = store.at(p).grad_offset;
         for (std::size_t k = 0; k < store.at(p).shape.size(); ++k)
             compare("param " + store.at(p).name, store.value(p), k, store.grad(p)[k] - baseline[off + k]);
     }
@@ -156,10 +157,17 @@ inline std::size_t check_gradients_of(gradcheck_program& prog, const check_confi
 }
 
 /// Returns the number of gradient elements checked (> 0), failing the current Catch test on a mismatch.
-template <expr Out>
+/// Opt: further compile options (options::frozen: the frozen parameters are not checked, having
+/// no gradient); input gradients are always on.
+template <options Opt = options{}, expr Out>
 std::size_t check_gradients(Out out, const check_config& cfg = {}) {
     using G = typename detail::input_like<"gradcheck_weights", typename Out::shape>::type;
-    using P = decltype(compile<double, options{.input_grads = true}>(sum(mul(out, G{}))));
+    static constexpr options opt = [] {
+        options o = Opt;
+        o.input_grads = true;
+        return o;
+    }();
+    using P = decltype(compile<double, opt>(sum(mul(out, G{}))));
     struct compiled final : gradcheck_program {
         P prog;
         double forward() override { return prog.forward(); }

@@ -138,7 +138,7 @@ void require_same_training(Fused fused_loss, Composed composed_loss, Feed feed) 
     f.params().init(5);
     c.params().init(5);
     REQUIRE(f.params().size() == c.params().size());
-    auto of = optim::adamw<float>(1e-2, 0.1), oc = optim::adamw<float>(1e-2, 0.1);
+    auto of = optim::adamw<float>({.lr = 1e-2, .weight_decay = 0.1}), oc = optim::adamw<float>({.lr = 1e-2, .weight_decay = 0.1});
     for (int step = 0; step < 3; ++step) {
         feed(f), feed(c);
         const float lf = train_step(f, of), lc = train_step(c, oc);
@@ -336,7 +336,7 @@ template <options Opt, class Loss>
 void train_two_steps(Loss loss, const std::vector<float>& h, const std::vector<float>& t) {
     auto p = compile<float, Opt>(loss);
     p.params().init(7);
-    auto opt = optim::adamw<float>(1e-3);
+    auto opt = optim::adamw<float>({.lr = 1e-3});
     for (int step = 0; step < 2; ++step) {
         p.feed("h", h.data(), rshape{2, {2048, 16}});
         p.feed("t", t.data(), rshape{2, {2048, 16}});

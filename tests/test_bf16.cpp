@@ -545,7 +545,7 @@ TEST_CASE("bf16 copies of weights: the optimizer's copy equals a fresh conversio
     a.params().init(3);
     b.params().init(3);
     CHECK(a.params().has_bf16());
-    auto opt_a = optim::adamw<float>(1e-2, 0.1), opt_b = optim::adamw<float>(1e-2, 0.1);
+    auto opt_a = optim::adamw<float>({.lr = 1e-2, .weight_decay = 0.1}), opt_b = optim::adamw<float>({.lr = 1e-2, .weight_decay = 0.1});
     auto sgd_a = optim::sgd<float>({.lr = 0.05, .momentum = 0.9}), sgd_b = optim::sgd<float>({.lr = 0.05, .momentum = 0.9});
     xt::xtensor<float, 2> x = xt::zeros<float>({24, 12});
     const auto xs = randoms(24 * 12, 21);
@@ -598,13 +598,13 @@ TEST_CASE("a bf16 run saved and resumed from a checkpoint goes on bit for bit", 
     P whole = compile<float, options{.precision = precision::bf16}>(loss), first = compile<float, options{.precision = precision::bf16}>(loss);
     whole.params().init(5);
     first.params().init(5);
-    auto opt_whole = optim::adamw<float>(1e-2), opt_first = optim::adamw<float>(1e-2);
+    auto opt_whole = optim::adamw<float>({.lr = 1e-2}), opt_first = optim::adamw<float>({.lr = 1e-2});
     run(whole, opt_whole, 6);
     run(first, opt_first, 3);
     const std::string path = (std::filesystem::temp_directory_path() / ("ctg_bf16_resume_" + std::to_string(::getpid()) + ".npz")).string();
     checkpoint::save(path, first.params(), opt_first, run_state{});
     P second = compile<float, options{.precision = precision::bf16}>(loss);  // a new program: its copies start stale
-    auto opt_second = optim::adamw<float>(1e-2);
+    auto opt_second = optim::adamw<float>({.lr = 1e-2});
     checkpoint::load(path, second.params(), opt_second);
     std::filesystem::remove(path);
     run(second, opt_second, 3);
@@ -621,7 +621,7 @@ TEST_CASE("a bf16 (mixed-precision) GPT step and decoding allocate nothing, no o
     auto prog = compile<float, options{.precision = precision::bf16}>(
         model::loss(index_input<"x", B, T>{}, index_input<"y", B, T>{}));
     prog.params().init(4);
-    auto opt = optim::adamw<float>(1e-3, 0.1);
+    auto opt = optim::adamw<float>({.lr = 1e-3, .weight_decay = 0.1});
     xt::xtensor<int, 2> x = xt::ones<int>({3, 8});
     const auto primitives = [] { return kernels::onednn_primitives_created().load(); };
     prog.feed<"x">(x);
@@ -676,9 +676,9 @@ void check_shadows_and_bf16_only(Loss loss, Feed feed, std::initializer_list<std
         for (auto* p : {&only.params(), &kept.params(), &converting.params(), &recomputing.params(), &recomputing_kept.params(),
                         &saved.params(), &recomputing_saved.params()})
             p->init(5);
-        auto opt_o = optim::adamw<float>(1e-2, 0.1), opt_k = optim::adamw<float>(1e-2, 0.1), opt_c = optim::adamw<float>(1e-2, 0.1),
-             opt_r = optim::adamw<float>(1e-2, 0.1), opt_rk = optim::adamw<float>(1e-2, 0.1), opt_s = optim::adamw<float>(1e-2, 0.1),
-             opt_rs = optim::adamw<float>(1e-2, 0.1);
+        auto opt_o = optim::adamw<float>({.lr = 1e-2, .weight_decay = 0.1}), opt_k = optim::adamw<float>({.lr = 1e-2, .weight_decay = 0.1}), opt_c = optim::adamw<float>({.lr = 1e-2, .weight_decay = 0.1}),
+             opt_r = optim::adamw<float>({.lr = 1e-2, .weight_decay = 0.1}), opt_rk = optim::adamw<float>({.lr = 1e-2, .weight_decay = 0.1}), opt_s = optim::adamw<float>({.lr = 1e-2, .weight_decay = 0.1}),
+             opt_rs = optim::adamw<float>({.lr = 1e-2, .weight_decay = 0.1});
         for (int step = 0; step < 4; ++step) {
             feed(only), feed(kept), feed(converting), feed(recomputing), feed(recomputing_kept), feed(saved), feed(recomputing_saved);
             const auto lo = train_step(only, opt_o), lk = train_step(kept, opt_k), lc = train_step(converting, opt_c),

@@ -54,7 +54,7 @@ void train_lm(const std::string& dir, long steps, bool resume, Opt opt) {
 template <class S>
 void train_lm_with(const std::string& kind, const std::string& dir, long steps, bool resume) {
     if (kind == "sgd") train_lm<S>(dir, steps, resume, optim::sgd<S>({.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01}));
-    else train_lm<S>(dir, steps, resume, optim::adamw<S>(0.01, 0.05));
+    else train_lm<S>(dir, steps, resume, optim::adamw<S>({.lr = 0.01, .weight_decay = 0.05}));
 }
 
 // Every array of the two files (weights, optimizer state, run state) equal bit for bit, but those

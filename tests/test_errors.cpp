@@ -2,8 +2,16 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <random>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include <ctgraph/ctgraph.hpp>
 
@@ -15,6 +23,45 @@ inline constexpr dim B = dyn('B');
 using X = input<"x", B, 4>;
 using Y = index_input<"y", B>;
 auto model() { return softmax_cross_entropy(X{} * param<"W", 4, 3>{}, Y{}); }
+
+/// The text as an F (float: std::strtof, double: std::strtod); `whole` says whether it read all of it.
+template <class F>
+F parse(const std::string& text, bool& whole) {
+    char* end = nullptr;
+    const F v = std::is_same_v<F, float> ? F(std::strtof(text.c_str(), &end)) : F(std::strtod(text.c_str(), &end));
+    whole = end && *end == 0 && !text.empty();
+    return v;
+}
+/// Whether two values are the same bits (0.0 and -0.0 differ).
+template <class F>
+bool same_bits(F a, F b) {
+    using U = std::conditional_t<sizeof(F) == 4, std::uint32_t, std::uint64_t>;
+    return std::bit_cast<U>(a) == std::bit_cast<U>(b);
+}
+/// The "%.{p}g" text of v with the fewest significant digits p that reads back as exactly v (as an F).
+template <class F>
+std::string fewest_g(F v) {
+    for (int p = 1; p <= 17; ++p) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.*g", p, double(v));
+        bool whole = false;
+        if (same_bits(parse<F>(buf, whole), v)) return buf;
+    }
+    return "(none)";
+}
+/// Checks detail::shortest_text(v) reads back as exactly v, is no longer than the shortest "%g"
+/// text that does, and differs from the text of the next value up.
+template <class F>
+void check_shortest(F v) {
+    const std::string t = detail::shortest_text(v);
+    INFO(t);
+    bool whole = false;
+    CHECK(same_bits(parse<F>(t, whole), v));
+    CHECK(whole);
+    CHECK(t.size() <= fewest_g(v).size());
+    const F up = std::nextafter(v, std::numeric_limits<F>::infinity());
+    if (std::isfinite(up)) CHECK(detail::shortest_text(up) != t);
+}
 }  // namespace
 
 TEST_CASE("a dynamic dimension that disagrees between two inputs names the op and both shapes", "[errors]") {
@@ -145,4 +192,68 @@ TEST_CASE("anomaly mode names the first non-finite node in forward and in backwa
     p2.backward();  // the zero_grad() before the failed pass is pending again: this pass assigns
     CHECK(xt::allclose(p2.grad<"a">(), xt::xtensor<double, 1>{0.5, 1}));
     CHECK(xt::allclose(p2.grad<"y">(), xt::xtensor<double, 1>{-0.25, -1}));
+}
+
+TEST_CASE("shortest_text: the fewest digits that read back as exactly the value, a float's as a float",
+          "[errors][number_text]") {
+    // A float prints its own digits, not those of the double it converts to.
+    CHECK(detail::shortest_text(0.1f) == "0.1");
+    CHECK(detail::shortest_text(0.1) == "0.1");
+    CHECK(detail::shortest_text(double(0.1f)) != detail::shortest_text(0.1f));
+    CHECK(detail::shortest_text(std::nextafter(0.1f, 1.0f)) != detail::shortest_text(0.1f));
+    bool whole = false;
+    CHECK(std::isinf(parse<double>(detail::shortest_text(-std::numeric_limits<double>::infinity()), whole)));
+    CHECK(std::isnan(parse<float>(detail::shortest_text(std::numeric_limits<float>::quiet_NaN()), whole)));
+    for (float f : {0.0f, -0.0f, 1.0f, 100.0f, 0.1f, 1e-7f, 0.0574885853f, std::numeric_limits<float>::max(),
+                    std::numeric_limits<float>::min(), std::numeric_limits<float>::denorm_min(), -3.0000002f})
+        check_shortest(f);
+    for (double d : {0.0, -0.0, 1.0, 100.0, 0.1, 1e-7, 0.0574885853, std::numeric_limits<double>::max(),
+                     std::numeric_limits<double>::min(), std::numeric_limits<double>::denorm_min(), -3.0000000000000004})
+        check_shortest(d);
+    // Finite values of every size: random bit patterns.
+    std::mt19937_64 rng(20240611);
+    for (int n = 0; n < 3000; ++n) {
+        const float f = std::bit_cast<float>(std::uint32_t(rng()));
+        const double d = std::bit_cast<double>(std::uint64_t(rng()));
+        if (std::isfinite(f)) check_shortest(f);
+        if (std::isfinite(d)) check_shortest(d);
+    }
+}
+
+TEST_CASE("a refused number is shown in its shortest round-trip digits", "[errors][number_text]") {
+    // top_p one ulp above 1: "1.000000" would read as allowed.
+    std::mt19937_64 rng(1);
+    const std::vector<double> logits = {0.0, 1.0};
+    const double top_p = std::nextafter(1.0, 2.0);
+    try {
+        (void)nn::choose([&](std::size_t v) { return logits[v]; }, 2, {0, 0.5, top_p}, rng);
+        FAIL("no error");
+    } catch (const error& e) {
+        const std::string m = e.what();
+        INFO(m);
+        REQUIRE(m.ends_with(")"));
+        const std::size_t at = m.rfind(", ") + 2;
+        const std::string shown = m.substr(at, m.size() - 1 - at);
+        bool whole = false;
+        CHECK(same_bits(parse<double>(shown, whole), top_p));
+        CHECK(whole);
+        CHECK(shown.size() <= fewest_g(top_p).size());
+    }
+    // A float one ulp above 3 is not an integer: "(3.000000)" would not say why.
+    const float near3 = std::nextafter(3.0f, 4.0f);
+    const std::vector<float> values = {1.0f, near3};
+    try {
+        (void)npz::to_vector<std::int32_t>(npz::from_data("f", values.data(), {2}));
+        FAIL("no io_error");
+    } catch (const io_error& e) {
+        const std::string m = e.what();
+        INFO(m);
+        const auto open = m.find("element 1 (");
+        REQUIRE(open != std::string::npos);
+        const std::string shown = m.substr(open + 11, m.find(')', open) - open - 11);
+        bool whole = false;
+        CHECK(same_bits(parse<float>(shown, whole), near3));
+        CHECK(whole);
+        CHECK(shown.size() <= fewest_g(near3).size());
+    }
 }

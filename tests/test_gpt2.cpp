@@ -13,11 +13,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <unistd.h>
@@ -395,4 +398,141 @@ TEST_CASE("every mismatch of a checkpoint is an io_error naming tensor, shapes a
     CHECK_THAT(io_message([&] { nn::load_hf_gpt2<nn::gpt2<61, 24, 32, 4, 2>>(wide, ref / "lmhead.safetensors"); }),
                Contains("(the file has 3 layers, the model 2)"));
     CHECK(wide.size() == 0);
+}
+
+// ---- A tied head one ulp away --------------------------------------------------------------------
+
+namespace {
+using tiny_model = nn::gpt2<7, 6, 4, 2, 2>;
+
+/// The text as an F (std::strtof or std::strtod), which must be a number and nothing else.
+template <class F>
+F read_back(const std::string& text) {
+    char* end = nullptr;
+    const F v = std::is_same_v<F, float> ? F(std::strtof(text.c_str(), &end)) : F(std::strtod(text.c_str(), &end));
+    CHECK(!text.empty());
+    CHECK(*end == 0);
+    return v;
+}
+/// The "%.{p}g" text of v with the fewest significant digits p that reads back as v (as an F).
+template <class F>
+std::string fewest_g(F v) {
+    for (int p = 1; p <= 17; ++p) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.*g", p, double(v));
+        if (read_back<F>(buf) == v) return buf;
+    }
+    return "(none)";
+}
+
+/// What a tied-head refusal shows: "(first at element K: HEAD against WTE)".
+struct head_against_wte {
+    std::size_t element = 0;
+    std::string head, wte;
+};
+head_against_wte shown_in(const std::string& m) {
+    INFO(m);
+    const std::string lead = "tensor 'lm_head.weight' differs from wte.weight (first at element ";
+    const std::size_t at = m.find(lead);
+    REQUIRE(at != std::string::npos);
+    const std::size_t colon = m.find(": ", at + lead.size());
+    REQUIRE(colon != std::string::npos);
+    const std::size_t against = m.find(" against ", colon);
+    REQUIRE(against != std::string::npos);
+    const std::size_t close = m.find(')', against);
+    REQUIRE(close != std::string::npos);
+    return {std::size_t(std::stoul(m.substr(at + lead.size(), colon - at - lead.size()))),
+            m.substr(colon + 2, against - colon - 2), m.substr(against + 9, close - against - 9)};
+}
+
+/// tiny_model's tensors as save_hf_gpt2 writes them from a store of Tp (F32 or F64), with values
+/// that are not round in binary (0.03, -0.06, ...).
+template <class Tp>
+std::map<std::string, st::tensor> tiny_checkpoint(const std::string& path) {
+    parameter_store<Tp> store;
+    nn::add_gpt2_params<tiny_model>(store);
+    auto& v = store.values();
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = Tp(0.01 * double(int(i % 13) - 6));
+    nn::save_hf_gpt2<tiny_model>(store, path);
+    return st::read(path);
+}
+/// Writes `tensors` to `path` and returns the message with which load_hf_gpt2 refuses it.
+std::string refusal(const std::map<std::string, st::tensor>& tensors, const std::string& path) {
+    std::vector<st::tensor> list;
+    for (const auto& [name, t] : tensors) list.push_back(t);
+    st::write(path, list);
+    parameter_store<float> store;
+    return io_message([&] { nn::load_hf_gpt2<tiny_model>(store, path); });
+}
+}  // namespace
+
+TEST_CASE("an lm_head.weight one ulp from wte.weight is refused showing two numbers that differ and read back",
+          "[gpt2][number_text]") {
+    temp_dir dir;
+    const std::string good = dir / "good.safetensors", bad = dir / "bad.safetensors";
+    const std::size_t k = 9;  // 0.03
+    SECTION("F32: the floats' own shortest digits") {
+        auto f = tiny_checkpoint<float>(good);
+        const std::vector<float> wte = st::to_vector<float>(f.at("wte.weight"));
+        std::vector<float> head = wte;
+        head[k] = std::nextafter(wte[k], 1.0f);
+        f["lm_head.weight"] = st::from_data("lm_head.weight", head.data(), f.at("wte.weight").shape);
+        const std::string m = refusal(f, bad);
+        INFO(m);
+        const head_against_wte shown = shown_in(m);
+        CHECK(shown.element == k);
+        CHECK(shown.head != shown.wte);
+        CHECK(read_back<float>(shown.head) == head[k]);
+        CHECK(read_back<float>(shown.wte) == wte[k]);
+        // A float's digits, not its double's: no longer than the shortest "%g" text that reads back
+        // ("%.9g" of the double, 0.0300000012, is longer than 0.03f needs).
+        CHECK(shown.head.size() <= fewest_g(head[k]).size());
+        CHECK(shown.wte.size() <= fewest_g(wte[k]).size());
+    }
+    SECTION("F64: the doubles' shortest digits") {
+        auto f = tiny_checkpoint<double>(good);
+        REQUIRE(f.at("wte.weight").dtype == "F64");
+        const std::vector<double> wte = st::to_vector<double>(f.at("wte.weight"));
+        std::vector<double> head = wte;
+        head[k] = std::nextafter(wte[k], 1.0);
+        f["lm_head.weight"] = st::from_data("lm_head.weight", head.data(), f.at("wte.weight").shape);
+        const std::string m = refusal(f, bad);
+        INFO(m);
+        const head_against_wte shown = shown_in(m);
+        CHECK(shown.element == k);
+        CHECK(shown.head != shown.wte);
+        CHECK(read_back<double>(shown.head) == head[k]);
+        CHECK(read_back<double>(shown.wte) == wte[k]);
+        CHECK(shown.head.size() <= fewest_g(head[k]).size());
+        CHECK(shown.wte.size() <= fewest_g(wte[k]).size());
+    }
+    SECTION("an F64 head against an F32 wte.weight: both as doubles, so they differ on the page") {
+        auto f = tiny_checkpoint<float>(good);
+        const std::vector<float> wte = st::to_vector<float>(f.at("wte.weight"));
+        // The head holds the decimal values themselves, the embedding their nearest floats.
+        std::vector<double> head(wte.size());
+        for (std::size_t i = 0; i < head.size(); ++i) head[i] = 0.01 * double(int(i % 13) - 6);
+        std::size_t first = 0;
+        while (first < head.size() && head[first] == double(wte[first])) ++first;
+        REQUIRE(first < head.size());
+        f["lm_head.weight"] = st::from_data("lm_head.weight", head.data(), f.at("wte.weight").shape);
+        const std::string m = refusal(f, bad);
+        INFO(m);
+        const head_against_wte shown = shown_in(m);
+        CHECK(shown.element == first);
+        CHECK(shown.head != shown.wte);
+        CHECK(read_back<double>(shown.head) == head[first]);
+        CHECK(read_back<double>(shown.wte) == double(wte[first]));
+    }
+    SECTION("a float one ulp from an integer, refused as an integer, is shown in its own digits") {
+        const std::vector<float> values = {2.0f, std::nextafter(3.0f, 4.0f)};
+        const st::tensor t = st::from_data("near3", values.data(), {2});
+        const std::string m = io_message([&] { (void)st::to_vector<std::int64_t>(t); });
+        INFO(m);
+        const std::size_t open = m.find("element 1 (");
+        REQUIRE(open != std::string::npos);
+        const std::string shown = m.substr(open + 11, m.find(')', open) - open - 11);
+        CHECK(read_back<float>(shown) == values[1]);
+        CHECK(shown.size() <= fewest_g(values[1]).size());
+    }
 }

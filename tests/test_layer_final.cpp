@@ -226,7 +226,7 @@ using gpt_program = program_for<S, O, decltype(gpt_loss())>;
 TEMPLATE_TEST_CASE("train_step's layer-by-layer updates equal the plain step bit for bit", "[layer_final][train]", float, double) {
     using S = TestType;
     auto sgd = [] { return optim::sgd<S>({.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01}); };
-    auto adamw = [] { return optim::adamw<S>(0.01, 0.05); };
+    auto adamw = [] { return optim::adamw<S>({.lr = 0.01, .weight_decay = 0.05}); };
     static_assert(optim::range_optimizer_for<optim::adam<S>, S> && optim::range_optimizer_for<optim::sgd<S>, S>);
     for (int threads : {1, 2}) {
         INFO("threads " << threads);

@@ -64,9 +64,88 @@ TEST_CASE("Adam and AdamW", "[optim]") {
     const double g = 0.5 + 0.1 * 1.0;
     CHECK(ps.value(0)[0] == Approx(1 - 0.01 * g / (g + 1e-8)));
     ps = store();
-    auto w = optim::adamw<double>(0.01, 0.1);
+    auto w = optim::adamw<double>({.lr = 0.01, .weight_decay = 0.1});
     w.step(ps);
     CHECK(ps.value(0)[0] == Approx(1 * (1 - 0.01 * 0.1) - 0.01 * 0.5 / (0.5 + 1e-8)));
+}
+
+TEST_CASE("adamw's config: torch.optim.AdamW's fields, order and defaults", "[optim]") {
+    // The fields in PyTorch's positional order (lr, betas, eps, weight_decay) and by name give the
+    // same optimizer as adam's own config with decoupled decay, bit for bit over a few steps.
+    auto run = [](auto opt) {
+        parameter_store<double> ps;
+        ps.add("w", rshape{1, {3}});
+        for (int i = 0; i < 3; ++i) ps.value(0)[i] = 0.5 * (i + 1);
+        for (int step = 0; step < 4; ++step) {
+            for (int i = 0; i < 3; ++i) ps.grad(0)[i] = 0.1 * (i - 1) + 0.05 * step;
+            opt.step(ps);
+        }
+        return std::vector<double>(ps.value(0), ps.value(0) + 3);
+    };
+    const auto expect = run(optim::adam<double>({.lr = 0.01, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = 0.2,
+                                                 .decoupled = true}));
+    CHECK(run(optim::adamw<double>({0.01, {0.8, 0.95}, 1e-6, 0.2})) == expect);
+    CHECK(run(optim::adamw<double>({.lr = 0.01, .betas = {0.8, 0.95}, .eps = 1e-6, .weight_decay = 0.2})) == expect);
+    CHECK(run(optim::adamw<double>({.lr = 0.01, .betas = {0.8, 0.96}, .eps = 1e-6, .weight_decay = 0.2})) != expect);
+    // PyTorch's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 0.01
+    const optim::adamw_config d{};
+    CHECK((d.lr == 1e-3 && d.betas[0] == 0.9 && d.betas[1] == 0.999 && d.eps == 1e-8 && d.weight_decay == 1e-2));
+    CHECK(run(optim::adamw<double>()) ==
+          run(optim::adam<double>({.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-2, .decoupled = true})));
+}
+
+TEST_CASE("parameter groups: another learning rate or weight decay by name and by rank", "[optim]") {
+    // w (3, 2) and a stacked blocks.W (2 layers of 3 x 3) are matrices; b (2) and blocks.g (2 layers
+    // of 4) are vectors (a stacked parameter's rank is one layer's).
+    auto store = [] {
+        parameter_store<double> ps;
+        ps.add("w", rshape{2, {3, 2}});
+        ps.add("b", rshape{1, {2}});
+        ps.add("blocks.g", rshape{2, {2, 4}}, 1);
+        ps.add("blocks.W", rshape{3, {2, 3, 3}}, 1);
+        for (std::size_t s = 0; s < ps.size(); ++s)
+            for (std::size_t i = 0; i < ps.at(s).shape.size(); ++i) ps.value(s)[i] = 1.0 + 0.25 * double(i % 3);
+        return ps;
+    };
+    SECTION("decay the matrices only (AdamW, zero gradients: decay alone moves a weight)") {
+        auto ps = store();
+        const parameter_store<double> start = ps;
+        auto opt = optim::adamw<double>({.lr = 0.1, .weight_decay = 0.5, .groups = {{.max_rank = 1, .weight_decay = 0}}});
+        opt.step(ps);
+        for (std::size_t s = 0; s < ps.size(); ++s) {
+            const bool matrix = ps.at(s).shape.rank - ps.at(s).layer_axes == 2;
+            INFO(ps.at(s).name);
+            for (std::size_t i = 0; i < ps.at(s).shape.size(); ++i)
+                CHECK(ps.value(s)[i] == (matrix ? start.value(s)[i] * (1 - 0.1 * 0.5) : start.value(s)[i]));
+        }
+    }
+    SECTION("a learning-rate factor by name; the first group that matches decides") {
+        auto ps = store();
+        const parameter_store<double> start = ps;
+        for (std::size_t s = 0; s < ps.size(); ++s)
+            for (std::size_t i = 0; i < ps.at(s).shape.size(); ++i) ps.grad(s)[i] = 1.0;
+        optim::sgd<double> opt({.lr = 0.1, .groups = {{.names = "b blocks.g", .lr_factor = 0.5}, {.names = "b", .lr_factor = 3}}});
+        opt.step(ps);
+        for (std::size_t s = 0; s < ps.size(); ++s) {
+            const double lr = ps.at(s).name == "b" || ps.at(s).name == "blocks.g" ? 0.05 : 0.1;
+            INFO(ps.at(s).name);
+            for (std::size_t i = 0; i < ps.at(s).shape.size(); ++i) CHECK(ps.value(s)[i] == start.value(s)[i] - lr * 1.0);
+        }
+    }
+    SECTION("a group entry that matches no parameter is refused, naming it") {
+        auto ps = store();
+        auto opt = optim::adamw<double>({.groups = {{.names = "*.bias", .weight_decay = 0}}});
+        CHECK_THROWS_WITH(opt.step(ps), Catch::Matchers::Contains("entry '*.bias' matches no parameter"));
+    }
+    SECTION("no groups: the optimizer's own settings, bit for bit") {
+        auto a = store(), b = store();
+        for (auto* ps : {&a, &b})
+            for (std::size_t s = 0; s < ps->size(); ++s)
+                for (std::size_t i = 0; i < ps->at(s).shape.size(); ++i) ps->grad(s)[i] = 0.1 * double(i) - 0.2;
+        optim::adamw<double>({.lr = 0.1, .weight_decay = 0.5}).step(a);
+        optim::adamw<double>({.lr = 0.1, .weight_decay = 0.5, .groups = {{.names = "w b"}}}).step(b);
+        CHECK(std::equal(a.values().begin(), a.values().end(), b.values().begin()));
+    }
 }
 
 TEST_CASE("global-norm clipping", "[optim]") {

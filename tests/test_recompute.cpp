@@ -56,8 +56,8 @@ bool same_bits(const std::vector<S>& a, const std::vector<S>& b) {
 /// `recomputed` (its state, for further steps).
 template <class P0, class P1>
 auto check_same_training(P0& plain, P1& recomputed, int steps) {
-    auto o0 = optim::adamw<float>(1e-2, 0.01);
-    auto o1 = optim::adamw<float>(1e-2, 0.01);
+    auto o0 = optim::adamw<float>({.lr = 1e-2, .weight_decay = 0.01});
+    auto o1 = optim::adamw<float>({.lr = 1e-2, .weight_decay = 0.01});
     for (int step = 0; step < steps; ++step) {
         feed(plain, step);
         feed(recomputed, step);

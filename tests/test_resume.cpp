@@ -75,7 +75,7 @@ struct lm_config {
 // in the 3rd epoch. 11 validation windows (stride 6) in batches of 4: 3 feeds an evaluation.
 struct lm_run {
     decltype(compile<float>(lm_loss())) prog = compile<float>(lm_loss());
-    optim::adam<float> opt = optim::adamw<float>(0.02, 0.05);
+    optim::adam<float> opt = optim::adamw<float>({.lr = 0.02, .weight_decay = 0.05});
     counted_windows train, val;
     trainer<decltype(prog), optim::adam<float>, optim::warmup_cosine_lr, local_step> training;
 

@@ -235,6 +235,19 @@ TEST_CASE("nn.TransformerEncoder: layers.{l}.* stacked by repeat", "[torch_layou
     auto e = repeat<2, "layers.">([](auto h) { return layer{}(h); }, X16{});
     auto store = check_case<nn::torch_repeat<"layers.", 2, layer>>("stack", e);
     CHECK(store->at(store->slot("layers.q.weight")).shape.to_vector() == std::vector<std::size_t>{2, 16, 16});
+    // The layout's prefix and repeat's differ: the program over the loaded store refuses (it added
+    // the block's 16 parameters, zero-initialised, and computed wrong outputs without a word).
+    const std::size_t n = store->size();
+    auto other = repeat<2, "encoder.layers.">([](auto h) { return layer{}(h); }, X16{});
+    std::string m;
+    try {
+        program_for<double, options{.inference = true}, decltype(other)> p(store);
+    } catch (const ctg::error& x) {
+        m = x.what();
+    }
+    CHECK_THAT(m, Contains("lacks 16 parameters"));
+    CHECK_THAT(m, Contains("'encoder.layers.q.weight' (2,16,16): closest present 'layers.q.weight'"));
+    CHECK(store->size() == n);
 }
 
 TEST_CASE("nn.TransformerDecoderLayer with a causal tgt_mask", "[torch_layout][python]") {
@@ -425,4 +438,101 @@ TEST_CASE("a recurrent state_dict of other layers or sizes is an io_error naming
     // A relu cell says so: its file's tensors are a tanh one's.
     CHECK_THAT(io_message([&] { nn::load_torch<relu_cell<"r", 5>>(store, dir / "rnn.safetensors"); }),
                Contains("PyTorch layout of nn::elman<\"r\", 5, 6, relu>:"));
+}
+
+// ---- Programs over a loaded store ----------------------------------------------------------------
+
+namespace {
+// A state_dict of nn.Embedding(11, 8) at "emb." and nn.Linear(8, 8) at "lin.", written without Python,
+// loaded with the linear layer's parameters under "enc.": the store holds emb, enc.lin.weight, enc.lin.bias.
+using enc_lin = nn::linear<"enc.lin.", 8, 8>;
+using emb_enc_lin = nn::torch_model<nn::torch_at<"emb.", emb>, nn::torch_at<"lin.", enc_lin>>;
+using Ids = index_input<"ids", B>;
+
+std::shared_ptr<parameter_store<float>> loaded_emb_lin(const temp_dir& dir) {
+    std::vector<float> E(11 * 8), W(8 * 8), b(8);
+    for (std::size_t i = 0; i < E.size(); ++i) E[i] = float(std::sin(0.7 * double(i)));
+    for (std::size_t i = 0; i < W.size(); ++i) W[i] = float(std::cos(1.3 * double(i)));
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = 0.1f * float(i + 1);
+    st::write(dir / "net.safetensors", {st::from_data("emb.weight", E.data(), {11, 8}), st::from_data("lin.weight", W.data(), {8, 8}),
+                                        st::from_data("lin.bias", b.data(), {8})});
+    auto store = std::make_shared<parameter_store<float>>();
+    nn::load_torch<emb_enc_lin>(*store, dir / "net.safetensors");
+    return store;
+}
+}  // namespace
+
+TEST_CASE("a program over a loaded store refuses to add the parameters the file did not give", "[torch_layout]") {
+    temp_dir dir;
+    auto store = loaded_emb_lin(dir);
+    CHECK(store->strict());  // a store filled from a file
+    CHECK_FALSE(parameter_store<float>{}.strict());  // a new one
+    CHECK(parameter_store<float>(*store).strict());  // a copy keeps the flag
+    REQUIRE(store->size() == 3);
+    const std::vector<std::string> names = {store->at(0).name, store->at(1).name, store->at(2).name};
+    const std::vector<float> before(store->values().begin(), store->values().end());
+
+    // (a) The linear layer's prefix without "enc.": its two parameters are missing. Both are listed,
+    // each with its shape and the closest names present (the same name under a prefix first); the
+    // store is unchanged.
+    using typo = decltype(nn::linear<"lin.", 8, 8>{}(embedding(emb{}, Ids{})));
+    std::string m = "no ctg::error";
+    try {
+        program_for<float, options{.inference = true}, typo> p(store);
+    } catch (const ctg::error& e) {
+        m = e.what();
+    }
+    CHECK_THAT(m, Contains("the parameter store is strict"));
+    CHECK_THAT(m, Contains("lacks 2 parameters"));
+    CHECK_THAT(m, Contains("'lin.weight' (8,8): closest present 'enc.lin.weight'"));
+    CHECK_THAT(m, Contains("'lin.bias' (8): closest present 'enc.lin.bias'"));
+    CHECK_THAT(m, Contains("strict(false)"));
+    REQUIRE(store->size() == 3);
+    for (std::size_t s = 0; s < 3; ++s) CHECK(store->at(s).name == names[s]);
+    CHECK(std::equal(before.begin(), before.end(), store->values().begin(), store->values().end()));
+
+    // (c) A program that needs nothing new: built over the strict store, which it leaves as it was.
+    using right = decltype(enc_lin{}(embedding(emb{}, Ids{})));
+    program_for<float, options{.inference = true}, right> ok(store);
+    ok.feed<"ids">(xt::xtensor<index_t, 1>{0, 10});
+    ok.forward();
+    CHECK(ok.output()(1, 0) != 0.0f);
+    CHECK(store->size() == 3);
+
+    // (b) Not strict: the program adds the missing parameters (zero-initialised), as before.
+    store->strict(false);
+    program_for<float, options{.inference = true}, typo> added(store);
+    CHECK(store->size() == 5);
+    for (const char* n : {"lin.weight", "lin.bias"}) {
+        const auto& e = store->at(store->slot(n));
+        CHECK(std::all_of(store->value(store->slot(n)), store->value(store->slot(n)) + e.shape.size(), [](float v) { return v == 0; }));
+    }
+    for (std::size_t s = 0; s < 3; ++s) CHECK(std::equal(store->value(s), store->value(s) + store->at(s).shape.size(), before.data() + store->at(s).offset));
+    // Loading again makes the store strict again.
+    nn::load_torch<emb_enc_lin>(*store, dir / "net.safetensors");
+    CHECK(store->strict());
+}
+
+TEST_CASE("the closest names of a missing parameter: a prefix changed first, then by edit distance", "[torch_layout]") {
+    CHECK(detail::edit_distance("kitten", "sitting") == 3);
+    CHECK(detail::edit_distance("", "abc") == 3);
+    CHECK(detail::same_but_prefix("layers.self_attn.in_proj_weight", "encoder.layers.self_attn.in_proj_weight"));
+    CHECK(detail::same_but_prefix("enc.fc1.weight", "encoder.fc1.weight"));
+    CHECK_FALSE(detail::same_but_prefix("fc1.weight", "fc2.weight"));  // only the last component in common
+    CHECK(detail::same_but_prefix("weight", "lin.weight"));
+    CHECK_FALSE(detail::same_but_prefix("weight", "xweight"));
+    // A store of many names: the three closest, the prefixed one first though farther by characters.
+    auto store = std::make_shared<parameter_store<float>>();
+    for (const char* n : {"encoder.layers.q.weight", "layers.k.weight", "layers.q.bias", "layers.v.weight", "emb"})
+        store->add(n, rshape{2, {4, 4}});
+    store->strict(true);
+    std::string m;
+    try {
+        program_for<float, options{.inference = true}, decltype(input<"x", B, 4>{} * param<"layers.q.weight", 4, 4>{})> p(store);
+    } catch (const ctg::error& e) {
+        m = e.what();
+    }
+    CHECK_THAT(m, Contains("lacks 1 parameter this program needs"));
+    CHECK_THAT(m, Contains("'layers.q.weight' (4,4): closest present 'encoder.layers.q.weight', 'layers.k.weight', 'layers.v.weight'\n"));
+    CHECK(store->size() == 5);
 }

@@ -119,7 +119,7 @@ TEMPLATE_TEST_CASE("the generated step equals the hand-written loop bit for bit"
     auto sgd = [] { return optim::sgd<S>({.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01}); };
     auto nesterov = [] { return optim::sgd<S>({.lr = 0.05, .momentum = 0.9, .nesterov = true}); };
     auto adam = [] { return optim::adam<S>({.lr = 0.01, .weight_decay = 0.001}); };
-    auto adamw = [] { return optim::adamw<S>(0.01, 0.05); };
+    auto adamw = [] { return optim::adamw<S>({.lr = 0.01, .weight_decay = 0.05}); };
     SECTION("GRU (scan), SGD with momentum") { compare_fused<S>(gru_loss(), sgd); }
     SECTION("GRU (scan), Nesterov") { compare_fused<S>(gru_loss(), nesterov); }
     SECTION("GRU (scan), Adam") { compare_fused<S>(gru_loss(), adam); }

@@ -38,6 +38,9 @@
 //     // write nothing to an adjoint that is c.gy itself (c.gx_to_write(k) is then null), and must
 //     // not write c.gy.
 //     static constexpr std::uint32_t identity_vjp_operands = 0b11;
+//     // optional: the op passes no adjoint to its operand (ctg::stop_gradient): the engine gives
+//     // its node no adjoint and runs no VJP for it (and none that would lead only there).
+//     static constexpr bool stops_gradient = true;
 //
 //     // optional: whether row r of the result (its first axis) comes from row r of every operand
 //     // whose first axis is the batch and from the whole of the others, given the operand shapes (as

@@ -49,8 +49,13 @@ public:
     struct entry {
         std::string name;  ///< the parameter's name ("W", "block.attn.W_q")
         rshape shape;  ///< its shape (with a leading layer axis for a stacked parameter)
-        std::size_t offset = 0;  ///< into values() and grads() (the gradients are allocated by their first use)
+        std::size_t offset = 0;  ///< into values()
         std::size_t layer_axes = 0;  ///< leading axes that stack one tensor per layer (ctg::repeat)
+        /// Frozen (options::frozen of a program that reads it; set_frozen): no gradient, no optimizer state.
+        bool frozen = false;
+        /// Into grads(), where its gradient is (the gradients are allocated by their first use): the
+        /// parameters that train, in slot order, so `offset` itself while none is frozen.
+        std::size_t grad_offset = 0;
     };
 
     /// Adds a parameter (zero-initialised); returns its slot. Re-adding the same name with the same
@@ -63,11 +68,12 @@ public:
                                   to_string(shape));
             return std::size_t(s);
         }
-        entry e{std::string(name), shape, total_, layer_axes};
+        entry e{std::string(name), shape, total_, layer_axes, false, grad_total_};
         total_ += round_up_elems<T>(shape.size());
+        grad_total_ += round_up_elems<T>(shape.size());
         entries_.push_back(e);
         values_.resize(total_, T(0));
-        if (!grads_.empty()) grads_.resize(total_, T(0));  // else allocated by the first use (gradients())
+        if (!grads_.empty()) grads_.resize(grad_total_, T(0));  // else allocated by the first use (gradients())
         if (bf16_on_) resize_bf16();
         return entries_.size() - 1;
     }
@@ -75,13 +81,17 @@ public:
     parameter_store() = default;
     /// Copies names, values and gradients (and the bf16 copies, if enabled).
     parameter_store(const parameter_store& o)
-        : entries_(o.entries_), total_(o.total_), values_(o.values_), grads_(o.grads_), zero_pending_(o.zero_pending_) {
+        : entries_(o.entries_), total_(o.total_), grad_total_(o.grad_total_), values_(o.values_), grads_(o.grads_),
+          zero_pending_(o.zero_pending_) {
+        strict_ = o.strict_;
         if (o.bf16_on_) enable_bf16();  // its own copy, registered for its own values
     }
     /// Copies names, values and gradients (and the bf16 copies, if enabled).
     parameter_store& operator=(const parameter_store& o) {
         if (this == &o) return *this;
-        entries_ = o.entries_, total_ = o.total_, values_ = o.values_, grads_ = o.grads_, zero_pending_ = o.zero_pending_;
+        entries_ = o.entries_, total_ = o.total_, grad_total_ = o.grad_total_, values_ = o.values_, grads_ = o.grads_,
+        zero_pending_ = o.zero_pending_;
+        strict_ = o.strict_;
         if (o.bf16_on_ || bf16_on_) enable_bf16(); else resize_bf16();
         return *this;
     }
@@ -145,12 +155,50 @@ public:
     }
     /// The values of a slot.
     const T* value(std::size_t slot) const { return values_.data() + entries_[slot].offset; }
-    /// The gradient of a slot (settles a pending zero_grad() first).
-    T* grad(std::size_t slot) { return settled_grads().data() + entries_[slot].offset; }
+    /// The gradient of a slot (settles a pending zero_grad() first); throws ctg::error for a
+    /// frozen parameter, which has none.
+    T* grad(std::size_t slot) { return settled_grads().data() + grad_offset_of(slot); }
     /// The gradient of a slot, read-only (settles a pending zero_grad() first).
-    const T* grad(std::size_t slot) const { return settled_grads().data() + entries_[slot].offset; }
+    const T* grad(std::size_t slot) const { return settled_grads().data() + grad_offset_of(slot); }
 
-    /// The flat arrays (padding between parameters is kept at zero).
+    // ---------------------------------------------------------------- frozen parameters
+    /// Freezes a parameter (or lets it train again): a frozen one has no gradient memory (grads()
+    /// holds the others' only, at entry::grad_offset) and optimizers neither update it nor keep
+    /// state for it. A training program compiled with options::frozen or options::trainable sets
+    /// this for the parameters it reads when it is made over the store. Gradients of parameters
+    /// that train before and after are kept; an optimizer's state is sized anew at its next step.
+    void set_frozen(std::size_t slot, bool frozen) {
+        if (entries_[slot].frozen == frozen) return;
+        entries_[slot].frozen = frozen;
+        // The gradients of the parameters that train, in slot order, laid out again.
+        std::vector<std::size_t> old(entries_.size());
+        std::size_t n = 0;
+        for (std::size_t s = 0; s < entries_.size(); ++s) {
+            old[s] = entries_[s].grad_offset;
+            entries_[s].grad_offset = n;
+            if (!entries_[s].frozen) n += round_up_elems<T>(entries_[s].shape.size());
+        }
+        grad_total_ = n;
+        if (grads_.empty()) return;  // (allocated by the first use, at the new layout)
+        aligned_vector<T> g(grad_total_, T(0));
+        for (std::size_t s = 0; s < entries_.size(); ++s)
+            if (!entries_[s].frozen && !(s == slot && !frozen))  // (one that trained before too)
+                std::copy_n(grads_.data() + old[s], entries_[s].shape.size(), g.data() + entries_[s].grad_offset);
+        grads_ = std::move(g);
+    }
+    /// Whether a parameter is frozen (set_frozen).
+    bool frozen(std::size_t slot) const { return entries_[slot].frozen; }
+    /// Elements of grads(), with padding: an optimizer's state arrays have as many.
+    std::size_t grad_elements() const { return grad_total_; }
+    /// Elements of the parameters that train (without padding).
+    std::size_t num_trainable_elements() const {
+        std::size_t n = 0;
+        for (auto& e : entries_) n += e.frozen ? 0 : e.shape.size();
+        return n;
+    }
+
+    /// The flat arrays (padding between parameters is kept at zero). grads() holds the gradients
+    /// of the parameters that train (entry::grad_offset): the layout of values() while none is frozen.
     aligned_vector<T>& values() {
         mark_all_stale();
         return values_;
@@ -177,12 +225,12 @@ public:
     /// Whether the gradients' memory exists: it is allocated by the first use of a gradient (a
     /// training program's planning, grad(), grads(), an optimizer), so a store read only by
     /// inference programs and generators holds the values alone.
-    bool gradients_allocated() const { return total_ > 0 && grads_.size() == total_; }
+    bool gradients_allocated() const { return grad_total_ > 0 && grads_.size() == grad_total_; }
 
     /// For programs: whether a zero_grad() is pending, and the gradients' memory without settling it.
     bool zero_pending() const { return zero_pending_; }
     /// For programs: the gradient's memory of a slot, leaving a pending zero_grad() pending.
-    T* grad_storage(std::size_t slot) { return gradients().data() + entries_[slot].offset; }
+    T* grad_storage(std::size_t slot) { return gradients().data() + grad_offset_of(slot); }
     /// Ends a pending zero_grad(): `written(slot)` says which slots the caller's backward pass writes
     /// first with =; the others are zeroed here.
     template <class Written>
@@ -190,7 +238,8 @@ public:
         if (!zero_pending_) return;
         zero_pending_ = false;
         for (std::size_t s = 0; s < entries_.size(); ++s)
-            if (!written(s)) std::fill_n(gradients().data() + entries_[s].offset, entries_[s].shape.size(), T(0));
+            if (!entries_[s].frozen && !written(s))
+                std::fill_n(gradients().data() + entries_[s].grad_offset, entries_[s].shape.size(), T(0));
     }
 
     /// Default initialisation of every parameter from `seed` (see the file comment).
@@ -206,7 +255,25 @@ public:
         for (std::size_t i = 0; i < entries_[s].shape.size(); ++i) value(s)[i] = fn(rng, i);
     }
 
+    // ---------------------------------------------------------------- strictness
+    /// A strict store refuses new parameters from programs: a program compiled over it that needs a
+    /// parameter the store lacks throws ctg::error listing every missing name with the closest names
+    /// present, and adds nothing (a misspelt prefix would otherwise give zero-initialised weights and
+    /// wrong outputs without a word). Off for a new store (a program's own, or one programs fill);
+    /// on for a store that a loader has filled from a file (nn::load_torch, nn::load_hf_gpt2). To add
+    /// new parameters beside loaded ones (a new head over a loaded encoder), call strict(false)
+    /// before compiling the program over the store. add() itself is never refused.
+    void strict(bool on) { strict_ = on; }
+    /// Whether the store refuses new parameters from programs (see strict(bool)).
+    bool strict() const { return strict_; }
+
 private:
+    std::size_t grad_offset_of(std::size_t slot) const {
+        if (entries_[slot].frozen)
+            throw error("ctg::parameter_store: parameter '" + entries_[slot].name +
+                        "' is frozen (options::frozen or options::trainable of the program that trains it): it has no gradient");
+        return entries_[slot].grad_offset;
+    }
     void mark_stale(std::size_t slot) {
         if (bf16_on_) bf16_stale_[slot] = 1, any_stale_ = true;
     }
@@ -248,9 +315,11 @@ private:
 
     std::vector<entry> entries_;
     std::size_t total_ = 0;
+    std::size_t grad_total_ = 0;  // elements of the gradients (the parameters that train)
     aligned_vector<T> values_, grads_;
     bool zero_pending_ = false;  // zero_grad() called, not yet carried out (see zero_grad)
     bool bf16_on_ = false, any_stale_ = false;  // bf16 copies kept; some slot's copy is stale
+    bool strict_ = false;  // programs may not add parameters (strict(bool))
     aligned_vector<kernels::bf16_bits> bf16_;
     std::vector<unsigned char> bf16_stale_;  // per slot
 
@@ -258,7 +327,7 @@ private:
     // programs and generators read never holds it (GPT-2 small: 650 MB of a decoder's 1.7 GB).
     aligned_vector<T>& gradients() const {
         auto& self = const_cast<parameter_store&>(*this);  // (allocation is not a change of state)
-        if (self.grads_.size() != total_) self.grads_.resize(total_, T(0));
+        if (self.grads_.size() != grad_total_) self.grads_.resize(grad_total_, T(0));
         return self.grads_;
     }
     aligned_vector<T>& settled_grads() const {

@@ -199,18 +199,21 @@ void save(const std::string& path, const parameter_store<T>& store, Optimizer& o
         arrays.push_back(npz::from_data(e.name, store.value(s), e.shape.to_vector()));
     }
     opt.for_each_state([&](const char* state, const aligned_vector<T>& v) {
-        if (!v.empty() && v.size() != store.values().size())
+        if (!v.empty() && v.size() != store.grad_elements())
             throw error(std::string("ctg::checkpoint::save: the optimizer's state '") + state +
-                        "' was sized for another parameter store");
+                        "' was sized for another parameter store (or other frozen parameters)");
         for (std::size_t s = 0; s < store.size(); ++s) {
             const auto& e = store.at(s);
+            if (e.frozen) continue;  // (no state: a resume that trains it finds none and refuses)
             const T* data = nullptr;
             if (v.empty()) zeros.assign(e.shape.size(), T(0)), data = zeros.data();  // before the first step
-            else data = v.data() + e.offset;  // (not before: offset arithmetic on an empty vector's null is UB)
+            else data = v.data() + e.grad_offset;  // (not before: offset arithmetic on an empty vector's null is UB)
             arrays.push_back(npz::from_data("optim/" + std::string(state) + "/" + e.name, data, e.shape.to_vector()));
         }
     });
     arrays.push_back(detail::text("meta/optimizer", Optimizer::kind));
+    if constexpr (requires { opt.groups_text(); })  // (optim::param_group: a resume must have the same)
+        if (!opt.groups_text().empty()) arrays.push_back(detail::text("meta/param_groups", opt.groups_text()));
     arrays.push_back(detail::integers("meta/steps", {opt.steps()}));
     arrays.push_back(detail::integers("run/position", {run.step, run.epoch, run.batch_in_epoch}));
     arrays.push_back(detail::integers("run/order", run.order));
@@ -253,12 +256,27 @@ staged<T> read(const std::string& path, const parameter_store<T>& store, Optimiz
     const std::string kind = r.text("meta/optimizer");
     if (kind != Optimizer::kind)
         r.fail("the checkpoint's optimizer is '" + kind + "', this run's is '" + Optimizer::kind + "'");
+    if constexpr (requires { opt.groups_text(); }) {
+        const std::string saved = r.file.count("meta/param_groups") ? r.text("meta/param_groups") : "";
+        if (saved != opt.groups_text())
+            r.fail("the checkpoint's parameter groups are [" + (saved.empty() ? std::string("none") : saved) +
+                   "], this run's are [" + (opt.groups_text().empty() ? std::string("none") : opt.groups_text()) + "]");
+    }
     opt.for_each_state([&](const char* state, const aligned_vector<T>&) {
-        aligned_vector<T> v(store.values().size(), T(0));
+        aligned_vector<T> v(store.grad_elements(), T(0));
         for (std::size_t k = 0; k < store.size(); ++k) {
             const auto& e = store.at(k);
-            const auto t = r.template tensor<T>("optim/" + std::string(state) + "/" + e.name, e.shape, "optimizer state");
-            std::copy(t.begin(), t.end(), v.begin() + long(e.offset));
+            const std::string name = "optim/" + std::string(state) + "/" + e.name;
+            if (e.frozen) {  // trained when the checkpoint was saved, frozen now: another run
+                if (r.file.count(name))
+                    r.fail("parameter '" + e.name + "' is frozen in this run (options::frozen) but trained in the checkpoint's");
+                continue;
+            }
+            if (!r.file.count(name))
+                r.fail("parameter '" + e.name + "' trains in this run but has no optimizer state '" + state +
+                       "' in the checkpoint (frozen in the run that saved it? options::frozen)");
+            const auto t = r.template tensor<T>(name, e.shape, "optimizer state");
+            std::copy(t.begin(), t.end(), v.begin() + long(e.grad_offset));
         }
         s.states.push_back(std::move(v));
     });
@@ -311,7 +329,7 @@ void commit(staged<T>& s, parameter_store<T>& store, Optimizer& opt) {
     for (std::size_t k = 0; same && k < store.size(); ++k) same = s.values[k].size() == store.at(k).shape.size();
     std::size_t n = 0;
     opt.for_each_state([&](const char*, const aligned_vector<T>&) { ++n; });
-    for (const auto& v : s.states) same = same && v.size() == store.values().size();
+    for (const auto& v : s.states) same = same && v.size() == store.grad_elements();
     if (!same || n != s.states.size())
         throw io_error("ctg::checkpoint::commit: '" + s.path + "' was read for another parameter store or optimizer");
     for (std::size_t k = 0; k < store.size(); ++k) std::copy(s.values[k].begin(), s.values[k].end(), store.value(k));

@@ -62,6 +62,7 @@
 #include "ctgraph/ops/slice.hpp"
 #include "ctgraph/ops/softmax.hpp"
 #include "ctgraph/ops/softmax_cross_entropy.hpp"
+#include "ctgraph/ops/stop_gradient.hpp"
 #include "ctgraph/ops/sub.hpp"
 #include "ctgraph/ops/tanh.hpp"
 #include "ctgraph/ops/transpose.hpp"

@@ -51,6 +51,7 @@
 #include <exception>
 #include <memory>
 #include <numeric>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -404,28 +405,60 @@ public:
     /// exactly ctg::train_step.
     template <class Program, class Optimizer>
     T operator()(Program& prog, Optimizer& opt, double clip_norm, std::size_t samples) {
+        return step(prog, opt, clip_norm, samples, std::span<const std::size_t>(), [](std::size_t) {});
+    }
+    /// The same over micro-batches (gradient accumulation, train_config::accumulate): feed(i) feeds
+    /// this rank's share of micro-batch i, of samples[i] samples over all ranks. Each micro-batch's
+    /// gradient is added locally with weight (its samples on this rank) / (the step's samples on all
+    /// ranks), and the buckets are all-reduced once, during the last micro-batch's backward.
+    template <class Program, class Optimizer, class Feed>
+    T operator()(Program& prog, Optimizer& opt, double clip_norm, std::span<const std::size_t> samples, Feed&& feed) {
+        std::size_t total = 0;
+        for (std::size_t n : samples) total += n;
+        return step(prog, opt, clip_norm, total, samples, feed);
+    }
+
+private:
+    // One step of `samples` samples over all ranks: one batch already fed (micro empty), or the
+    // micro-batches that feed(i) feeds.
+    template <class Program, class Optimizer, class Feed>
+    T step(Program& prog, Optimizer& opt, double clip_norm, std::size_t samples, std::span<const std::size_t> micro, Feed& feed) {
         static_assert(std::is_same_v<typename Program::scalar, T>, "ctg::dist::data_parallel: the program's scalar type differs");
         if (&prog.params() != store_.get())
             throw error("ctg::dist::data_parallel: the program does not use the parameter store it was made for");
         if (samples == 0) throw error("ctg::dist::data_parallel: a step needs at least one sample");
         ++stats_.steps;
-        if (comm_.size() == 1) return train_step(prog, opt, clip_norm);
+        if (comm_.size() == 1) return micro.empty() ? train_step(prog, opt, clip_norm) : train_step(prog, opt, micro, feed, clip_norm);
         if (store_->size() != slots_ || store_->grads().size() != elements_)
             throw error("ctg::dist::data_parallel: parameters were added to the store after data_parallel was made "
                         "(make it after every program over the store)");
         parameter_store<T>& ps = *store_;
-        const std::size_t local = share(samples, comm_.rank(), comm_.size());
-        const T weight = T(double(local) / double(samples));
         prog.zero_grad();
-        const double loss = local > 0 ? double(prog.forward()) : 0.0;
+        double loss = 0;
+        // Micro-batches but the last: their gradients added locally, weighted by their share of the
+        // step; the last one's weight then seeds its backward, and the buckets are not scaled again.
+        const std::size_t k = std::max<std::size_t>(1, micro.size());
+        for (std::size_t i = 0; i + 1 < k; ++i) {
+            feed(i);
+            const std::size_t local_i = share(micro[i], comm_.rank(), comm_.size());
+            if (local_i == 0) continue;
+            const T w = T(double(local_i) / double(samples));
+            loss += double(prog.forward()) * double(w);
+            prog.backward(w);
+        }
+        feed(k - 1);
+        const std::size_t local = share(micro.empty() ? samples : micro[k - 1], comm_.rank(), comm_.size());
+        const T weight = T(double(local) / double(samples));
+        const T seed = micro.empty() ? T(1) : weight, scale = micro.empty() ? weight : T(1);
+        if (local > 0) loss += double(prog.forward()) * double(weight);
         // Loss and global batch summed over the ranks: started now, waited for at the end.
-        reduced_[0] = loss * double(weight);
+        reduced_[0] = loss;
         reduced_[1] = double(samples);
         const bool fused = clip_norm <= 0;  // the optimizer per bucket, as soon as it is reduced
         if (!cfg_.overlap) {
-            if (local > 0) prog.backward();
+            if (local > 0) prog.backward(seed);
             const auto t0 = std::chrono::steady_clock::now();
-            allreduce_gradients(comm_, ps, double(weight));
+            allreduce_gradients(comm_, ps, double(scale));
             comm_.allreduce_sum(reduced_.data(), 2);
             stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         } else {
@@ -439,10 +472,10 @@ public:
             next_ = 0;
             if (fused) opt.begin_step(ps);
             auto on_final = [&](std::size_t slot, std::size_t first, std::size_t count) {
-                ready(slot, first, count, weight);
+                ready(slot, first, count, scale);
                 progress(opt, fused);
             };
-            if (local > 0) prog.backward_with(on_final);
+            if (local > 0) prog.backward_with(on_final, seed);
             else
                 for (const piece& p : pieces_) on_final(p.slot, p.first, p.count);  // zero gradients, same order of starts
             for (;;) {  // the rest, each bucket's update as soon as it is reduced
@@ -466,7 +499,6 @@ public:
         return T(reduced_[0]);
     }
 
-private:
     // A range of a slot that backward reports final at once (a whole parameter, or a layer's rows).
     struct piece {
         std::size_t slot, first, count;
@@ -505,11 +537,11 @@ private:
         for (std::size_t k = 0; k < pieces_.size(); ++k) {
             const piece& p = pieces_[k];
             const auto& e = ps.at(p.slot);
-            const std::size_t begin = e.offset + p.first, size = e.shape.size();
+            const std::size_t begin = e.grad_offset + p.first, size = e.shape.size();  // (in grads(): the parameters that train)
             // The last range of a parameter takes the padding up to the next one along (zeros), so that
             // neighbouring parameters of one bucket are one run.
             const std::size_t end = p.first + p.count < size ? begin + p.count
-                                    : p.slot + 1 < slots_    ? ps.at(p.slot + 1).offset
+                                    : p.slot + 1 < slots_    ? ps.at(p.slot + 1).grad_offset
                                                              : elements_;
             if (end - begin > detail::max_count)
                 throw error("ctg::dist::data_parallel: parameter '" + e.name + "' has a range of more than INT_MAX elements");
@@ -531,7 +563,7 @@ private:
         bucket_first_piece_.push_back(pieces_.size());
         bucket_first_run_.push_back(runs());
         for (std::size_t s = 0; s < slots_; ++s)
-            if (!slot_pieces_[s] && ps.at(s).shape.size())
+            if (!slot_pieces_[s] && ps.at(s).shape.size() && !ps.frozen(s))
                 throw error("ctg::dist::data_parallel: the program's backward does not report parameter '" + ps.at(s).name + "'");
         requests_.assign(runs() + 1, MPI_REQUEST_NULL);  // the runs', then the loss's
         done_.resize(runs() + 1);
@@ -540,7 +572,7 @@ private:
     // complete, in the fixed order.
     void ready(std::size_t slot, std::size_t first, std::size_t count, T weight) {
         if (weight != T(1)) {
-            T* g = store_->grads().data() + store_->at(slot).offset;
+            T* g = store_->grad(slot);
             for (std::size_t i = first; i < first + count; ++i) g[i] *= weight;
         }
         for (std::size_t k : pieces_of_slot_[slot]) {  // the pieces this range covers (all or part)

@@ -8,12 +8,15 @@
 // stacked parameter of ctg::repeat is updated layer by layer as its rows become final.
 // The update rules are PyTorch's (torch.optim.SGD, Adam, AdamW), so results compare one to one.
 #pragma once
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <numbers>
 #include <string>
+#include <vector>
 
 #include "ctgraph/error.hpp"
+#include "ctgraph/graph/analysis.hpp"  // (detail::name_matches: param_group's entries)
 #include "ctgraph/kernels/parallel.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/memory.hpp"
@@ -36,6 +39,98 @@ void for_param_range(std::size_t first, std::size_t count, F&& body) {
     });
 }
 
+/// Parameters that take another learning rate or weight decay than the optimizer's (torch.optim's
+/// param_groups), chosen by name and by rank; the first group that matches a parameter decides,
+/// and a parameter no group matches takes the optimizer's own. The usual GPT recipe, decay the
+/// matrices only, is one group: `adamw<float>({.lr = 6e-4, .weight_decay = 0.1, .groups =
+/// {{.max_rank = 1, .weight_decay = 0}}})`. A checkpoint records the groups, and a resume with
+/// other groups is refused.
+struct param_group {
+    /// The parameters, as options::frozen's entries (names, prefixes cut at a '.', '*' patterns),
+    /// separated by spaces or commas: "*.bias ln_f. tok_embed". Empty: every parameter (then by
+    /// rank alone). An entry that matches no parameter of the store throws at the first step.
+    std::string names{};
+    /// @{ ... whose rank is within [min_rank, max_rank] (a stacked parameter's: one layer's)
+    std::size_t min_rank = 0, max_rank = 8;
+    /// @}
+    double lr_factor = 1.0;    ///< their learning rate: the optimizer's (as its schedule sets it) times this
+    double weight_decay = -1;  ///< their weight decay; negative: the optimizer's
+};
+
+namespace detail {
+/// The setting of each slot of a store under a list of param_group (resolved at the first step
+/// and again when the store grows).
+class group_table {
+public:
+    struct setting {
+        double lr_factor = 1, weight_decay = 0;
+    };
+    group_table() = default;
+    explicit group_table(std::vector<param_group> groups) : groups_(std::move(groups)) {}
+    /// Each slot's setting, the optimizer's weight decay `wd` where no group decides; throws
+    /// ctg::error naming a group entry that matches no parameter.
+    template <class T>
+    void resolve(const parameter_store<T>& ps, double wd) {
+        if (settings_.size() == ps.size() && wd == wd_) return;
+        wd_ = wd;
+        settings_.assign(ps.size(), setting{1.0, wd});
+        std::vector<bool> used(groups_.size(), false);
+        for (std::size_t s = 0; s < ps.size(); ++s) {
+            const auto& e = ps.at(s);
+            const std::size_t rank = e.shape.rank - e.layer_axes;
+            for (std::size_t k = 0; k < groups_.size(); ++k)
+                if (matches(groups_[k], e.name, rank)) {
+                    settings_[s] = {groups_[k].lr_factor, groups_[k].weight_decay < 0 ? wd : groups_[k].weight_decay};
+                    break;
+                }
+        }
+        for (std::size_t k = 0; k < groups_.size(); ++k) {
+            const std::string& list = groups_[k].names;
+            for_each_entry(list, [&](std::string_view entry) {
+                bool found = false;
+                for (std::size_t s = 0; s < ps.size() && !found; ++s) found = ctg::detail::name_matches(entry, ps.at(s).name);
+                if (!found)
+                    throw error("ctg::optim: parameter group " + std::to_string(k) + "'s entry '" + std::string(entry) +
+                                "' matches no parameter of the store");
+            });
+        }
+    }
+    const setting& operator[](std::size_t slot) const { return settings_[slot]; }
+    bool empty() const { return groups_.empty(); }
+    /// The groups as text (checkpoints compare it), '; ' between them.
+    std::string describe() const {
+        std::string r;
+        for (const param_group& g : groups_) {
+            r += (r.empty() ? "names '" : "; names '") + g.names + "' ranks " + std::to_string(g.min_rank) + ".." +
+                 std::to_string(g.max_rank) + " lr x" + ctg::detail::shortest_text(g.lr_factor) + " weight decay " +
+                 ctg::detail::shortest_text(g.weight_decay);
+        }
+        return r;
+    }
+
+private:
+    template <class F>
+    static void for_each_entry(const std::string& list, F f) {
+        std::size_t k = 0;
+        while (k < list.size()) {
+            while (k < list.size() && (list[k] == ' ' || list[k] == ',')) ++k;
+            const std::size_t start = k;
+            while (k < list.size() && list[k] != ' ' && list[k] != ',') ++k;
+            if (k > start) f(std::string_view(list).substr(start, k - start));
+        }
+    }
+    static bool matches(const param_group& g, std::string_view name, std::size_t rank) {
+        if (rank < g.min_rank || rank > g.max_rank) return false;
+        bool any = false, hit = false;
+        for_each_entry(g.names, [&](std::string_view e) { any = true, hit = hit || ctg::detail::name_matches(e, name); });
+        return !any || hit;
+    }
+    std::vector<param_group> groups_;
+    std::vector<setting> settings_;
+    double wd_ = 0;
+};
+}  // namespace detail
+
 /// SGD with optional momentum (dampening 0), Nesterov momentum and L2 weight decay:
 ///   g += wd p;  b = mu b + g (b = g on the first step);  g = nesterov ? g + mu b : b;  p -= lr g
 template <class T>
@@ -47,9 +142,10 @@ public:
         double lr = 0.01, momentum = 0.0, weight_decay = 0.0;
         /// @}
         bool nesterov = false;  ///< Nesterov momentum (needs momentum > 0)
+        std::vector<param_group> groups{};  ///< parameters with another learning rate or weight decay
     };
     /// Throws ctg::error for Nesterov momentum without momentum.
-    explicit sgd(config c) : c_(c) {
+    explicit sgd(config c) : c_(c), groups_(c.groups) {
         if (c.nesterov && c.momentum <= 0) throw error("ctg::optim::sgd: Nesterov momentum needs momentum > 0");
     }
     void set_lr(double lr) { c_.lr = lr; }  ///< sets the learning rate (schedules call it each step)
@@ -59,24 +155,28 @@ public:
     /// One step over every parameter of the store: begin_step(), then update() of each slot.
     void step(parameter_store<T>& ps) {
         begin_step(ps);
-        for (std::size_t s = 0; s < ps.size(); ++s) update(ps, s);
+        for (std::size_t s = 0; s < ps.size(); ++s)
+            if (!ps.frozen(s)) update(ps, s);
     }
     /// The two halves of step(), for an update fused into the backward pass (ctg::train_step):
     /// begin_step() once, then update() of each slot once its gradient is final, in any order.
     void begin_step(const parameter_store<T>& ps) {
-        const std::size_t n = ps.values().size();
+        const std::size_t n = ps.grad_elements();  // (the parameters that train)
         if (c_.momentum != 0 && buf_.size() != n) buf_.assign(n, T(0)), t_ = 0;
+        groups_.resolve(ps, c_.weight_decay);
         ++t_;
     }
     /// Updates one parameter (slot) from its gradient; call after begin_step().
     void update(parameter_store<T>& ps, std::size_t slot) { update(ps, slot, 0, ps.at(slot).shape.size()); }
-    /// Updates elements [first, first + count) of a parameter; each element once per step.
+    /// Updates elements [first, first + count) of a parameter; each element once per step. A frozen
+    /// parameter (parameter_store::set_frozen) throws ctg::error.
     void update(parameter_store<T>& ps, std::size_t slot, std::size_t first, std::size_t count) {
-        const std::size_t at = ps.at(slot).offset;
+        const T* g = ps.grad(slot);  // (throws for a frozen one)
+        const std::size_t at = ps.at(slot).grad_offset;
         T* p = ps.value_storage(slot);  // (the bf16 copy, if any, is written below, range by range)
         parameter_store<T>* store = &ps;
-        const T* g = ps.grads().data() + at;
-        const T lr = T(c_.lr), mu = T(c_.momentum), wd = T(c_.weight_decay);
+        const auto& group = groups_[slot];
+        const T lr = T(c_.lr * group.lr_factor), mu = T(c_.momentum), wd = T(group.weight_decay);
         if (c_.momentum == 0) {
             for_param_range<T>(first, count, [=](std::size_t lo, std::size_t hi) {
                 for (std::size_t i = lo; i < hi; ++i) p[i] -= lr * (g[i] + wd * p[i]);
@@ -97,7 +197,7 @@ public:
     }
 
     /// Checkpoints (ctgraph/checkpoint.hpp): the kind, f(name, array) for each state array (one
-    /// element per element of the store's flat arrays; empty before the first step), the step count.
+    /// element per element of the store's gradients, grads(); empty before the first step), the step count.
     static constexpr const char* kind = "sgd";
     /// Calls f(name, array) for each state array (checkpoints).
     template <class F>
@@ -105,9 +205,11 @@ public:
         if (c_.momentum != 0) f("momentum", buf_);
     }
     void set_steps(long t) { t_ = t; }  ///< restores the step count (checkpoints)
+    std::string groups_text() const { return groups_.describe(); }  ///< the parameter groups (checkpoints compare them)
 
 private:
     config c_;
+    detail::group_table groups_;
     aligned_vector<T> buf_;
     long t_ = 0;  // steps taken; the first one sets the momentum buffer to the gradient
 };
@@ -122,8 +224,9 @@ public:
         double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
         /// @}
         bool decoupled = false;  ///< true: AdamW (decoupled weight decay)
+        std::vector<param_group> groups{};  ///< parameters with another learning rate or weight decay
     };
-    explicit adam(config c) : c_(c) {}       ///< an optimizer with these hyper-parameters
+    explicit adam(config c) : c_(c), groups_(c.groups) {}  ///< an optimizer with these hyper-parameters
     void set_lr(double lr) { c_.lr = lr; }  ///< sets the learning rate (schedules call it each step)
     double lr() const { return c_.lr; }      ///< the learning rate
     long steps() const { return t_; }        ///< steps taken
@@ -131,30 +234,34 @@ public:
     /// One step over every parameter of the store: begin_step(), then update() of each slot.
     void step(parameter_store<T>& ps) {
         begin_step(ps);
-        for (std::size_t s = 0; s < ps.size(); ++s) update(ps, s);
+        for (std::size_t s = 0; s < ps.size(); ++s)
+            if (!ps.frozen(s)) update(ps, s);
     }
     /// The two halves of step() (see sgd): the step count and bias corrections, then one slot.
     void begin_step(const parameter_store<T>& ps) {
-        const std::size_t n = ps.values().size();
+        const std::size_t n = ps.grad_elements();  // (the parameters that train)
         if (m_.size() != n) m_.assign(n, T(0)), v_.assign(n, T(0)), t_ = 0;
+        groups_.resolve(ps, c_.weight_decay);
         ++t_;
         // The step's constants, once (update() runs once per parameter).
-        step_size_ = T(c_.lr) / T(1 - std::pow(c_.beta1, double(t_)));
+        bc1_ = T(1 - std::pow(c_.beta1, double(t_)));
+        step_size_ = T(c_.lr) / bc1_;
         sqrt_bc2_ = std::sqrt(T(1 - std::pow(c_.beta2, double(t_))));
     }
     /// Updates one parameter (slot) from its gradient; call after begin_step().
     void update(parameter_store<T>& ps, std::size_t slot) { update(ps, slot, 0, ps.at(slot).shape.size()); }
     /// Updates elements [first, first + count) of a parameter; each element once per step.
     void update(parameter_store<T>& ps, std::size_t slot, std::size_t first, std::size_t count) {
-        const std::size_t at = ps.at(slot).offset, n = ps.at(slot).shape.size();
+        const T* g = ps.grad(slot);  // (throws for a frozen one)
+        const std::size_t at = ps.at(slot).grad_offset, n = ps.at(slot).shape.size();
         T* p = ps.value_storage(slot);  // (the bf16 copy, if any, is written below, range by range)
         parameter_store<T>* store = &ps;
-        const T* g = ps.grads().data() + at;
         T* m = m_.data() + at;
         T* v = v_.data() + at;
-        const T b1 = T(c_.beta1), b2 = T(c_.beta2), eps = T(c_.eps), wd = T(c_.weight_decay);
-        const T step = step_size_, sqrt_bc2 = sqrt_bc2_;
-        const T decay = c_.decoupled ? T(1 - c_.lr * c_.weight_decay) : T(1);
+        const auto& group = groups_[slot];
+        const T b1 = T(c_.beta1), b2 = T(c_.beta2), eps = T(c_.eps), wd = T(group.weight_decay);
+        const T step = group.lr_factor == 1 ? step_size_ : T(c_.lr * group.lr_factor) / bc1_, sqrt_bc2 = sqrt_bc2_;
+        const T decay = c_.decoupled ? T(1 - c_.lr * group.lr_factor * group.weight_decay) : T(1);
         const T l2 = c_.decoupled ? T(0) : wd;
         // In SIMD lanes: std::sqrt keeps a scalar loop scalar (errno), and this loop was 4-8 % of a
         // training step (rnn, s2s, gpt-s) before.
@@ -185,19 +292,31 @@ public:
         f("v", v_);
     }
     void set_steps(long t) { t_ = t; }  ///< restores the step count (checkpoints)
+    std::string groups_text() const { return groups_.describe(); }  ///< the parameter groups (checkpoints compare them)
 
 private:
     config c_;
+    detail::group_table groups_;
     aligned_vector<T> m_, v_;
     long t_ = 0;
-    T step_size_ = 0, sqrt_bc2_ = 0;  // lr / (1 - beta1^t), sqrt(1 - beta2^t): set by begin_step
+    T bc1_ = 1, step_size_ = 0, sqrt_bc2_ = 0;  // 1 - beta1^t, lr / that, sqrt(1 - beta2^t): set by begin_step
 };
 
-/// AdamW with PyTorch's defaults (weight decay 0.01).
+/// AdamW's hyper-parameters in torch.optim.AdamW's order and with its defaults:
+/// `adamw<float>({.lr = 6e-4, .betas = {0.9, 0.95}, .weight_decay = 0.1})`. Named fields, so that no
+/// number can be taken for another (PyTorch's positional order, lr, betas, eps, weight_decay, is
+/// the aggregate's order too).
+struct adamw_config {
+    double lr = 1e-3;                          ///< the learning rate
+    std::array<double, 2> betas{0.9, 0.999};  ///< the moment decay rates beta1, beta2
+    double eps = 1e-8;                         ///< epsilon
+    double weight_decay = 1e-2;                ///< the decoupled weight decay (p *= 1 - lr wd)
+    std::vector<param_group> groups{};         ///< parameters with another learning rate or weight decay
+};
+/// AdamW (adam with decoupled weight decay), PyTorch's defaults unless given.
 template <class T>
-adam<T> adamw(double lr = 1e-3, double weight_decay = 1e-2, double beta1 = 0.9, double beta2 = 0.999,
-              double eps = 1e-8) {
-    return adam<T>({lr, beta1, beta2, eps, weight_decay, true});
+adam<T> adamw(adamw_config c = {}) {
+    return adam<T>({c.lr, c.betas[0], c.betas[1], c.eps, c.weight_decay, true, std::move(c.groups)});
 }
 
 /// What ctg::train_step and ctg::trainer need of an optimizer (sgd and adam have it).

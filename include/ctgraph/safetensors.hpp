@@ -161,10 +161,14 @@ void convert(const tensor& t, std::vector<T>& out) {
             ok = std::in_range<T>(v);
             if (ok) out[i] = T(v);
         }
-        if (!ok)
+        if (!ok) {
+            const std::string value = [&] {  // a float's own shortest digits: 3.0000002 is not "3.000000"
+                if constexpr (std::is_floating_point_v<V>) return ctg::detail::shortest_text(v);
+                else return std::to_string(v);
+            }();
             throw io_error("ctg::safetensors::to_vector: tensor " + in_quotes(t.name) + ": element " +
-                           std::to_string(i) + " (" + std::to_string(v) + ") is not representable as " +
-                           dtype_of<T>());
+                           std::to_string(i) + " (" + value + ") is not representable as " + dtype_of<T>());
+        }
     }
 }
 

@@ -35,7 +35,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -49,6 +48,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -76,26 +76,53 @@ namespace ctg {
 /// ranges); with clipping, after the whole backward pass and the clip, which needs every gradient.
 template <class Program, class Optimizer>
 typename Program::scalar train_step(Program& prog, Optimizer& opt, double clip_norm = 0) {
+    return train_step(prog, opt, std::span<const std::size_t>(), [](std::size_t) {}, clip_norm);
+}
+
+/// One optimizer step over micro-batches (gradient accumulation): feed(i) feeds micro-batch i, of
+/// samples[i] samples, and its gradient is added with weight samples[i] / (their sum), so the step
+/// equals one step on the whole batch (the mean loss over every sample, a shorter last micro-batch
+/// included). The optimizer's update is fused into the last micro-batch's backward (as
+/// train_step's); with clipping, it runs after it, on the accumulated gradient. Returns the mean
+/// loss over the samples. An empty `samples`: one batch already fed, weight 1 (train_step).
+template <class Program, class Optimizer, class Feed>
+typename Program::scalar train_step(Program& prog, Optimizer& opt, std::span<const std::size_t> samples, Feed&& feed,
+                                    double clip_norm = 0) {
     using T = typename Program::scalar;
     static_assert(optim::optimizer_for<Optimizer, T>,
                   "ctg::train_step: the optimizer needs begin_step(store), update(store, slot), step(store), set_lr(lr)");
     static_assert(std::is_same_v<decltype(prog.forward()), T>,
                   "ctg::train_step: the program's first output must be a scalar loss");
+    std::size_t total = 0;
+    for (std::size_t n : samples) total += n;
+    if (!samples.empty() && total == 0) throw error("ctg::train_step: the micro-batches hold no sample");
+    const std::size_t k = std::max<std::size_t>(1, samples.size());
+    auto weight = [&](std::size_t i) { return samples.empty() ? T(1) : T(double(samples[i]) / double(total)); };
     prog.zero_grad();
-    const T loss = prog.forward();
     parameter_store<T>& store = prog.params();
+    double loss = 0;
+    for (std::size_t i = 0; i + 1 < k; ++i) {  // every micro-batch but the last: accumulate
+        feed(i);
+        loss += double(prog.forward()) * double(weight(i));
+        prog.backward(weight(i));
+    }
+    feed(k - 1);
+    const T last = prog.forward();
+    if (samples.empty()) loss = double(last);  // (the loss as the program computed it, bit for bit)
+    else loss += double(last) * double(weight(k - 1));
     if (clip_norm > 0) {
-        prog.backward();
+        prog.backward(weight(k - 1));
         optim::clip_grad_norm(store, clip_norm);
         opt.step(store);
     } else if constexpr (optim::range_optimizer_for<Optimizer, T>) {
         opt.begin_step(store);  // (step count and constants once; each element updated once)
-        prog.backward_with([&](std::size_t slot, std::size_t first, std::size_t count) { opt.update(store, slot, first, count); });
+        prog.backward_with([&](std::size_t slot, std::size_t first, std::size_t count) { opt.update(store, slot, first, count); },
+                           weight(k - 1));
     } else {
         opt.begin_step(store);
-        prog.backward_with([&](std::size_t slot) { opt.update(store, slot); });
+        prog.backward_with([&](std::size_t slot) { opt.update(store, slot); }, weight(k - 1));
     }
-    return loss;
+    return T(loss);
 }
 
 /// The trainer's default step policy: train_step() in this process, which writes the trainer's files
@@ -107,6 +134,12 @@ struct local_step {
     template <class Program, class Optimizer>
     typename Program::scalar operator()(Program& prog, Optimizer& opt, double clip_norm, std::size_t /*samples*/) {
         return train_step(prog, opt, clip_norm);
+    }
+    /// One ctg::train_step over micro-batches (gradient accumulation; feed(i) feeds micro-batch i).
+    template <class Program, class Optimizer, class Feed>
+    typename Program::scalar operator()(Program& prog, Optimizer& opt, double clip_norm, std::span<const std::size_t> samples,
+                                        Feed&& feed) {
+        return train_step(prog, opt, samples, feed, clip_norm);
     }
     bool writes_output() const { return true; }  ///< this process writes files and progress output
 };
@@ -179,7 +212,11 @@ struct no_validation {
 /// What ctg::trainer does: batch size, epochs or steps, shuffling, clipping, evaluation, checkpoints,
 /// early stopping, files and progress output. Designated initialisers: `{.batch = 32, .epochs = 30}`.
 struct train_config {
-    std::size_t batch = 32;        ///< samples per training step
+    std::size_t batch = 32;        ///< samples per training step (per micro-batch with accumulate > 1)
+    /// Gradient accumulation: micro-batches of `batch` samples per optimizer step, so a step sees
+    /// batch x accumulate samples (an epoch's last step may hold fewer, and a shorter last
+    /// micro-batch); it equals one step on that whole batch (ctg::train_step over micro-batches).
+    std::size_t accumulate = 1;
     long epochs = 1;               ///< passes over the training data (0: no limit, then max_steps must be set)
     long max_steps = 0;            ///< stop after this many steps (0: no limit); whichever comes first
     bool shuffle = true;           ///< a new order of the samples every epoch
@@ -309,7 +346,9 @@ public:
                       "ctg::trainer::fit: the validation data needs size() and feed(program, rows, n) (or give a metric "
                       "that reads it)");
         constexpr bool validating = !std::is_same_v<Val, no_validation>;
-        const std::size_t n = train.size(), batch = cfg_.batch;
+        if (cfg_.batch == 0 || cfg_.accumulate == 0) throw error("ctg::trainer::fit: batch and accumulate must be at least 1");
+        // (with accumulation, a step's batch: its micro-batches of cfg_.batch samples each)
+        const std::size_t n = train.size(), batch = cfg_.batch * cfg_.accumulate;
         if (n == 0) throw error("ctg::trainer::fit: the training data is empty");
         std::string val_samples = validating ? "unknown" : "none";
         if constexpr (validating && requires { val.size(); }) {
@@ -368,7 +407,7 @@ public:
 
         double tokens_per_sample = 0;
         if constexpr (requires { train.tokens_per_sample(); }) tokens_per_sample = double(train.tokens_per_sample());
-        const std::size_t eval_batch = cfg_.eval_batch ? cfg_.eval_batch : batch;
+        const std::size_t eval_batch = cfg_.eval_batch ? cfg_.eval_batch : cfg_.batch;
 
         // The position: epoch `e` begun (0: none yet), `done` of its batches trained. A new epoch
         // begins, reshuffled, when the next step is due and the current one is used up.
@@ -479,10 +518,21 @@ public:
             }
             r.epoch = e;
             const std::size_t first = std::size_t(done) * batch, m = std::min(batch, n - first);
-            train.feed(prog_, order.data() + first, m);
             if constexpr (!std::is_same_v<Schedule, keep_lr>) opt_.set_lr(schedule_(r.step));
             r.lr = opt_.lr();
-            const T loss = step_(prog_, opt_, cfg_.clip_norm, m);
+            T loss;
+            if (cfg_.accumulate == 1) {
+                train.feed(prog_, order.data() + first, m);
+                loss = step_(prog_, opt_, cfg_.clip_norm, m);
+            } else {  // micro-batches of cfg_.batch samples, the last one what is left
+                micro_.clear();
+                for (std::size_t at = 0; at < m; at += cfg_.batch) micro_.push_back(std::min(cfg_.batch, m - at));
+                auto feed = [&](std::size_t i) { train.feed(prog_, order.data() + first + i * cfg_.batch, micro_[i]); };
+                if constexpr (requires { step_(prog_, opt_, 0.0, std::span<const std::size_t>(micro_), feed); })
+                    loss = step_(prog_, opt_, cfg_.clip_norm, std::span<const std::size_t>(micro_), feed);
+                else
+                    throw error("ctg::trainer: the step policy does not accumulate micro-batches (train_config::accumulate)");
+            }
             loss_sum += double(loss) * double(m);
             loss_samples += double(m);
             samples_done += double(m);
@@ -570,12 +620,9 @@ public:
     }
 
 private:
-    // A number as text that reads back to the same double (shortest round trip).
-    static std::string number(double v) {
-        char buf[64];
-        const auto res = std::to_chars(buf, buf + sizeof buf, v);
-        return std::string(buf, res.ptr);
-    }
+    // A number as text that reads back to the same double (shortest round trip). As a double, also
+    // for a float learning rate: checkpoints record these texts and resume() compares them.
+    static std::string number(double v) { return ctg::detail::shortest_text(v); }
     // The learning rate the step `step` would use.
     std::string lr_at(long step) {
         if constexpr (std::is_same_v<Schedule, keep_lr>) return "constant " + number(opt_.lr());
@@ -588,6 +635,7 @@ private:
         std::map<std::string, std::string> c;
         auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
         c["batch"] = std::to_string(cfg_.batch);
+        if (cfg_.accumulate != 1) c["accumulate"] = std::to_string(cfg_.accumulate);  // (absent: 1, as before it existed)
         c["epochs"] = std::to_string(cfg_.epochs);
         c["max_steps"] = std::to_string(cfg_.max_steps);
         c["shuffle"] = flag(cfg_.shuffle);
@@ -674,6 +722,7 @@ private:
     std::FILE* log_;
     progress_line progress_{nullptr};
     std::vector<row> history_;
+    std::vector<std::size_t> micro_;  // a step's micro-batch sizes (train_config::accumulate)
     run_state run_{};
     std::optional<checkpoint::staged<T>> pending_;  // a checkpoint resume() read, applied by fit()
 };

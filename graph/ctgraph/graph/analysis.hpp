@@ -87,6 +87,18 @@ struct options {
     /// returns bf16); gpt-m's peak: 416 -> 350 MiB. false: backward reads every such value as
     /// float, and bf16_only changes no bit. (docs/mixed-precision.md)
     bool bf16_saved = true;
+    /// Fine-tuning: the parameters that do not train, separated by spaces or commas. An entry is a
+    /// parameter's name ("wte.weight"), a prefix cut at a '.' ("h." or "h": every parameter under
+    /// it, not "head.weight"), or a pattern where '*' stands for any run of characters ("*.ln_1.*").
+    /// A frozen parameter gets no gradient, no gradient memory and no optimizer state, and backward
+    /// runs no VJP product that would lead only to frozen parameters (the x^T dY of a frozen
+    /// weight; everything below a frozen embedding). A stacked parameter of ctg::repeat is frozen
+    /// whole. An entry that matches no parameter of the program is a compile error.
+    /// (docs/guide/fine-tuning.md)
+    char frozen[160] = {};
+    /// The only parameters that train (the same entries as `frozen`): every other one is frozen.
+    /// `.trainable = "*lora_*"` trains the adapters of a model and nothing else; both may be given.
+    char trainable[160] = {};
 };
 
 namespace detail {
@@ -106,6 +118,32 @@ template <std::size_t N>
 constexpr bool name_listed(const char (&list)[N], std::string_view name) {
     bool found = false;
     for_each_listed(list, [&](std::string_view n) { found = found || n == name; });
+    return found;
+}
+
+/// Whether parameter `name` matches an entry of options::frozen or options::trainable: a '*' in
+/// the entry stands for any run of characters (dots too); an entry without one is the name
+/// itself, or a prefix of it that ends at a '.' of the name ("h" and "h." match "h.attn.w", "he" does not).
+constexpr bool name_matches(std::string_view pattern, std::string_view name) {
+    if (pattern.find('*') == std::string_view::npos)
+        return name == pattern || (name.size() > pattern.size() && name.starts_with(pattern) &&
+                                   (pattern.back() == '.' || name[pattern.size()] == '.'));
+    // '*' matching with one backtrack point (the last star seen), linear in practice.
+    std::size_t p = 0, n = 0, star = std::string_view::npos, from = 0;
+    while (n < name.size()) {
+        if (p < pattern.size() && pattern[p] == '*') star = p++, from = n;
+        else if (p < pattern.size() && pattern[p] == name[n]) ++p, ++n;
+        else if (star != std::string_view::npos) p = star + 1, n = ++from;
+        else return false;
+    }
+    while (p < pattern.size() && pattern[p] == '*') ++p;
+    return p == pattern.size();
+}
+/// Whether some entry of a list matches parameter `name` (name_matches).
+template <std::size_t N>
+constexpr bool name_matched_by(const char (&list)[N], std::string_view name) {
+    bool found = false;
+    for_each_listed(list, [&](std::string_view e) { found = found || name_matches(e, name); });
     return found;
 }
 
@@ -212,9 +250,23 @@ template <class Shape, class... A>
 consteval std::array<bool, sizeof...(A) + 1> operand_has_shape(tlist<A...>*) {
     return {std::is_same_v<typename A::shape, Shape>..., false};
 }
+/// Whether a node passes no adjoint to its operand (an op declaring `stops_gradient`:
+/// ctg::stop_gradient): it gets none itself, and what only it reads needs none.
+template <class N>
+consteval bool stops_gradient() {
+    if constexpr (N::kind == leaf_kind::none && !N::is_poison) {
+        using Op = op_of_t<N>;
+        if constexpr (requires { Op::stops_gradient; }) return bool(Op::stops_gradient); else return false;
+    } else {
+        return false;
+    }
+}
+
 template <class N>
 consteval std::uint32_t identity_vjp_operands() {
-    if constexpr (N::kind == leaf_kind::none && !N::is_poison) {
+    if constexpr (stops_gradient<N>()) {
+        return 0;
+    } else if constexpr (N::kind == leaf_kind::none && !N::is_poison) {
         using Op = op_of_t<N>;
         std::uint32_t m = aliases_operand<N>() ? 1u : 0u;
         if constexpr (requires { Op::identity_vjp_operands; }) {
@@ -352,6 +404,7 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
     static constexpr std::array<element, size> elem{element_of<Ns>...};
     static constexpr std::array<bool, size> aliases{detail::aliases_operand<Ns>()...};  // value = operand 0's memory
     static constexpr std::array<std::uint32_t, size> identity_vjp{detail::identity_vjp_operands<Ns>()...};  // adjoint = the node's
+    static constexpr std::array<bool, size> stops{detail::stops_gradient<Ns>()...};  // no adjoint through it
     static constexpr std::array<std::string_view, size> label{detail::node_label<Ns>()...};
     static constexpr std::array<double, size> constant_value{detail::constant_value<Ns>()...};
     static constexpr std::array<std::size_t, size> layer_axes{detail::layer_axes_of<Ns>()...};  // stacked params
@@ -387,17 +440,46 @@ struct graph<tlist<Ns...>, Opt, NumOutputs> {
         return ok;
     }
 
-    /// Nodes that need an adjoint: parameters, (optionally) float inputs, and whatever depends on them.
-    static constexpr std::array<bool, size> needs_grad = []() consteval {
+    /// Whether parameter `name` is frozen (options::frozen, options::trainable).
+    static constexpr bool param_frozen(std::string_view name) {
+        if (!Opt.frozen[0] && !Opt.trainable[0]) return false;
+        return detail::name_matched_by(Opt.frozen, name) || (Opt.trainable[0] && !detail::name_matched_by(Opt.trainable, name));
+    }
+    /// The first entry of options::frozen or options::trainable that matches no parameter here
+    /// (empty: none), for the compile error that names it.
+    static constexpr fixed_string<64> unmatched_freeze_entry = []() consteval {
+        char r[64] = {};
+        auto check = [&](std::string_view e) {
+            bool found = false;
+            for (std::size_t i = 0; i < size; ++i) found = found || (kind[i] == leaf_kind::param && detail::name_matches(e, label[i]));
+            if (!found && !r[0])
+                for (std::size_t c = 0; c < e.size() && c < 63; ++c) r[c] = e[c];
+        };
+        detail::for_each_listed(Opt.frozen, check);
+        detail::for_each_listed(Opt.trainable, check);
+        return fixed_string<64>(r);
+    }();
+
+    /// Nodes that need an adjoint: parameters that train, (optionally) float inputs, and whatever
+    /// depends on them other than through ctg::stop_gradient; with_frozen false: as if no parameter
+    /// were frozen (the summary's backward FLOPs saved).
+    static constexpr std::array<bool, size> needs_grad_table(bool with_frozen) {
         std::array<bool, size> g{};
         for (std::size_t i = 0; i < size; ++i) {
             if (Opt.inference) g[i] = false;
-            else if (kind[i] == leaf_kind::param) g[i] = true;
+            else if (kind[i] == leaf_kind::param) g[i] = !with_frozen || !param_frozen(label[i]);
             else if (kind[i] == leaf_kind::input) g[i] = !is_bf16[i] && input_gradient_wanted(label[i]);
-            else if (kind[i] == leaf_kind::none && !is_index[i])
+            else if (kind[i] == leaf_kind::none && !is_index[i] && !stops[i])
                 for (std::size_t k = 0; k < arity[i]; ++k) g[i] = g[i] || g[operands[i][k]];
         }
         return g;
+    }
+    static constexpr std::array<bool, size> needs_grad = needs_grad_table(true);
+    /// Whether some parameter is frozen (options::frozen, options::trainable).
+    static constexpr bool any_frozen = []() consteval {
+        for (std::size_t i = 0; i < size; ++i)
+            if (kind[i] == leaf_kind::param && param_frozen(label[i])) return true;
+        return false;
     }();
 
     /// Number of uses of each node by other nodes.

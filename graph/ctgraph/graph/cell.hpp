@@ -95,12 +95,31 @@ struct cell_info {
             if (PerStepParams && G::kind[i] == leaf_kind::param) r[n++] = i;
         return r;
     }();
-    /// Every node except index and bf16 ones and constants may get an adjoint inside the cell; one that
-    /// nothing outside needs (a leaf whose outer operand has none) is null, so its VJP is skipped.
+    /// The nodes an adjoint reaches from the result: through every computed node but a
+    /// ctg::stop_gradient (G::stops). Without stop_gradient in the cell, every node.
+    static constexpr std::array<bool, N> reached = [] {
+        std::array<bool, N> r{};
+        r[out] = true;
+        for (std::size_t j = N; j-- > 0;)
+            if (r[j] && computed[j] && !G::stops[j])
+                for (std::size_t k = 0; k < G::arity[j]; ++k) r[std::size_t(G::operands[j][k])] = true;
+        return r;
+    }();
+    /// Every node except index and bf16 ones, constants, and those no adjoint reaches (stop_gradient)
+    /// may get an adjoint inside the cell; one that nothing outside needs (a leaf whose outer
+    /// operand has none) is null, so its VJP is skipped.
     static constexpr std::array<bool, N> has_adjoint = [] {
         std::array<bool, N> g{};
-        for (std::size_t i = 0; i < N; ++i) g[i] = !G::is_index[i] && !G::is_bf16[i] && G::kind[i] != leaf_kind::constant;
+        for (std::size_t i = 0; i < N; ++i)
+            g[i] = !G::is_index[i] && !G::is_bf16[i] && G::kind[i] != leaf_kind::constant && reached[i] && !G::stops[i];
         return g;
+    }();
+    /// The computed nodes whose VJP runs (run_cell_backward): not index ones, and not those no
+    /// adjoint reaches.
+    static constexpr std::array<bool, N> vjp_runs = [] {
+        std::array<bool, N> r{};
+        for (std::size_t i = 0; i < N; ++i) r[i] = computed[i] && !G::is_index[i] && reached[i] && !G::stops[i];
+        return r;
     }();
 
     /// Computed nodes that keep a bf16 shadow in a mixed-precision training program's frames
@@ -508,7 +527,7 @@ void run_cell_backward(const exec_state& s, After&& after, std::index_sequence<I
     constexpr bool any_remakable = std::find(Info::remakable.begin(), Info::remakable.end(), true) != Info::remakable.end();
     ((Info::computed[M - 1 - I] ? ((any_remakable && s.remade ? remake_shadows_before<Info, T>(s, M - 1 - I) : void()),
                                    exec_backward<op_of_t<typename G::template node_t<M - 1 - I>>, G::arity[M - 1 - I],
-                                                 !G::is_index[M - 1 - I], T>(s, M - 1 - I),
+                                                 Info::vjp_runs[M - 1 - I], T>(s, M - 1 - I),
                                    after(M - 1 - I))
                                 : void()),
      ...);

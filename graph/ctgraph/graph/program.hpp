@@ -138,6 +138,9 @@ private:
     static_assert(G::dims_bound_by_inputs,
                   "ctg::compile: a dynamic dimension is used that no input declares (bind it through an input)");
     static_assert(G::num_inputs <= 64, "ctg::compile: at most 64 distinct inputs per program");
+    static_assert(with_name<G::unmatched_freeze_entry.data[0] == 0, G::unmatched_freeze_entry>::value,
+                  "ctg::compile: an entry of options::frozen or options::trainable matches no parameter of this program "
+                  "(a name, a prefix cut at a '.', or a pattern with '*')");
 
     using input_slot = detail::input_slot<T>;
     // The graph's tables for the code that needs no types (graph/program_tables.hpp).
@@ -156,10 +159,15 @@ public:
     program& operator=(program&&) noexcept = default;  ///< moves (the views stay valid)
 
     /// A program bound to an existing store (shared with other programs); missing parameters are
-    /// added, existing ones must have the same shape.
+    /// added (unless the store is strict, as one loaded from a file is: then it throws listing
+    /// them, parameter_store::strict), existing ones must have the same shape.
     explicit program(std::shared_ptr<parameter_store<T>> store) : store_(std::move(store)) {
         detail::add_parameters(*store_, tables, param_slot_.data());
         if constexpr (Opt.precision == precision::bf16) store_->enable_bf16();  // products read the weights' bf16 copies
+        // A training program says which of its parameters train (options::frozen): the store keeps
+        // gradients and optimizers keep state for those alone.
+        if constexpr (!Opt.inference)
+            for (std::size_t p = 0; p < G::num_params; ++p) store_->set_frozen(param_slot_[p], !G::needs_grad[G::param_nodes[p]]);
         sorted_slots_ = param_slot_;
         std::sort(sorted_slots_.begin(), sorted_slots_.begin() + G::num_params);
         for (std::size_t p = 0; p < G::num_params; ++p)
@@ -285,6 +293,9 @@ public:
     /// Runs the backward pass: scalar outputs are seeded with 1, others with seed<k>() (zero unless
     /// written). Parameter gradients are added to; input gradients (options::input_grads) are fresh.
     void backward() { backward_with(detail::no_final_hook{}); }
+    /// backward() with the scalar outputs seeded with `weight` instead of 1: the gradients of weight
+    /// times the loss are added (gradient accumulation: micro-batch i of n_i samples out of N, n_i / N).
+    void backward(T weight) { backward_with(detail::no_final_hook{}, weight); }
 
     /// backward(), calling on_final(slot) once for every parameter slot of the store: a parameter of
     /// this program right after the backward node that completes its gradient (while it is still in
@@ -298,7 +309,7 @@ public:
     /// parameter (one also read outside that repeat, say) whole, (slot, 0, n), where on_final(slot)
     /// would be called. for_each_final() lists the calls in this order without running backward.
     template <class OnFinal>
-    void backward_with(OnFinal&& on_final) {
+    void backward_with(OnFinal&& on_final, T weight = T(1)) {
         static_assert(!Opt.inference, "ctg::program::backward: this program was compiled with options{.inference = true}");
         if (!forwarded_) throw error("ctg::program::backward: call forward() first");
         // Adjoints are written fresh by their first writer (adj_writes); only the outputs' (seeded
@@ -314,7 +325,7 @@ public:
             const std::size_t i = output_nodes[o];
             if (!G::needs_grad[i]) continue;
             T* g = adj_[i].template as<T>();
-            if (G::rank[i] == 0) g[0] += T(1);
+            if (G::rank[i] == 0) g[0] += weight;
             else kernels::add_to(adj_[i].size(), seeds_[o].data(), g);
         }
         try {
@@ -781,6 +792,7 @@ private:
     void finalize(std::size_t i, OnFinal& on_final) const {
         for (std::size_t k = G::final_begin[i]; k < G::final_begin[i] + G::final_count[i]; ++k) {
             const std::size_t p = G::final_order[k];
+            if (!G::needs_grad[G::param_nodes[p]]) continue;  // frozen (options::frozen): no gradient, no update
             if constexpr (detail::range_final_hook<OnFinal>) {
                 if (!param_by_layer[p]) on_final(param_slot_[p], std::size_t(0), static_shape(G::param_nodes[p]).size());
             } else {
@@ -793,7 +805,7 @@ private:
     void finalize_layer(std::size_t i, std::size_t l, OnFinal& on_final) const {
         if constexpr (detail::range_final_hook<OnFinal>)  // (a hook of slots is never installed)
             for (std::size_t k = G::final_begin[i]; k < G::final_begin[i] + G::final_count[i]; ++k)
-                if (const std::size_t p = G::final_order[k]; param_by_layer[p]) {
+                if (const std::size_t p = G::final_order[k]; param_by_layer[p] && G::needs_grad[G::param_nodes[p]]) {
                     const std::size_t rows = static_shape(G::param_nodes[p]).size() / node_layers[i];
                     on_final(param_slot_[p], l * rows, rows);
                 }
@@ -806,7 +818,7 @@ private:
         const std::size_t slots = store_->size();
         for (std::size_t slot = 0, p = 0; slot < slots; ++slot) {
             while (p < G::num_params && sorted_slots_[p] < slot) ++p;
-            if (p == G::num_params || sorted_slots_[p] != slot) {
+            if ((p == G::num_params || sorted_slots_[p] != slot) && !store_->frozen(slot)) {
                 if constexpr (detail::range_final_hook<OnFinal>) on_final(slot, std::size_t(0), store_->at(slot).shape.size());
                 else on_final(slot);
             }
@@ -920,8 +932,9 @@ public:
 
     T forward() { return T(0); }
     void backward() {}
+    void backward(T) {}
     template <class OnFinal>
-    void backward_with(OnFinal&&) {}
+    void backward_with(OnFinal&&, T = T(1)) {}
     template <class OnFinal>
     void for_each_final(OnFinal&&) const {}
     empty_view seed(std::size_t) { return empty(); }

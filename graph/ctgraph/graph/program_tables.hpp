@@ -7,6 +7,7 @@
 // once, where members of ctg::program were compiled once for every program type (together a third
 // of a test unit's machine code, for code that runs once per feed or per plan).
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -210,10 +211,83 @@ void bind_dimensions(const graph_tables& g, const input_slot<T>* inputs, std::si
     }
 }
 
+/// The Levenshtein distance between two names (insertions, deletions and substitutions of characters).
+inline std::size_t edit_distance(std::string_view a, std::string_view b) {
+    std::vector<std::size_t> row(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        std::size_t diag = row[0];  // row i-1, column j-1
+        row[0] = i;
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            const std::size_t up = row[j];
+            row[j] = std::min({up + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1] ? 1 : 0)});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
+/// Whether two parameter names differ only in leading dot-components: one is the other with
+/// components before it ('layers.q.weight', 'encoder.layers.q.weight'), or both are the same after
+/// their first component, two components or more ('enc.fc1.weight', 'encoder.fc1.weight'; not
+/// 'fc1.weight' and 'fc2.weight', which share only a last component, as most weights do).
+inline bool same_but_prefix(std::string_view a, std::string_view b) {
+    auto under = [](std::string_view x, std::string_view y) {  // x = <components>.y
+        return x.size() > y.size() && x.ends_with(y) && x[x.size() - y.size() - 1] == '.';
+    };
+    auto tail = [](std::string_view x) {
+        const std::size_t d = x.find('.');
+        return d == std::string_view::npos ? std::string_view{} : x.substr(d + 1);
+    };
+    return under(a, b) || under(b, a) || (tail(a).find('.') != std::string_view::npos && tail(a) == tail(b));
+}
+
+/// Throws ctg::error: the strict store (names `present`) lacks the graph's parameters `missing`
+/// (ordinals); lists each with its shape and the (up to 3) closest names present: those that differ
+/// from it only in leading dot-components first (a prefix typo), then by edit distance.
+[[noreturn]] inline void refuse_new_parameters(const graph_tables& g, const std::vector<std::size_t>& missing,
+                                               const std::vector<std::string_view>& present) {
+    std::string m = "ctg::program: the parameter store is strict (as one loaded from a file is) and lacks " +
+                    std::to_string(missing.size()) + (missing.size() == 1 ? " parameter" : " parameters") +
+                    " this program needs; nothing was added:";
+    std::vector<std::size_t> order(present.size());
+    for (std::size_t p : missing) {
+        const std::size_t i = g.param_nodes[p];
+        const std::string_view name = g.label[i];
+        m += "\n  '" + std::string(name) + "' " + to_string(concrete_shape(g, i));
+        if (present.empty()) {
+            m += ": the store is empty";
+            continue;
+        }
+        std::vector<std::pair<std::size_t, std::size_t>> key(present.size());  // (not a prefix variant, distance)
+        for (std::size_t s = 0; s < present.size(); ++s)
+            key[s] = {same_but_prefix(name, present[s]) ? 0 : 1, edit_distance(name, present[s])};
+        for (std::size_t s = 0; s < order.size(); ++s) order[s] = s;
+        const std::size_t shown = std::min<std::size_t>(3, order.size());
+        std::partial_sort(order.begin(), order.begin() + long(shown), order.end(),
+                          [&](std::size_t a, std::size_t b) { return key[a] != key[b] ? key[a] < key[b] : a < b; });
+        m += ": closest present ";
+        for (std::size_t k = 0; k < shown; ++k) m += (k ? ", '" : "'") + std::string(present[order[k]]) + "'";
+    }
+    throw error(m + "\n(a prefix unlike the file's? To let programs add new parameters to this store, "
+                    "zero-initialised, call strict(false) on it first)");
+}
+
 /// Adds the graph's parameters to a store (slots[p]: parameter p's slot there); a parameter the
-/// store already holds must have the same shape.
+/// store already holds must have the same shape. A strict store (parameter_store::strict) adds
+/// none: when it lacks any, ctg::error lists them all and the store is unchanged.
 template <class T>
 void add_parameters(parameter_store<T>& store, const graph_tables& g, std::size_t* slots) {
+    if (store.strict()) {
+        std::vector<std::size_t> missing;
+        for (std::size_t p = 0; p < g.num_params; ++p)
+            if (store.find(g.label[g.param_nodes[p]]) < 0) missing.push_back(p);
+        if (!missing.empty()) {
+            std::vector<std::string_view> present;
+            for (const auto& e : store.entries()) present.push_back(e.name);
+            refuse_new_parameters(g, missing, present);
+        }
+    }
     for (std::size_t p = 0; p < g.num_params; ++p) {
         const std::size_t i = g.param_nodes[p];
         slots[p] = store.add(g.label[i], concrete_shape(g, i), g.layer_axes[i]);
@@ -230,7 +304,8 @@ void bind_leaves(const graph_tables& g, view* val, view* adj, parameter_store<T>
     for (std::size_t p = 0; p < g.num_params; ++p) {
         const std::size_t i = g.param_nodes[p];
         val[i].ptr = store.value_storage(param_slot[p]);  // (reads: the bf16 copy stays current)
-        if (with_gradients) adj[i].ptr = store.grad_storage(param_slot[p]);  // (a pending zero_grad stays pending)
+        // (a pending zero_grad stays pending; a frozen parameter, options::frozen, has no gradient)
+        if (with_gradients && g.needs_grad[i]) adj[i].ptr = store.grad_storage(param_slot[p]);
     }
     for (std::size_t k = 0; k < g.num_inputs; ++k) {
         const std::size_t i = g.input_nodes[k];

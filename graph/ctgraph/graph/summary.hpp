@@ -104,6 +104,13 @@ struct model_summary {
     std::size_t scalar_bytes = 4;                        ///< sizeof(T)
     std::uint64_t params = 0;                            ///< parameter elements
     std::size_t param_bytes = 0;                         ///< their bytes (values; gradients as many again in training)
+    /// Of the parameter elements, those frozen (options::frozen, options::trainable): no gradient
+    std::uint64_t frozen_params = 0;
+    /// The backward FLOPs freezing saves: the VJP products of frozen weights and everything that
+    /// would lead only to frozen parameters (the backward of the same program without frozen
+    /// parameters is flops.backward + this; products likewise)
+    std::uint64_t frozen_saved_backward = 0;
+    std::uint64_t frozen_saved_backward_products = 0;  ///< of which matrix products'
     flop_count flops;                                    ///< the whole program's FLOPs (one forward, one backward)
     std::size_t value_bytes = 0;                         ///< arena bytes of the values (training: all of them)
     std::size_t adjoint_bytes = 0;                       ///< arena bytes of the adjoints
@@ -147,10 +154,15 @@ struct model_summary {
             if (!inference) os << "  ", pad(si(double(r.flops.backward)), 9, true);
             os << "  ", pad(bytes_text(r.bytes), 9, true), os << "\n";
         }
-        os << "parameters: " << params << " (" << bytes_text(param_bytes) << ")\n";
+        os << "parameters: " << params << " (" << bytes_text(param_bytes) << ")";
+        if (frozen_params) os << ": " << params - frozen_params << " trainable, " << frozen_params << " frozen";
+        os << "\n";
         os << "forward: " << si(double(flops.forward)) << "FLOP (products " << si(double(flops.forward_products)) << "FLOP)";
         if (!inference)
             os << ", backward: " << si(double(flops.backward)) << "FLOP (products " << si(double(flops.backward_products)) << "FLOP)";
+        if (!inference && (frozen_params || frozen_saved_backward))
+            os << "; freezing saves " << si(double(frozen_saved_backward)) << "FLOP of backward (products "
+               << si(double(frozen_saved_backward_products)) << "FLOP)";
         os << "\narena: " << bytes_text(arena_bytes) << " (values " << bytes_text(value_bytes);
         if (!inference) os << ", adjoints " << bytes_text(adjoint_bytes);
         os << ", scratch " << bytes_text(scratch_bytes) << (inference ? "; overlapped by lifetime" : "") << ")\n";
@@ -305,7 +317,7 @@ flop_count nested_flops(const rshape* xp, const bool* gx, bool vjp, bool forward
     // The body once, given whether its state (the carried value) receives an adjoint.
     auto body = [&](const auto& Ly, bool state_grad) {
         std::array<bool, BN> g{}, runs{};
-        for (std::size_t i = 0; i < BN; ++i) g[i] = info::computed[i], runs[i] = vjp && !BG::is_index[i];
+        for (std::size_t i = 0; i < BN; ++i) g[i] = info::computed[i], runs[i] = vjp && info::vjp_runs[i];
         if constexpr (Op::state_node >= 0) g[std::size_t(Op::state_node)] = state_grad;
         if constexpr (is_repeat<Op>) {
             for (std::size_t e = 0; e + 1 < Op::extra_nodes.size(); ++e)
@@ -417,8 +429,14 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
     std::array<flop_count, N> flops{};
     std::array<bool, N> all{};
     all.fill(true);
-    graph_flops<G>(shapes.data(), all.data(), G::needs_grad.data(), G::needs_grad.data(), Opt.inference, recompute,
-                   flops.data());
+    const flop_count total_flops = graph_flops<G>(shapes.data(), all.data(), G::needs_grad.data(), G::needs_grad.data(),
+                                                  Opt.inference, recompute, flops.data());
+    if constexpr (G::any_frozen && !Opt.inference) {  // the same program with every parameter trained
+        static constexpr auto unfrozen = G::needs_grad_table(false);
+        const flop_count all_trained = graph_flops<G>(shapes.data(), all.data(), unfrozen.data(), unfrozen.data(), false, recompute);
+        s.frozen_saved_backward = all_trained.backward - total_flops.backward;
+        s.frozen_saved_backward_products = all_trained.backward_products - total_flops.backward_products;
+    }
     std::size_t value_elems = 0, adjoint_elems = 0, scratch_elems = 0;
     for (std::size_t i = 0; i < N; ++i) {
         if ((G::kind[i] == leaf_kind::none && !G::aliases[i]) || G::kind[i] == leaf_kind::constant)
@@ -498,6 +516,7 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
                 std::uint64_t n = 1;
                 for (std::size_t a = 0; a < G::rank[j]; ++a) n *= std::uint64_t(G::dims[j][a].n);
                 params += n;
+                if (G::param_frozen(G::label[j])) s.frozen_params += n;
             }
         }
         std::string mod = module_of(pnames);

@@ -155,13 +155,16 @@ void layout_add(parameter_store<T>& store, const std::vector<layout_param>& para
 }
 
 /// Writes every checked tensor into the store, one converted tensor at a time (peak memory: the
-/// file, the store and one tensor). `source` is layout_match's result with no null left.
+/// file, the store and one tensor), and makes the store strict (parameter_store::strict): a program
+/// compiled over it then refuses to add a parameter the file did not give. `source` is
+/// layout_match's result with no null left.
 template <class T>
 void layout_load(parameter_store<T>& store, const std::vector<layout_param>& params, const std::vector<layout_entry>& layout,
                  const std::vector<const safetensors::tensor*>& source) {
     layout_add(store, params);
     for (std::size_t i = 0; i < layout.size(); ++i)
         layout_copy<true, T>(layout[i], store, safetensors::to_vector<T>(*source[i]).data());
+    store.strict(true);
 }
 
 /// The layout's tensors from the store, in the store's type. A parameter missing from the store

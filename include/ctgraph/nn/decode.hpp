@@ -43,7 +43,8 @@ template <class Row>
 int choose(const Row& logits, std::size_t n, const sampling& s, std::mt19937_64& rng, choice_scratch& scratch) {
     if (s.top_k < 0 || !(s.temperature > 0) || !(s.top_p > 0 && s.top_p <= 1) || n == 0)
         throw error("ctg::nn::choose: top_k must be >= 0, temperature > 0 and top_p in (0, 1] (got " +
-                    std::to_string(s.top_k) + ", " + std::to_string(s.temperature) + ", " + std::to_string(s.top_p) + ")");
+                    std::to_string(s.top_k) + ", " + ctg::detail::shortest_text(s.temperature) + ", " +
+                    ctg::detail::shortest_text(s.top_p) + ")");
     auto& c = scratch.ranked;
     c.resize(n);
     for (std::size_t v = 0; v < n; ++v) c[v] = {double(logits(v)) / s.temperature, int(v)};

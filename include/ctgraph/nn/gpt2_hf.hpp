@@ -37,13 +37,13 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
-#include <cstdio>
 #include <map>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "ctgraph/error.hpp"
 #include "ctgraph/nn/checkpoint_layout.hpp"
 #include "ctgraph/nn/gpt2.hpp"
 #include "ctgraph/params.hpp"
@@ -129,7 +129,9 @@ void add_gpt2_params(parameter_store<T>& store) {
 /// into the parameters of the nn::gpt2 type Model, adding them to `store` if missing (see the file
 /// comment for the mapping and the checks). All-or-nothing: on any problem the store's values are
 /// unchanged and one ctg::io_error lists every problem, naming the tensor, the expected and the
-/// actual shape or dtype, and the file.
+/// actual shape or dtype, and the file. Once loaded, the store is strict (parameter_store::strict):
+/// a program over it that needs a parameter it lacks throws instead of adding zeros (call
+/// store.strict(false) first to add new ones).
 template <class Model, class T>
 void load_hf_gpt2(parameter_store<T>& store, const std::string& path) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "ctg::nn::load_hf_gpt2: float or double store");
@@ -170,11 +172,14 @@ void load_hf_gpt2(parameter_store<T>& store, const std::string& path) {
             const auto diff = std::mismatch(head.begin(), head.end(), emb.begin());
             if (diff.first != head.end()) {
                 const std::size_t k = std::size_t(diff.first - head.begin());
-                char a[32], b[32];
-                std::snprintf(a, sizeof a, "%.9g", *diff.first);
-                std::snprintf(b, sizeof b, "%.9g", *diff.second);
+                // The shortest digits of the tensors' own precision (a float's for F32, F16 and BF16,
+                // whose values floats hold exactly; a double's if either is F64), so the two differ on the page.
+                const bool wide = t.dtype == "F64" || wte->dtype == "F64";
+                auto text = [&](double v) {
+                    return wide ? ctg::detail::shortest_text(v) : ctg::detail::shortest_text(float(v));
+                };
                 problem("tensor " + in_quotes(t.name) + " differs from wte.weight (first at element " +
-                        std::to_string(k) + ": " + a + " against " + b +
+                        std::to_string(k) + ": " + text(*diff.first) + " against " + text(*diff.second) +
                         "); nn::gpt2's output head is tied to the token embedding");
             }
         }

@@ -420,7 +420,11 @@ std::vector<layout_param> torch_params() {
 /// are read when a prefix is given, every tensor of the file must be the module's otherwise) into
 /// the parameters of Module, adding them to `store` if missing (see the file comment).
 /// All-or-nothing: on any problem the store is unchanged and one ctg::io_error lists every problem,
-/// naming the tensor, the expected and the actual shape or dtype, and the file.
+/// naming the tensor, the expected and the actual shape or dtype, and the file. Once loaded, the
+/// store is strict (parameter_store::strict): a program compiled over it that needs a parameter it
+/// lacks (a prefix of repeat or of the layout unlike the other's) throws, listing the missing names
+/// with the closest present, instead of adding zeros. To train new parameters beside the loaded ones
+/// (a head over a loaded encoder), call store.strict(false) before compiling that program.
 template <class Module, class T>
 void load_torch(parameter_store<T>& store, const std::string& path, const std::string& prefix = "") {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "ctg::nn::load_torch: float or double store");
