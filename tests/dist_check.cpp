@@ -125,10 +125,11 @@ void gru_by_hand(const dist::communicator& comm, MakeOpt make, dist::parallel_co
 }
 
 // The GPT through ctg::trainer: the reference trains with batch N b on the whole data, each rank
-// with dist::shard and dist::data_parallel; same seed, so the same shuffled batches.
+// with dist::shard and dist::data_parallel; same seed, so the same shuffled batches. accumulate k:
+// the ranks take each step's batch as k micro-batches (train_config::accumulate), all-reduced once.
 template <class S>
 void gpt_trainer(const dist::communicator& comm, std::size_t stream, double clip, const std::string& label,
-                 const std::filesystem::path& dir) {
+                 const std::filesystem::path& dir, std::size_t accumulate = 1) {
     const std::size_t global = 4 * std::size_t(comm.size());
     token_windows train(token_stream(stream, 2), 6), val(token_stream(100, 5), 6, 6);
     auto make_opt = [] { return optim::sgd<S>({.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01}); };
@@ -145,6 +146,8 @@ void gpt_trainer(const dist::communicator& comm, std::size_t stream, double clip
     prog.params().init(comm.rank() == 0 ? 8 : 1234);
     auto opt = make_opt();
     train_config dist_cfg = cfg;
+    dist_cfg.batch = global / accumulate;
+    dist_cfg.accumulate = accumulate;
     dist_cfg.out_dir = (dir / ("rank" + std::to_string(comm.rank()))).string();  // only rank 0 may write
     dist_cfg.name = "gpt";
     dist::shard mine(train, comm);
@@ -238,6 +241,10 @@ int equivalence(const dist::communicator& comm) {
     gpt_trainer<double>(comm, 61, 0, "GPT, SGD momentum, trainer, float64", root_dir);
     gpt_trainer<float>(comm, 63, 0.5, "GPT, SGD momentum, trainer, clip, float32", root_dir);
     gpt_trainer<double>(comm, 63, 0.5, "GPT, SGD momentum, trainer, clip, float64", root_dir);
+    // the same steps as micro-batches of 4 (2 a rank) and 2 x 2 (1 a rank), the last micro-batch shorter
+    gpt_trainer<double>(comm, 61, 0, "GPT, SGD, trainer, accumulate 2, float64", root_dir, 2);
+    gpt_trainer<float>(comm, 61, 0, "GPT, SGD, trainer, accumulate 2, float32", root_dir, 2);
+    gpt_trainer<double>(comm, 63, 0.5, "GPT, SGD, trainer, clip, accumulate 4, float64", root_dir, 4);
 
     comm.barrier();
     if (comm.root()) std::filesystem::remove_all(root_dir);

@@ -8,7 +8,11 @@
 // rank >= 2 -> Xavier/Glorot uniform U(-a, a), a = sqrt(6 / (fan_in + fan_out)), fan_in = product
 // of all but the last dimension, fan_out = last dimension; rank <= 1 -> zeros (biases), except a
 // gain: a vector whose name ends in "weight" or "gamma" (a norm's scale, as PyTorch names
-// LayerNorm's) -> ones. Override per parameter with `init(name, fn)` or by writing `value(name)`.
+// LayerNorm's) -> ones; LoRA adapters as PyTorch's PEFT library makes them: a name ending in
+// "lora_A" (In, r) -> Kaiming-uniform U(-1/sqrt(In), 1/sqrt(In)), in "lora_B" (r, Out) -> zeros
+// (the adapted layer starts as the layer). Override per parameter with `init(name, fn)` or by
+// writing `value(name)`; `init_matching(entries, seed)` initialises only some (new adapters over
+// loaded weights).
 //
 // bf16 copies (float stores; mixed-precision programs enable them): a bf16 copy of every value,
 // which bf16 products read instead of converting a weight at every use (kernels::bf16_copies).
@@ -32,6 +36,7 @@
 #include "ctgraph/error.hpp"
 #include "ctgraph/kernels/bf16.hpp"
 #include "ctgraph/memory.hpp"
+#include "ctgraph/names.hpp"
 #include "ctgraph/tensor.hpp"
 
 namespace ctg {
@@ -247,6 +252,14 @@ public:
         mark_all_stale();
         for (std::size_t s = 0; s < entries_.size(); ++s) init_default(s, seed);
     }
+    /// Default initialisation (as init(seed)) of the parameters that `entries` match (names,
+    /// prefixes cut at a '.', '*' patterns: "*lora_*"), the others untouched; returns how many.
+    std::size_t init_matching(std::string_view entries, unsigned long long seed) {
+        std::size_t n = 0;
+        for (std::size_t s = 0; s < entries_.size(); ++s)
+            if (detail::matched_by_entries(entries, entries_[s].name)) init_default(s, seed), ++n;
+        return n;
+    }
     /// Sets one parameter's values with fn(rng, index) for each element.
     void init(std::string_view name, const std::function<T(std::mt19937_64&, std::size_t)>& fn,
               unsigned long long seed = 0) {
@@ -305,7 +318,12 @@ private:
         }
         const double fan_out = double(layer.cols());
         const double fan_in = double(layer.rows());
-        const double a = std::sqrt(6.0 / (fan_in + fan_out));
+        if (e.name.ends_with("lora_B")) {  // (LoRA: the adapter adds nothing until it trains)
+            std::fill(v, v + e.shape.size(), T(0));
+            return;
+        }
+        // LoRA's A as PEFT's kaiming_uniform_(a = sqrt(5)) of its (r, In) weight: bound 1/sqrt(In).
+        const double a = e.name.ends_with("lora_A") ? 1.0 / std::sqrt(fan_in) : std::sqrt(6.0 / (fan_in + fan_out));
         // Each parameter gets its own stream (seed mixed with its name), so adding a parameter does
         // not change the others' initial values.
         std::mt19937_64 rng(seed ^ (std::hash<std::string>{}(e.name) * 0x9E3779B97F4A7C15ULL));

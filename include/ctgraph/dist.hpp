@@ -422,7 +422,7 @@ private:
     // One step of `samples` samples over all ranks: one batch already fed (micro empty), or the
     // micro-batches that feed(i) feeds.
     template <class Program, class Optimizer, class Feed>
-    T step(Program& prog, Optimizer& opt, double clip_norm, std::size_t samples, std::span<const std::size_t> micro, Feed& feed) {
+    T step(Program& prog, Optimizer& opt, double clip_norm, std::size_t samples, std::span<const std::size_t> micro, Feed&& feed) {
         static_assert(std::is_same_v<typename Program::scalar, T>, "ctg::dist::data_parallel: the program's scalar type differs");
         if (&prog.params() != store_.get())
             throw error("ctg::dist::data_parallel: the program does not use the parameter store it was made for");

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "ctgraph/error.hpp"
-#include "ctgraph/graph/analysis.hpp"  // (detail::name_matches: param_group's entries)
+#include "ctgraph/names.hpp"  // (param_group's entries)
 #include "ctgraph/kernels/parallel.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/memory.hpp"
@@ -86,7 +86,7 @@ public:
         }
         for (std::size_t k = 0; k < groups_.size(); ++k) {
             const std::string& list = groups_[k].names;
-            for_each_entry(list, [&](std::string_view entry) {
+            ctg::detail::for_each_entry(list, [&](std::string_view entry) {
                 bool found = false;
                 for (std::size_t s = 0; s < ps.size() && !found; ++s) found = ctg::detail::name_matches(entry, ps.at(s).name);
                 if (!found)
@@ -109,20 +109,10 @@ public:
     }
 
 private:
-    template <class F>
-    static void for_each_entry(const std::string& list, F f) {
-        std::size_t k = 0;
-        while (k < list.size()) {
-            while (k < list.size() && (list[k] == ' ' || list[k] == ',')) ++k;
-            const std::size_t start = k;
-            while (k < list.size() && list[k] != ' ' && list[k] != ',') ++k;
-            if (k > start) f(std::string_view(list).substr(start, k - start));
-        }
-    }
     static bool matches(const param_group& g, std::string_view name, std::size_t rank) {
         if (rank < g.min_rank || rank > g.max_rank) return false;
         bool any = false, hit = false;
-        for_each_entry(g.names, [&](std::string_view e) { any = true, hit = hit || ctg::detail::name_matches(e, name); });
+        ctg::detail::for_each_entry(g.names, [&](std::string_view e) { any = true, hit = hit || ctg::detail::name_matches(e, name); });
         return !any || hit;
     }
     std::vector<param_group> groups_;

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "ctgraph/graph/node.hpp"
+#include "ctgraph/names.hpp"
 #include "ctgraph/tensor.hpp"
 
 namespace ctg {
@@ -106,13 +107,9 @@ namespace detail {
 // The names of a list such as options::input_grads_for ("x h0", "x,h0"), each given to f.
 template <std::size_t N, class F>
 constexpr void for_each_listed(const char (&list)[N], F f) {
-    std::size_t k = 0;
-    while (k < N && list[k]) {
-        while (k < N && (list[k] == ' ' || list[k] == ',')) ++k;
-        const std::size_t start = k;
-        while (k < N && list[k] && list[k] != ' ' && list[k] != ',') ++k;
-        if (k > start) f(std::string_view(list + start, k - start));
-    }
+    std::size_t n = 0;
+    while (n < N && list[n]) ++n;
+    for_each_entry(std::string_view(list, n), f);
 }
 template <std::size_t N>
 constexpr bool name_listed(const char (&list)[N], std::string_view name) {
@@ -121,24 +118,6 @@ constexpr bool name_listed(const char (&list)[N], std::string_view name) {
     return found;
 }
 
-/// Whether parameter `name` matches an entry of options::frozen or options::trainable: a '*' in
-/// the entry stands for any run of characters (dots too); an entry without one is the name
-/// itself, or a prefix of it that ends at a '.' of the name ("h" and "h." match "h.attn.w", "he" does not).
-constexpr bool name_matches(std::string_view pattern, std::string_view name) {
-    if (pattern.find('*') == std::string_view::npos)
-        return name == pattern || (name.size() > pattern.size() && name.starts_with(pattern) &&
-                                   (pattern.back() == '.' || name[pattern.size()] == '.'));
-    // '*' matching with one backtrack point (the last star seen), linear in practice.
-    std::size_t p = 0, n = 0, star = std::string_view::npos, from = 0;
-    while (n < name.size()) {
-        if (p < pattern.size() && pattern[p] == '*') star = p++, from = n;
-        else if (p < pattern.size() && pattern[p] == name[n]) ++p, ++n;
-        else if (star != std::string_view::npos) p = star + 1, n = ++from;
-        else return false;
-    }
-    while (p < pattern.size() && pattern[p] == '*') ++p;
-    return p == pattern.size();
-}
 /// Whether some entry of a list matches parameter `name` (name_matches).
 template <std::size_t N>
 constexpr bool name_matched_by(const char (&list)[N], std::string_view name) {

@@ -275,13 +275,16 @@ inline bool same_but_prefix(std::string_view a, std::string_view b) {
 
 /// Adds the graph's parameters to a store (slots[p]: parameter p's slot there); a parameter the
 /// store already holds must have the same shape. A strict store (parameter_store::strict) adds
-/// none: when it lacks any, ctg::error lists them all and the store is unchanged.
+/// none but adapters (nn::lora's `*lora_A`, `*lora_B`: new by nature, over loaded weights): when
+/// it lacks any other, ctg::error lists them all and the store is unchanged.
 template <class T>
 void add_parameters(parameter_store<T>& store, const graph_tables& g, std::size_t* slots) {
     if (store.strict()) {
         std::vector<std::size_t> missing;
-        for (std::size_t p = 0; p < g.num_params; ++p)
-            if (store.find(g.label[g.param_nodes[p]]) < 0) missing.push_back(p);
+        for (std::size_t p = 0; p < g.num_params; ++p) {
+            const std::string_view name = g.label[g.param_nodes[p]];
+            if (store.find(name) < 0 && !name.ends_with("lora_A") && !name.ends_with("lora_B")) missing.push_back(p);
+        }
         if (!missing.empty()) {
             std::vector<std::string_view> present;
             for (const auto& e : store.entries()) present.push_back(e.name);

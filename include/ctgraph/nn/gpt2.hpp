@@ -23,7 +23,8 @@ namespace ctg::nn {
 /// embeddings and on every sub-layer's output (training only). Parameters (docs/modules.md, with
 /// the Hugging Face names nn::load_hf_gpt2 maps): `tok_embed` (V, D), `pos_embed` (MaxLen, D),
 /// `blocks.*` (Layers, ...) as nn::gpt's, `ln_f.weight`, `ln_f.bias` (D).
-template <int V, int MaxLen, int D, int Heads, int Layers, int F = 4 * D, cval Drop = 0.0>
+/// Adapt: the blocks' adapters (nn/adapter.hpp; nn::lora<8, 16.0, "q.", "v."> on their queries and values).
+template <int V, int MaxLen, int D, int Heads, int Layers, int F = 4 * D, cval Drop = 0.0, class Adapt = no_adapter>
 struct gpt2 {
     /// @{ the template's sizes: vocabulary, longest sequence, width, heads, layers, FFN width
     static constexpr int vocab = V, max_len = MaxLen, width = D, heads = Heads, layers = Layers, ffn_width = F;
@@ -31,7 +32,7 @@ struct gpt2 {
     using tok_embed = param<"tok_embed", V, D>;      ///< `tok_embed` (V, D): the token embedding, also the output head
     using pos_embed = param<"pos_embed", MaxLen, D>;  ///< `pos_embed` (MaxLen, D): the learned position embedding
     /// One block; its parameters are stacked over the layers as `blocks.<name>` (Layers, ...).
-    using block = encoder_block<"", D, Heads, F, norm_placement::pre, activation::gelu, scaled_dot_score, Drop, 1e-5>;
+    using block = encoder_block<"", D, Heads, F, norm_placement::pre, activation::gelu, scaled_dot_score, Drop, 1e-5, Adapt>;
     using ln_f = layer_norm<"ln_f.", D, 1e-5>;  ///< the final norm: `ln_f.weight`, `ln_f.bias` (D)
 
     /// The residual stream after the last block and the final norm: (B, T, D).

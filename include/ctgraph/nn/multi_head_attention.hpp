@@ -20,6 +20,7 @@
 #include "ctgraph/ops/kv_cache.hpp"
 #include "ctgraph/ops/matmul.hpp"
 #include "ctgraph/ops/permute.hpp"
+#include "ctgraph/nn/adapter.hpp"
 #include "ctgraph/ops/reshape.hpp"
 
 namespace ctg::nn {
@@ -82,7 +83,9 @@ constexpr auto attention_weights_over_heads(Q q, K k, Mask mask) {
 
 /// Multi-head attention with Heads heads over model width D; parameter names start with P. Its
 /// checks (nn/checks.hpp) are said once however many graphs use it; a failed one gives poison.
-template <fixed_string P, int D, int Heads, class Score = scaled_dot_score>
+/// Adapt makes the projections `<P>q.`, `<P>k.`, `<P>v.`, `<P>proj.` (nn/adapter.hpp: no_adapter,
+/// or nn::lora on some of them).
+template <fixed_string P, int D, int Heads, class Score = scaled_dot_score, class Adapt = no_adapter>
 struct multi_head_attention {
     static constexpr bool width_ok = detail::heads_divide_width<D, Heads>();  ///< whether Heads divides D (else one compile error and poison)
     static constexpr int head_dim = width_ok ? D / Heads : 1;  ///< D / Heads
@@ -97,13 +100,13 @@ struct multi_head_attention {
 
     /// The per-head queries, keys and values (B, h, n, D/h).
     template <expr X>
-    static constexpr auto queries(X x) { return split(affine(x, W_q{}, b_q{})); }
+    static constexpr auto queries(X x) { return split(project<"q.">(x)); }
     /// The per-head keys (B, h, m, D/h) of x (B, m, D).
     template <expr X>
-    static constexpr auto keys(X x) { return split(affine(x, W_k{}, b_k{})); }
+    static constexpr auto keys(X x) { return split(project<"k.">(x)); }
     /// The per-head values (B, h, m, D/h) of x (B, m, D).
     template <expr X>
-    static constexpr auto values(X x) { return split(affine(x, W_v{}, b_v{})); }
+    static constexpr auto values(X x) { return split(project<"v.">(x)); }
 
     /// Queries from xq (B, n, D), keys and values from xkv (B, m, D) -> (B, n, D).
     template <expr Xq, expr Xkv, attention_mask Mask = no_mask>
@@ -115,7 +118,7 @@ struct multi_head_attention {
     template <expr Xq, expr Xk, expr Xv, attention_mask Mask = no_mask>
     static constexpr auto attend(Xq xq, Xk xk, Xv xv, Mask mask = {}) {
         if constexpr (!(fits<Xq>() && fits<Xk>() && fits<Xv>())) return poison{};
-        else return affine(over_heads(affine(xq, W_q{}, b_q{}), affine(xk, W_k{}, b_k{}), affine(xv, W_v{}, b_v{}), mask), W_o{}, b_o{});
+        else return project<"proj.">(over_heads(project<"q.">(xq), project<"k.">(xk), project<"v.">(xv), mask));
     }
     /// Self-attention: queries, keys and values from x (B, n, D) -> (B, n, D).
     template <expr X, attention_mask Mask = no_mask>
@@ -127,9 +130,9 @@ struct multi_head_attention {
         if constexpr (!fits<X>()) {
             return poison{};
         } else {
-            auto k = cache_store<true>(affine(x, W_k{}, b_k{}), kc);
-            auto v = cache_store(affine(x, W_v{}, b_v{}), vc);
-            return affine(over_heads(affine(x, W_q{}, b_q{}), k, v, mask), W_o{}, b_o{});
+            auto k = cache_store<true>(project<"k.">(x), kc);
+            auto v = cache_store(project<"v.">(x), vc);
+            return project<"proj.">(over_heads(project<"q.">(x), k, v, mask));
         }
     }
     /// One decoding step: x (B, 1, D) at positions pos (B) appends its key and value to the caches
@@ -139,18 +142,20 @@ struct multi_head_attention {
         static_assert(std::is_same_v<Score, scaled_dot_score>,
                       "ctg::nn::multi_head_attention: KV-cache decoding is implemented for the scaled-dot score");
         if constexpr (!fits<X>()) return poison{};
-        else return affine(cached_attention<Heads>(affine(x, W_q{}, b_q{}), affine(x, W_k{}, b_k{}),
-                                                   affine(x, W_v{}, b_v{}), kc, vc, pos),
-                           W_o{}, b_o{});
+        else return project<"proj.">(cached_attention<Heads>(project<"q.">(x), project<"k.">(x),
+                                                   project<"v.">(x), kc, vc, pos));
     }
     /// The weights (B, h, n, m) of cross(xq, xkv, mask): read them with prog.value_of(...).
     template <expr Xq, expr Xkv, attention_mask Mask = no_mask>
     static constexpr auto weights(Xq xq, Xkv xkv, Mask mask = {}) {
         if constexpr (!(fits<Xq>() && fits<Xkv>())) return poison{};
-        else return attention_weights_over_heads<Heads>(affine(xq, W_q{}, b_q{}), affine(xkv, W_k{}, b_k{}), Score{}, mask);
+        else return attention_weights_over_heads<Heads>(project<"q.">(xq), project<"k.">(xkv), Score{}, mask);
     }
 
 private:
+    // Projection Name ("q.", ...) of x, as Adapt makes it: x <P><Name>weight + bias (+ an adapter).
+    template <fixed_string Name, expr X>
+    static constexpr auto project(X x) { return Adapt::template linear<P + Name, D, D>(x); }
     // The width and an input's last dimension (false for poison, whose error was said).
     template <expr X>
     static constexpr bool fits() {

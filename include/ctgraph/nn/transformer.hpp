@@ -16,6 +16,7 @@
 #pragma once
 #include "ctgraph/attention.hpp"
 #include "ctgraph/graph/repeat.hpp"
+#include "ctgraph/nn/adapter.hpp"
 #include "ctgraph/nn/cells.hpp"  // nn::activation
 #include "ctgraph/nn/checks.hpp"
 #include "ctgraph/nn/multi_head_attention.hpp"
@@ -64,8 +65,9 @@ struct layer_norm {
 };
 
 /// Position-wise feed-forward network: fc2(act(fc1(x))), D -> F -> D. activation::gelu is GELU's
-/// tanh approximation (GPT-2), activation::gelu_erf the exact form (PyTorch's nn.GELU()).
-template <fixed_string P, int D, int F, activation Act = activation::gelu>
+/// tanh approximation (GPT-2), activation::gelu_erf the exact form (PyTorch's nn.GELU()). Adapt
+/// makes the projections `<P>fc1.`, `<P>fc2.` (nn/adapter.hpp).
+template <fixed_string P, int D, int F, activation Act = activation::gelu, class Adapt = no_adapter>
 struct ffn {
     using fc1 = linear<P + fixed_string("fc1."), D, F>;  ///< `<P>fc1.weight` (D, F), `<P>fc1.bias` (F)
     using fc2 = linear<P + fixed_string("fc2."), F, D>;  ///< `<P>fc2.weight` (F, D), `<P>fc2.bias` (D)
@@ -78,9 +80,23 @@ struct ffn {
         using B1 = typename fc1::bias;
         if constexpr (X::is_poison) return poison{};
         else if constexpr (!detail::linear_fits<W1::name, D, F, detail::last_dim<X>>()) return poison{};
+        else if constexpr (Adapt::template adapts<P + fixed_string("fc1.")> || Adapt::template adapts<P + fixed_string("fc2.")>)
+            return adapted(x);  // (the fused fc1 and activation have no room for an adapter)
         else if constexpr (Act == activation::gelu) return fc2{}(affine_gelu(x, W1{}, B1{}));
         else if constexpr (Act == activation::gelu_erf) return fc2{}(affine_gelu_erf(x, W1{}, B1{}));
         else return fc2{}(affine_relu(x, W1{}, B1{}));
+    }
+
+private:
+    template <expr X>
+    static constexpr auto adapted(X x) {
+        auto z = Adapt::template linear<P + fixed_string("fc1."), D, F>(x);
+        auto h = [&] {
+            if constexpr (Act == activation::gelu) return gelu(z);
+            else if constexpr (Act == activation::gelu_erf) return gelu_erf(z);
+            else return relu(z);
+        }();
+        return Adapt::template linear<P + fixed_string("fc2."), F, D>(h);
     }
 };
 
@@ -100,12 +116,13 @@ constexpr auto residual(X x, F f) {
 /// sub-layer's output through dropout<Drop> in training. Parameters: `<P>ln1.*`, `<P>q/k/v/proj.*`,
 /// `<P>ln2.*`, `<P>fc1.*`, `<P>fc2.*`. Eps: the layer norms' (PyTorch's `layer_norm_eps`).
 template <fixed_string P, int D, int Heads, int F, norm_placement Place = norm_placement::pre,
-          activation Act = activation::gelu, class Score = scaled_dot_score, cval Drop = 0.0, cval Eps = 1e-5>
+          activation Act = activation::gelu, class Score = scaled_dot_score, cval Drop = 0.0, cval Eps = 1e-5,
+          class Adapt = no_adapter>
 struct encoder_block {
-    using attn = multi_head_attention<P, D, Heads, Score>;  ///< the self-attention: `<P>q.weight`, `<P>q.bias`, and the same for k, v and proj
+    using attn = multi_head_attention<P, D, Heads, Score, Adapt>;  ///< the self-attention: `<P>q.weight`, `<P>q.bias`, and the same for k, v and proj
     using ln1 = layer_norm<P + fixed_string("ln1."), D, Eps>;    ///< the norm of the attention sub-layer
     using ln2 = layer_norm<P + fixed_string("ln2."), D, Eps>;    ///< the norm of the FFN sub-layer
-    using mlp = ffn<P, D, F, Act>;                          ///< the FFN (`<P>fc1.weight`, `<P>fc1.bias`, `<P>fc2.weight`, `<P>fc2.bias`)
+    using mlp = ffn<P, D, F, Act, Adapt>;                   ///< the FFN (`<P>fc1.weight`, `<P>fc1.bias`, `<P>fc2.weight`, `<P>fc2.bias`)
     /// x (B, T, D) -> (B, T, D), self-attention under `mask`.
     template <expr X, attention_mask Mask = no_mask>
     constexpr auto operator()(X x, Mask mask = {}) const {
@@ -138,14 +155,14 @@ private:
 /// Eps: the layer norms'.
 template <fixed_string P, int D, int Heads, int F, norm_placement Place = norm_placement::pre,
           activation Act = activation::gelu, class Score = scaled_dot_score, cval Drop = 0.0, bool Causal = true,
-          cval Eps = 1e-5>
+          cval Eps = 1e-5, class Adapt = no_adapter>
 struct decoder_block {
-    using self_attn = multi_head_attention<P, D, Heads, Score>;  ///< the causal self-attention: `<P>q.weight`, `<P>q.bias`, and the same for k, v and proj
-    using cross_attn = multi_head_attention<P + fixed_string("cross."), D, Heads, Score>;  ///< the cross-attention: `<P>cross.q.weight`, ..., `<P>cross.proj.bias`
+    using self_attn = multi_head_attention<P, D, Heads, Score, Adapt>;  ///< the causal self-attention: `<P>q.weight`, `<P>q.bias`, and the same for k, v and proj
+    using cross_attn = multi_head_attention<P + fixed_string("cross."), D, Heads, Score, Adapt>;  ///< the cross-attention: `<P>cross.q.weight`, ..., `<P>cross.proj.bias`
     using ln1 = layer_norm<P + fixed_string("ln1."), D, Eps>;  ///< the norm of the self-attention sub-layer
     using ln2 = layer_norm<P + fixed_string("ln2."), D, Eps>;  ///< the norm of the cross-attention sub-layer
     using ln3 = layer_norm<P + fixed_string("ln3."), D, Eps>;  ///< the norm of the FFN sub-layer
-    using mlp = ffn<P, D, F, Act>;                        ///< the FFN (`<P>fc1.weight`, `<P>fc1.bias`, `<P>fc2.weight`, `<P>fc2.bias`)
+    using mlp = ffn<P, D, F, Act, Adapt>;                 ///< the FFN (`<P>fc1.weight`, `<P>fc1.bias`, `<P>fc2.weight`, `<P>fc2.bias`)
     /// x (B, T, D) attending to itself (causally when Causal, and under self_mask) and to memory
     /// (B, S, D) under memory_mask -> (B, T, D).
     template <expr X, expr Memory, attention_mask SelfMask = no_mask, attention_mask MemoryMask = no_mask>
@@ -164,17 +181,27 @@ struct decoder_block {
 /// Layers pre-norm blocks (causal multi-head self-attention, GELU FFN of 4 D), final layer norm,
 /// linear head (untied, with bias). Tokens are (B, T) ids, T <= MaxLen. PosRound = float rounds the
 /// positional table to float first, as a PyTorch model's float32 buffer holds it. Drop: dropout
-/// rate on the embeddings and on every sub-layer's output (training only; GPT-2's places).
-template <int V, int MaxLen, int D, int Heads, int Layers, int F = 4 * D, class PosRound = void, cval Drop = 0.0>
+/// rate on the embeddings and on every sub-layer's output (training only; GPT-2's places). Adapt:
+/// the projections' adapters (nn/adapter.hpp; nn::lora<8, 16.0, "q.", "v."> on the blocks' queries
+/// and values, "head." on the head).
+template <int V, int MaxLen, int D, int Heads, int Layers, int F = 4 * D, class PosRound = void, cval Drop = 0.0,
+          class Adapt = no_adapter>
 struct gpt {
     /// @{ the template's sizes: vocabulary, longest sequence, width, heads, layers
     static constexpr int vocab = V, max_len = MaxLen, width = D, heads = Heads, layers = Layers;
     /// @}
     using tok_embed = param<"tok_embed", V, D>;  ///< `tok_embed` (V, D): the token embedding
     /// One block; its parameters are stacked over the layers as `blocks.<name>` (Layers, ...).
-    using block = encoder_block<"", D, Heads, F, norm_placement::pre, activation::gelu, scaled_dot_score, Drop>;
+    using block = encoder_block<"", D, Heads, F, norm_placement::pre, activation::gelu, scaled_dot_score, Drop, 1e-5, Adapt>;
     using ln_f = layer_norm<"ln_f.", D>;  ///< the final norm: `ln_f.weight`, `ln_f.bias` (D)
-    using head = linear<"head.", D, V>;   ///< the output head: `head.weight` (D, V), `head.bias` (V)
+    /// The output head: `head.weight` (D, V), `head.bias` (V), as Adapt makes it.
+    struct head {
+        template <expr H>
+        constexpr auto operator()(H h) const {
+            if constexpr (Adapt::template adapts<"head.">) return Adapt::template linear<"head.", D, V>(h);
+            else return linear<"head.", D, V>{}(h);
+        }
+    };
 
     /// The residual stream after the last block and the final norm: (B, T, D).
     template <expr Tokens>
