@@ -196,6 +196,7 @@ struct gpt {
     using ln_f = layer_norm<"ln_f.", D>;  ///< the final norm: `ln_f.weight`, `ln_f.bias` (D)
     /// The output head: `head.weight` (D, V), `head.bias` (V), as Adapt makes it.
     struct head {
+        /// h (..., D) -> logits (..., V).
         template <expr H>
         constexpr auto operator()(H h) const {
             if constexpr (Adapt::template adapts<"head.">) return Adapt::template linear<"head.", D, V>(h);
