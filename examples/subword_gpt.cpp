@@ -32,6 +32,7 @@
 
 #include "chars.hpp"
 #include "gpt_text.hpp"
+#include "subword.hpp"
 
 using namespace ctg;
 
@@ -43,77 +44,6 @@ inline constexpr dim B = dyn('B'), T = dyn('T');
 using Tokens = index_input<"tokens", B, T>;
 using Targets = index_input<"targets", B, T>;
 constexpr auto loss() { return model::loss(Tokens{}, Targets{}); }
-
-void check(const sentencepiece::util::Status& s, const std::string& what) {
-    if (!s.ok()) throw error("subword_gpt: " + what + ": " + s.ToString());
-}
-
-/// The lines of a text, one sentence each, for the SentencePiece trainer.
-class line_iterator : public sentencepiece::SentenceIterator {
-public:
-    explicit line_iterator(const std::string& text) : text_(text) { next(); }
-    bool done() const override { return pos_ > text_.size(); }
-    void Next() override { next(); }
-    const std::string& value() const override { return line_; }
-    sentencepiece::util::Status status() const override { return {}; }
-
-private:
-    void next() {
-        if (pos_ >= text_.size()) {
-            pos_ = text_.size() + 1;
-            return;
-        }
-        std::size_t end = text_.find('\n', pos_);
-        if (end == std::string::npos) end = text_.size();
-        line_ = text_.substr(pos_, end - pos_);
-        pos_ = end + 1;
-    }
-    const std::string& text_;
-    std::string line_;
-    std::size_t pos_ = 0;
-};
-
-/// Loads `path`; when it is absent (or with `retrain`), first trains a BPE model of V pieces on `text` into it.
-void load_or_train(sentencepiece::SentencePieceProcessor& sp, const std::string& path, const std::string& text,
-                   bool retrain) {
-    if (retrain || !std::filesystem::exists(path)) {
-        const std::string prefix = path.substr(0, path.size() - std::string(".model").size());
-        line_iterator lines(text);
-        check(sentencepiece::SentencePieceTrainer::Train(
-                  std::unordered_map<std::string, std::string>{
-                      {"model_prefix", prefix}, {"model_type", "bpe"}, {"vocab_size", std::to_string(V)},
-                      {"character_coverage", "1.0"}, {"normalization_rule_name", "identity"},
-                      {"remove_extra_whitespaces", "false"}, {"add_dummy_prefix", "false"},
-                      {"user_defined_symbols", "\n"}, {"allow_whitespace_only_pieces", "true"},
-                      {"max_sentence_length", "100000"}, {"minloglevel", "2"}},
-                  &lines),
-              "training the SentencePiece model");
-        std::printf("trained %s (BPE, %d pieces, on the training text)\n", path.c_str(), V);
-    }
-    check(sp.Load(path), "loading " + path);
-    if (sp.GetPieceSize() != V)
-        throw error("subword_gpt: " + path + " has " + std::to_string(sp.GetPieceSize()) + " pieces, the model " +
-                    std::to_string(V) + " (delete it to train a new one)");
-}
-
-/// The ids of `text` and the number of characters each one stands for; throws unless they decode to `text`.
-std::vector<index_t> encode(const sentencepiece::SentencePieceProcessor& sp, const std::string& text,
-                            std::vector<int>& chars_of, const char* what) {
-    const auto proto = sp.EncodeAsImmutableProto(text);  // owns what pieces() refers to
-    const auto pieces = proto.pieces();
-    std::vector<index_t> ids;
-    std::vector<int> as_int;
-    chars_of.clear();
-    for (const auto& p : pieces) {
-        ids.push_back(index_t(p.id()));
-        as_int.push_back(int(p.id()));
-        chars_of.push_back(int(p.end() - p.begin()));  // bytes of the input: one per character (ASCII)
-    }
-    std::string back;
-    check(sp.Decode(as_int, &back), "decoding");
-    if (back != text) throw error(std::string("subword_gpt: the ") + what + " text does not decode to itself");
-    return ids;
-}
 
 struct args {
     std::string out_dir = ".", text_path = CTG_SOURCE_DIR "/data/text/gnu-licenses.txt";
@@ -128,10 +58,10 @@ int run(const args& a) {
     const std::string train_text = text.substr(0, text.size() - n_val), val_text = text.substr(text.size() - n_val);
 
     sentencepiece::SentencePieceProcessor sp;
-    load_or_train(sp, a.out_dir + "/subword.model", train_text, a.retrain);
+    subword::load_or_train(sp, a.out_dir + "/subword.model", train_text, V, a.retrain, "subword_gpt");
     std::vector<int> train_chars, val_chars;
-    auto train_ids = encode(sp, train_text, train_chars, "training");
-    auto val_ids = encode(sp, val_text, val_chars, "validation");
+    auto train_ids = subword::encode(sp, train_text, train_chars, "training", "subword_gpt");
+    auto val_ids = subword::encode(sp, val_text, val_chars, "validation", "subword_gpt");
     std::printf("encode -> decode gives the training and validation text back exactly: %zu and %zu tokens, "
                 "%.2f characters per token\n", train_ids.size(), val_ids.size(),
                 double(train_text.size() + val_text.size()) / double(train_ids.size() + val_ids.size()));
@@ -173,11 +103,11 @@ int run(const args& a) {
     std::mt19937_64 sample_rng(7);
     const std::string prompt = "The licensee";
     std::vector<int> prompt_ids, sample;
-    check(sp.Encode(prompt, &prompt_ids), "encoding the prompt");
+    subword::check(sp.Encode(prompt, &prompt_ids), "subword_gpt: encoding the prompt");
     gpt_text::continue_tokens(gen, prompt_ids, 120, len, {.top_k = 0, .temperature = 0.8, .top_p = 0.95},
                               sample_rng, [&](int id) { sample.push_back(id); });
     std::string decoded;
-    check(sp.Decode(sample, &decoded), "decoding the sample");
+    subword::check(sp.Decode(sample, &decoded), "subword_gpt: decoding the sample");
     std::printf("--- sample (120 tokens, temperature 0.8, top-p 0.95) ---\n%s%s\n---\n", prompt.c_str(), decoded.c_str());
     if (!(r.metric < before)) {
         std::fprintf(stderr, "subword_gpt: the validation loss did not fall (%.3f before, %.3f after)\n", before, r.metric);
@@ -188,9 +118,9 @@ int run(const args& a) {
 
 int encode_command(const std::string& model_path, const std::string& text) {
     sentencepiece::SentencePieceProcessor sp;
-    check(sp.Load(model_path), "loading " + model_path);
+    subword::check(sp.Load(model_path), "subword_gpt: loading " + model_path);
     std::vector<int> ids;
-    check(sp.Encode(text, &ids), "encoding");
+    subword::check(sp.Encode(text, &ids), "subword_gpt: encoding");
     for (std::size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
     std::printf("\n");
     return 0;
