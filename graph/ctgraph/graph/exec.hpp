@@ -55,6 +55,10 @@ struct exec_state {
     // Node i's shadow is made again before its first reader's VJP (remade[i]; a repeat's layer:
     // graph/cell.hpp, cell_frame::remade); the array null where none is.
     const bool* remade = nullptr;
+    // A program's training pass: a node without an adjoint (one that leads only to frozen
+    // parameters, options::frozen) runs as in an inference pass (run_info::forward_only: a repeat or
+    // scan keeps one layer's or step's values, not every one's), its scratch sized so.
+    bool forward_only_without_adjoint = false;
 };
 
 /// The operands an op reads as matrix-product operands (op.hpp, bf16_operands): none unless it says.
@@ -301,6 +305,7 @@ inline op_io<T, K> build_io(const exec_state& s, std::size_t i, std::uint32_t on
     c.scratch = s.scratch[i];
     c.node_name = s.label[i];
     c.run = sub_run(s.run, i);
+    if (s.forward_only_without_adjoint && !s.needs_grad[i]) c.run.forward_only = true;
     return c;
 }
 

@@ -615,8 +615,9 @@ private:
     }
     template <std::size_t... I>
     void scratch_sizes(std::array<std::size_t, N>& out, std::index_sequence<I...>) const {
+        // (a node without an adjoint runs forward only: exec_state::forward_only_without_adjoint)
         ((out[I] = detail::scratch_size_of<detail::op_of_t<node_t<I>>, G::arity[I]>(
-              shapes_.data(), &G::operands[0][0], G::max_arity, I, Opt.inference, recompute,
+              shapes_.data(), &G::operands[0][0], G::max_arity, I, Opt.inference || !G::needs_grad[I], recompute,
               bf16_level)),
          ...);
     }
@@ -719,6 +720,7 @@ private:
         s.run.bf16_shadows = bf16_shadows;
         s.run.bf16_only = bf16_only_on;
         s.run.bf16_saved = bf16_saved_on;
+        s.forward_only_without_adjoint = true;  // (scratch_sizes sizes such nodes so)
         return s;
     }
     template <std::size_t... I>

@@ -419,10 +419,12 @@ model_summary summarize(std::initializer_list<std::pair<char, std::size_t>> size
     s.recompute = recompute;
     std::array<std::size_t, N> scratch{}, val{}, adj{};
     for (std::size_t i = 0; i < N; ++i) {
-        scratch[i] = scratch_fns[i](shapes.data(), &G::operands[0][0], G::max_arity, i, Opt.inference, recompute, shadows);
+        // (a node without an adjoint runs forward only, as program::scratch_sizes sizes it)
+        const bool forward_only = Opt.inference || !G::needs_grad[i];
+        scratch[i] = scratch_fns[i](shapes.data(), &G::operands[0][0], G::max_arity, i, forward_only, recompute, shadows);
         if constexpr (recompute)  // what the same op would keep without recomputation
             s.recompute_saved_bytes +=
-                (round_up_elems<T>(scratch_fns[i](shapes.data(), &G::operands[0][0], G::max_arity, i, false, false, shadows)) -
+                (round_up_elems<T>(scratch_fns[i](shapes.data(), &G::operands[0][0], G::max_arity, i, forward_only, false, shadows)) -
                  round_up_elems<T>(scratch[i])) *
                 sizeof(T);
     }
