@@ -36,6 +36,7 @@ struct check_config {
     std::map<std::string, int> index_low{};     // (default low = 0)
     std::map<std::string, int> index_ignore{};  // index inputs: this value appears in some positions
     unsigned seed = 7;
+    std::map<std::string, std::vector<index_t>> index_values{};  // index inputs fed these values (their size), not drawn
 };
 
 namespace detail {
@@ -100,6 +101,10 @@ inline std::size_t check_gradients_of(gradcheck_program& prog, const check_confi
             std::uniform_int_distribution<int> u(low, bound - 1);
             for (auto& id : ids) id = u(rng);
             if (cfg.index_ignore.count(name) && ids.size() > 1) ids[1] = cfg.index_ignore.at(name);
+            if (cfg.index_values.count(name)) {
+                REQUIRE(cfg.index_values.at(name).size() == ids.size());
+                ids = cfg.index_values.at(name);
+            }
             prog.feed(name, ids.data(), s);
         }
     }

@@ -135,8 +135,15 @@ struct masked_rows {
         } else {
             const std::size_t b = batch_of(r), i = query_of(r);
             T mx = -std::numeric_limits<T>::infinity();
-            for (std::size_t j = lo; j < hi; ++j)
+            bool whole = true;  // every key of the range visible
+            for (std::size_t j = lo; j < hi; ++j) {
                 if (Mask::visible(args, b, i, j)) mx = std::max(mx, x[j]);
+                else whole = false;
+            }
+            if (whole) {  // as a mask of ranges: the same kernel, the same bits (key_padding_mask vs key_padding)
+                kernels::softmax_row(hi - lo, x + lo, y + lo);
+                return;
+            }
             if (mx == -std::numeric_limits<T>::infinity()) {  // nothing visible in the range
                 std::fill(y + lo, y + hi, T(0));
                 return;
@@ -207,12 +214,12 @@ namespace detail {
 template <class Mask, class S, class... Ops>
 constexpr auto make_masked_softmax(S s, tlist<Ops...>) {
     static_assert(with_shapes<any_poison<S, Ops...> || (Ops::is_index && ...), typename Ops::shape::pretty...>::value,
-                  "ctg::masked_softmax: a mask's lengths or matrix must be an index_input");
+                  "ctg::masked_softmax: a mask's lengths, padding or matrix must be an index_input");
     static_assert(with_shapes<any_poison<S, Ops...> || S::shape::rank < 2 ||
                                   Mask::template check<typename S::shape, typename Ops::shape...>(),
                               typename S::shape::pretty, typename Ops::shape::pretty...>::value,
                   "ctg::masked_softmax: the mask's tensor does not fit the scores (..., n, m): key lengths are (B) "
-                  "for scores (B, ..., n, m), a mask matrix is (n, m) or (B, n, m)");
+                  "for scores (B, ..., n, m), a key padding mask (B, m), a mask matrix (n, m) or (B, n, m)");
     if constexpr (any_poison<S, Ops...>) return poison{};
     else return make_node<ops::masked_softmax_op<Mask>>(s, Ops{}...);
 }

@@ -10,6 +10,8 @@
 //   local_window<W, window::past>{}   p(i) - W <= j <= p(i)   (the one-sided, causal form)
 //   visible_if<Pred>{}            Pred::visible(p(i), j), a compile-time predicate (a named type)
 //   key_padding(lengths)          j < lengths[b]: lengths an index_input (B), each in [1, m]
+//   key_padding_mask(pad)         pad[b][j] == 0: pad an index_input (B, m) of 0/1, 1 = padding
+//                                 anywhere in the row (PyTorch's key_padding_mask, True = ignore)
 //   mask_matrix(M)                M[i][j] != 0 (or M[b][i][j]): an index_input (n, m) or (B, n, m)
 //   causal{} && key_padding(len)  both
 //
@@ -203,6 +205,65 @@ struct key_padding : mask_base {
     static bool visible(const mask_args&, std::size_t, std::size_t, std::size_t) { return true; }
     /// The mask's name in to_text() and messages.
     static std::string describe() { return "key padding"; }
+};
+
+/// Keys not marked as padding: j visible where pad[b][j] == 0, pad an index_input (B, m) of 0/1
+/// with 1 where key j of sequence b is padding, anywhere in the row: PyTorch's `key_padding_mask`
+/// (True = ignore) as integers. Every row must leave a key visible: a sequence of padding alone is
+/// an index_error naming the row (PyTorch gives NaN there). With the padding at the end of each
+/// row it equals key_padding(lengths), which is cheaper (no per-key test in the softmax).
+template <class Pad>
+struct key_padding_mask : mask_base {
+    constexpr key_padding_mask() = default;
+    constexpr explicit key_padding_mask(Pad) {}  ///< key_padding_mask(pad): pad an index_input (B, m) of 0/1
+    using operands = tlist<Pad>;  ///< the mask's runtime tensors (index inputs)
+    static constexpr bool dense = true;  ///< true when visible() must be asked inside cols()' range
+    /// The static shape rule of the operands against the score shape S: (B, m) for (B, ..., n, m).
+    template <class S, class P>
+    static consteval bool check() {
+        if constexpr (P::rank != 2 || S::rank < 3) return false;
+        else return S::dims[0] == P::dims[0] && S::dims[S::rank - 1] == P::dims[1];
+    }
+    /// Runtime checks of the operands; throws ctg::shape_error or ctg::index_error naming the input.
+    static void validate(const mask_args& a) {
+        const view& pad = a.x[0];
+        const rshape& s = pad.shape;
+        const std::string name(a.names[0]);
+        if (s.rank != 2 || s.d[0] != a.batches || s.d[1] != a.m)
+            throw shape_error("ctg::key_padding_mask: input '" + name + "' has shape " + to_string(s) + "; the scores need (" +
+                              std::to_string(a.batches) + "," + std::to_string(a.m) + "): one entry per sequence and key");
+        const index_t* v = pad.as<index_t>();
+        for (std::size_t b = 0; b < a.batches; ++b) {
+            bool any = false;
+            for (std::size_t j = 0; j < a.m; ++j) {
+                const index_t x = v[b * a.m + j];
+                if (x != 0 && x != 1)
+                    throw index_error("ctg::key_padding_mask: value " + std::to_string(x) + " at (" + std::to_string(b) + "," +
+                                      std::to_string(j) + ") of input '" + name +
+                                      "' is neither 0 (a key to attend to) nor 1 (padding, ignored)");
+                any = any || x == 0;
+            }
+            if (!any)
+                throw index_error("ctg::key_padding_mask: row " + std::to_string(b) + " of input '" + name + "' marks all " +
+                                  std::to_string(a.m) + " keys as padding, so its queries would see no key (PyTorch " +
+                                  "gives NaN there): leave every sequence a key (a 0), or the empty sequence out of the batch");
+        }
+    }
+    /// The range [lo, hi) of keys that query i of batch b may see: from the first key that is not
+    /// padding to the last (what lies between is asked of visible()).
+    static col_range cols(const mask_args& a, std::size_t b, std::size_t) {
+        const index_t* v = a.x[0].as<index_t>() + b * a.m;
+        long long lo = 0, hi = (long long)a.m;
+        while (lo < hi && v[lo] != 0) ++lo;
+        while (hi > lo && v[hi - 1] != 0) --hi;
+        return {lo, hi};
+    }
+    /// Whether key j is visible to query i of batch b (inside cols()' range).
+    static bool visible(const mask_args& a, std::size_t b, std::size_t, std::size_t j) {
+        return a.x[0].as<index_t>()[b * a.m + j] == 0;
+    }
+    /// The mask's name in to_text() and messages.
+    static std::string describe() { return "key padding mask"; }
 };
 
 /// Keys where a 0/1 matrix fed at run time is non-zero: an index_input (n, m) shared by the batch,

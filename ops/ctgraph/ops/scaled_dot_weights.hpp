@@ -161,7 +161,7 @@ constexpr auto make_scaled_dot_weights(Q q, K k, tlist<Ops...>) {
                   "ctg::attention: queries (B, n, D) and keys (B, m, D) of heads side by side need the same B and D, and D a "
                   "multiple of the number of heads");
     static_assert(with_shapes<any_poison<Q, K, Ops...> || (Ops::is_index && ...), typename Ops::shape::pretty...>::value,
-                  "ctg::masked_softmax: a mask's lengths or matrix must be an index_input");
+                  "ctg::masked_softmax: a mask's lengths, padding or matrix must be an index_input");
     if constexpr (any_poison<Q, K, Ops...> || !op::template check<typename Q::shape, typename K::shape>()) {
         return poison{};
     } else {
@@ -169,7 +169,7 @@ constexpr auto make_scaled_dot_weights(Q q, K k, tlist<Ops...>) {
         static_assert(with_shapes<Mask::template check<S, typename Ops::shape...>(), typename S::pretty,
                                   typename Ops::shape::pretty...>::value,
                       "ctg::masked_softmax: the mask's tensor does not fit the scores (..., n, m): key lengths are (B) "
-                      "for scores (B, ..., n, m), a mask matrix is (n, m) or (B, n, m)");
+                      "for scores (B, ..., n, m), a key padding mask (B, m), a mask matrix (n, m) or (B, n, m)");
         return make_node<op>(q, k, Ops{}...);
     }
 }
