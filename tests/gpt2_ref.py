@@ -15,6 +15,13 @@ exactly, so that the F32, BF16 and F16 files below hold the same numbers.
                                 "logits" (B, T, V) F64; "prompt{i}" I64 and "greedy{i}" I64, the
                                 prompt's greedy continuation of NEW tokens (full recompute each step)
 
+  gpt2_ref.py grads OUTDIR   (after the above, into the same OUTDIR) writes
+    OUTDIR/grads.safetensors        PyTorch's p.grad (F64) of GPT2Model's parameters (names without
+                                    "transformer."; wte.weight's gradient takes the tied head's too)
+                                    for the mean cross-entropy of the logits of "tokens" against
+                                    random targets, the model in float64 with lmhead.safetensors' weights
+    OUTDIR/grads_inputs.safetensors "targets" (B, T) I64
+
 The sizes must match test_gpt2.cpp's `ref_model`. Files are written by tests/formats_ref.py's
 writer (the format's specification, independent of ctgraph's).
 """
@@ -27,7 +34,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from formats_ref import write_safetensors  # noqa: E402
+from formats_ref import read_safetensors, write_safetensors  # noqa: E402
 
 V, MAX_LEN, D, HEADS, LAYERS = 61, 24, 32, 4, 3
 F = 4 * D
@@ -196,7 +203,27 @@ def main(out):
     write_safetensors(os.path.join(out, 'expected.safetensors'), expected)
 
 
+def grads(out):
+    torch.set_num_threads(1)
+    model = GPT2LMHeadModel().double()
+    saved = read_safetensors(os.path.join(out, 'lmhead.safetensors'))[0]
+    sd = {n: torch.from_numpy(np.array(t, dtype=np.float64)) for n, (dtype, t) in saved.items() if dtype != 'BOOL'}
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    assert not unexpected and all(n.endswith('.attn.bias') for n in missing), (missing, unexpected)
+    tokens = torch.from_numpy(np.array(read_safetensors(os.path.join(out, 'expected.safetensors'))[0]['tokens'][1]))
+    targets = torch.randint(0, V, tokens.shape, generator=torch.Generator().manual_seed(SEED + 1))
+    logits = model(tokens)
+    nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1)).backward()
+    g = {n: ('F64', p.grad.numpy().astype('<f8')) for n, p in model.transformer.named_parameters()}
+    assert 'wte.weight' in g and len(g) == 2 + 12 * LAYERS + 2, sorted(g)
+    write_safetensors(os.path.join(out, 'grads.safetensors'), g)
+    write_safetensors(os.path.join(out, 'grads_inputs.safetensors'), {'targets': ('I64', targets.numpy().astype('<i8'))})
+
+
 if __name__ == '__main__':
-    if len(sys.argv) != 2:
+    if len(sys.argv) == 3 and sys.argv[1] == 'grads':
+        grads(sys.argv[2])
+    elif len(sys.argv) == 2:
+        main(sys.argv[1])
+    else:
         sys.exit(__doc__)
-    main(sys.argv[1])

@@ -319,6 +319,146 @@ TEST_CASE("save_hf_gpt2 writes back the checkpoint's tensors", "[gpt2][python]")
     }
 }
 
+// ---- Gradients under Hugging Face's names -------------------------------------------------------
+
+namespace {
+using Targets = index_input<"targets", B, T>;
+/// A float64 training program of ref_model's loss (the mean cross-entropy of its logits).
+using train64 = program_for<double, options{}, decltype(ref_model::loss(Tokens{}, Targets{}))>;
+
+/// tests/gpt2_ref.py's "grads" files (PyTorch's p.grad, the targets), written once per run beside the others.
+const temp_dir& grads_reference() {
+    static const bool written = (ctg::testing::run_python_reference(reference(), CTG_GPT2_REF " grads"), true);
+    (void)written;
+    return reference();
+}
+
+/// One forward and backward of `p` on these tokens and targets, `batch` sequences.
+void backward_on(train64& p, const std::vector<int>& tokens, const std::vector<int>& targets, std::size_t batch) {
+    const std::vector<index_t> ids(tokens.begin(), tokens.end()), tg(targets.begin(), targets.end());
+    const rshape s{2, {batch, ids.size() / batch}};
+    p.feed("tokens", ids.data(), s);
+    p.feed("targets", tg.data(), s);
+    p.zero_grad();
+    p.forward();
+    p.backward();
+}
+
+/// The metadata of a gradient file: the tensors left out and holding zeros for frozen parameters.
+st::metadata gradient_metadata(const std::string& frozen, const std::string& partly) {
+    return {{"format", "pt"}, {"contents", "gradients"}, {"frozen", frozen}, {"partly_frozen", partly}};
+}
+}  // namespace
+
+TEST_CASE("save_hf_gpt2 writes the gradients under Hugging Face's names: PyTorch's p.grad", "[gpt2][python]") {
+    const temp_dir& ref = grads_reference();
+    auto store = std::make_shared<parameter_store<double>>();
+    nn::load_hf_gpt2<ref_model>(*store, ref / "lmhead.safetensors");
+    train64 p(store);
+    backward_on(p, ints(st::read(ref / "expected.safetensors"), "tokens"), ints(st::read(ref / "grads_inputs.safetensors"), "targets"),
+                2);
+    temp_dir dir;
+    nn::save_hf_gpt2<ref_model>(*store, dir / "grads.safetensors", nn::what::gradients);
+    st::metadata meta;
+    const auto got = st::read(dir / "grads.safetensors", &meta);
+    const auto want = st::read(ref / "grads.safetensors");  // GPT2Model's p.grad: wte.weight's holds the tied head's part
+    CHECK(meta == gradient_metadata("", ""));
+    REQUIRE(got.size() == want.size());
+    for (const auto& [name, t] : want) {
+        INFO(name);
+        REQUIRE(got.count(name));
+        CHECK(got.at(name).dtype == "F64");
+        REQUIRE(got.at(name).shape == t.shape);
+        const double e = relative_error(doubles(got, name), doubles(want, name));
+        INFO("relative error " << e);
+        CHECK(e <= 1e-12);
+    }
+}
+
+TEST_CASE("gradients saved in Hugging Face's layout read back: c_attn's columns q | k | v, frozen ones left out or zeros",
+          "[gpt2]") {
+    constexpr std::size_t D = 32, F = ref_model::ffn_width, L = 3;
+    auto store = std::make_shared<parameter_store<double>>();
+    train64 p(store);
+    store->init(11);
+    std::vector<int> tokens(20), targets(20);
+    for (std::size_t i = 0; i < 20; ++i) tokens[i] = int((7 * i + 3) % V), targets[i] = int((5 * i + 1) % V);
+    backward_on(p, tokens, targets, 2);
+    temp_dir dir;
+    const std::string out = dir / "grads.safetensors";
+    nn::save_hf_gpt2<ref_model>(*store, out, nn::what::gradients);
+    st::metadata meta;
+    const auto f = st::read(out, &meta);
+    CHECK(meta == gradient_metadata("", ""));
+    // GPT2Model's names (no "transformer.", no lm_head.weight: the head is wte.weight, whose gradient
+    // holds both uses, as tok_embed's does).
+    std::vector<std::string> want = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"};
+    for (std::size_t l = 0; l < L; ++l)
+        for (const char* n : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+                              "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+                              "mlp.c_proj.weight", "mlp.c_proj.bias"})
+            want.push_back("h." + std::to_string(l) + "." + n);
+    std::sort(want.begin(), want.end());
+    std::vector<std::string> names;
+    for (const auto& [name, t] : f) names.push_back(name);
+    REQUIRE(names == want);
+    CHECK(f.at("wte.weight").shape == std::vector<std::size_t>{V, D});
+    CHECK(f.at("h.1.attn.c_attn.weight").shape == std::vector<std::size_t>{D, 3 * D});
+    CHECK(f.at("h.1.mlp.c_proj.weight").shape == std::vector<std::size_t>{F, D});
+    auto grad = [&](const std::string& n) { return store->grad(store->slot(n)); };
+    auto same = [&](const std::string& tensor, const double* g) {
+        const auto v = doubles(f, tensor);
+        return std::equal(v.begin(), v.end(), g);
+    };
+    CHECK(same("wte.weight", grad("tok_embed")));
+    CHECK(same("wpe.weight", grad("pos_embed")));
+    CHECK(same("ln_f.bias", grad("ln_f.bias")));
+    std::size_t mismatches = 0;
+    const char* qkv[] = {"q", "k", "v"};
+    for (std::size_t l = 0; l < L; ++l) {
+        const std::string h = "h." + std::to_string(l) + ".";
+        INFO(h);
+        // Conv1D (in, out) as ctgraph's (in, out); layer l of the stacked parameters.
+        CHECK(same(h + "mlp.c_fc.weight", grad("blocks.fc1.weight") + l * D * F));
+        CHECK(same(h + "mlp.c_proj.weight", grad("blocks.fc2.weight") + l * F * D));
+        CHECK(same(h + "attn.c_proj.bias", grad("blocks.proj.bias") + l * D));
+        CHECK(same(h + "ln_2.weight", grad("blocks.ln2.weight") + l * D));
+        // c_attn (D, 3D): columns j D .. (j + 1) D are q, k, v's (in, out) gradient.
+        const auto w = doubles(f, h + "attn.c_attn.weight"), b = doubles(f, h + "attn.c_attn.bias");
+        for (std::size_t j = 0; j < 3; ++j) {
+            const double* g = grad("blocks." + std::string(qkv[j]) + ".weight") + l * D * D;
+            const double* gb = grad("blocks." + std::string(qkv[j]) + ".bias") + l * D;
+            for (std::size_t o = 0; o < D; ++o) {
+                mismatches += b[j * D + o] != gb[o];
+                for (std::size_t i = 0; i < D; ++i) mismatches += w[i * 3 * D + j * D + o] != g[i * D + o];
+            }
+        }
+    }
+    CHECK(mismatches == 0);
+
+    // Frozen: tok_embed (wte.weight, embedding and head alike, is not written: PyTorch's p.grad of a
+    // frozen wte is None) and the keys' projection (the middle columns of every c_attn.weight are
+    // zeros); the metadata names both, every other tensor is as before.
+    store->set_frozen(store->slot("tok_embed"), true);
+    store->set_frozen(store->slot("blocks.k.weight"), true);
+    nn::save_hf_gpt2<ref_model>(*store, out, nn::what::gradients);
+    const auto frozen = st::read(out, &meta);
+    CHECK(meta == gradient_metadata("wte.weight", "h.0.attn.c_attn.weight h.1.attn.c_attn.weight h.2.attn.c_attn.weight"));
+    REQUIRE(frozen.size() == f.size() - 1);
+    CHECK_FALSE(frozen.count("wte.weight"));
+    for (const auto& [name, t] : frozen) {
+        INFO(name);
+        auto before = doubles(f, name);
+        if (name.ends_with("attn.c_attn.weight"))
+            for (std::size_t i = 0; i < D; ++i) std::fill_n(before.begin() + long(i * 3 * D + D), D, 0.0);
+        CHECK(doubles(frozen, name) == before);
+    }
+    // The values are saved whole, frozen or not.
+    nn::save_hf_gpt2<ref_model>(*store, out);
+    CHECK(st::read(out, &meta).size() == f.size());
+    CHECK(meta == st::metadata{{"format", "pt"}});
+}
+
 // ---- Mismatches ----------------------------------------------------------------------------------
 
 TEST_CASE("every mismatch of a checkpoint is an io_error naming tensor, shapes and file, nothing is written",

@@ -93,28 +93,40 @@ std::string io_message(F&& f) {
     return "no io_error";
 }
 
+/// The arrays fed to a program, kept while it runs.
+struct fed {
+    std::vector<std::vector<double>> reals;
+    std::vector<std::vector<index_t>> ids;
+};
+
+/// Feeds `p` the tensors "<c>.<name>" of `file` for the names it has ("tokens" and "lengths" as indices).
+template <class P>
+void feed_case(P& p, const std::map<std::string, st::tensor>& file, const std::string& c, const std::vector<std::string>& names,
+               fed& keep) {
+    for (const std::string& n : names) {
+        const auto it = file.find(c + "." + n);
+        if (it == file.end()) continue;
+        rshape s{it->second.shape.size(), {}};
+        std::copy(it->second.shape.begin(), it->second.shape.end(), s.d.begin());
+        if (n == "tokens" || n == "lengths") {
+            const auto v = st::to_vector<std::int64_t>(it->second);
+            keep.ids.emplace_back(v.begin(), v.end());
+            p.feed(n, keep.ids.back().data(), s);
+        } else {
+            keep.reals.push_back(st::to_vector<double>(it->second));
+            p.feed(n, keep.reals.back().data(), s);
+        }
+    }
+}
+
 /// The output of `e` in a float64 inference program over `store`, fed the case's inputs of these names.
 template <class E>
 std::vector<double> output_of(std::shared_ptr<parameter_store<double>> store, E, const std::string& c,
                               const std::vector<std::string>& names = {"x", "m", "tokens", "lengths"}) {
     using P = decltype(compile<double, options{.inference = true}>(E{}));
     P p(std::move(store));
-    std::vector<std::vector<double>> keep;
-    std::vector<std::vector<index_t>> keep_ids;
-    for (const std::string& n : names) {
-        const auto it = expected().find(c + "." + n);
-        if (it == expected().end()) continue;
-        rshape s{it->second.shape.size(), {}};
-        std::copy(it->second.shape.begin(), it->second.shape.end(), s.d.begin());
-        if (n == "tokens" || n == "lengths") {
-            const auto v = st::to_vector<std::int64_t>(it->second);
-            keep_ids.emplace_back(v.begin(), v.end());
-            p.feed(n, keep_ids.back().data(), s);
-        } else {
-            keep.push_back(st::to_vector<double>(it->second));
-            p.feed(n, keep.back().data(), s);
-        }
-    }
+    fed keep;
+    feed_case(p, expected(), c, names, keep);
     p.forward();
     auto z = p.template output<0>();
     return {z.begin(), z.end()};
@@ -535,4 +547,252 @@ TEST_CASE("the closest names of a missing parameter: a prefix changed first, the
     CHECK_THAT(m, Contains("lacks 1 parameter this program needs"));
     CHECK_THAT(m, Contains("'layers.q.weight' (4,4): closest present 'encoder.layers.q.weight', 'layers.k.weight', 'layers.v.weight'\n"));
     CHECK(store->size() == 5);
+}
+
+// ---- Gradients under PyTorch's names --------------------------------------------------------------
+
+namespace {
+/// tests/torch_layouts_ref.py's "grads" files, written once per run beside "gen"'s: per gradient case g
+/// PyTorch's p.grad (<g>.grads.safetensors) and the loss's weights r ("<g>.r" of the map returned).
+const std::map<std::string, st::tensor>& grad_inputs() {
+    static const auto r = [] {
+        ctg::testing::run_python_reference(reference(), CTG_TORCH_LAYOUTS_REF " grads");
+        return st::read(reference() / "grads_inputs.safetensors");
+    }();
+    return r;
+}
+
+using Xs5 = input<"x", T, B, 5>;
+/// sum(y * r) over each gradient case's output y: what the reference script differentiates.
+using mha_loss = decltype(sum(mul(mha::cross(X16{}, M16{}), input<"r", B, T, 16>{})));
+using small_loss = decltype(sum(mul(ln{}(lin{}(embedding(emb{}, Tokens{}))), input<"r", B, T, 8>{})));
+using gpt_loss = decltype(sum(mul(gpt::logits(Tokens{}), input<"r", B, T, 13>{})));
+using rnn_loss = decltype(sum(mul(rnn::run(Xs5{}), input<"r", T, B, 6>{})));
+
+/// Case c's state_dict loaded into a new float64 store, then one forward and backward of a program of
+/// Loss (with Opt) over it, fed c's inputs and gradient case g's r: the store holding the gradients.
+template <class Module, class Loss, options Opt = options{}>
+std::shared_ptr<parameter_store<double>> gradients_of(const std::string& c, const std::string& g) {
+    auto store = std::make_shared<parameter_store<double>>();
+    nn::load_torch<Module>(*store, reference() / (c + ".safetensors"));
+    program_for<double, Opt, Loss> p(store);
+    fed keep;
+    feed_case(p, expected(), c, {"x", "m", "tokens"}, keep);
+    feed_case(p, grad_inputs(), g, {"r"}, keep);
+    p.zero_grad();
+    p.forward();
+    p.backward();
+    return store;
+}
+
+/// The gradient metadata: "contents", and the tensors left out and holding zeros for frozen parts.
+st::metadata gradient_metadata(const std::string& frozen, const std::string& partly) {
+    return {{"format", "pt"}, {"contents", "gradients"}, {"frozen", frozen}, {"partly_frozen", partly}};
+}
+
+/// The largest |element|.
+double largest(const std::vector<double>& v) {
+    double m = 0;
+    for (double x : v) m = std::max(m, std::abs(x));
+    return m;
+}
+
+/// The gradient file ctgraph wrote at `path` against PyTorch's p.grad of gradient case g: the same
+/// names (none for a p.grad that is None), shapes and values (F64, to 1e-12 of each tensor's
+/// largest element, or of a thousandth of the file's largest for a gradient that is zero in exact
+/// arithmetic: the keys' biases, as softmax ignores a shift of all the scores), and the metadata
+/// listing `frozen` and `partly` frozen tensors.
+void check_against_pytorch(const std::string& path, const std::string& g, const std::string& frozen = "",
+                           const std::string& partly = "") {
+    INFO("gradient case " << g);
+    st::metadata meta;
+    const auto got = st::read(path, &meta);
+    const auto want = st::read(reference() / (g + ".grads.safetensors"));
+    CHECK(meta == gradient_metadata(frozen, partly));
+    std::vector<std::string> got_names, want_names;
+    double file_scale = 0;
+    for (const auto& [name, t] : got) got_names.push_back(name);
+    for (const auto& [name, t] : want) want_names.push_back(name), file_scale = std::max(file_scale, largest(st::to_vector<double>(t)));
+    REQUIRE(got_names == want_names);
+    for (const auto& [name, t] : want) {
+        INFO(name);
+        const st::tensor& x = got.at(name);
+        CHECK(x.dtype == "F64");
+        REQUIRE(x.shape == t.shape);
+        const auto a = st::to_vector<double>(x), b = st::to_vector<double>(t);
+        std::vector<double> diff(a.size());
+        for (std::size_t i = 0; i < a.size(); ++i) diff[i] = a[i] - b[i];
+        INFO("largest difference " << largest(diff) << ", largest element " << largest(b) << " (the file's " << file_scale << ")");
+        CHECK(largest(diff) <= 1e-12 * std::max(largest(b), 1e-3 * file_scale));
+    }
+}
+}  // namespace
+
+TEST_CASE("save_torch writes the gradients under the state_dict's names: PyTorch's p.grad", "[torch_layout][python]") {
+    temp_dir dir;
+    const std::string out = dir / "grads.safetensors";
+    // Packed rows (in_proj_weight), transposed Linear weights, an embedding, a square Linear and a
+    // LayerNorm, layers stacked by repeat (blocks.{l}.*), and nn.RNN's two biases, which PyTorch
+    // gives the same gradient (that of their sum, ctgraph's one bias).
+    nn::save_torch<mha>(*gradients_of<mha, mha_loss>("mha", "mha"), out, nn::what::gradients);
+    check_against_pytorch(out, "mha");
+    nn::save_torch<small>(*gradients_of<small, small_loss>("small", "small"), out, nn::what::gradients);
+    check_against_pytorch(out, "small");
+    nn::save_torch<gpt>(*gradients_of<gpt, gpt_loss>("gpt", "gpt"), out, nn::what::gradients);
+    check_against_pytorch(out, "gpt");
+    nn::save_torch<rnn>(*gradients_of<rnn, rnn_loss>("rnn", "rnn"), out, nn::what::gradients);
+    check_against_pytorch(out, "rnn");
+    // Under a prefix, as a submodule of a bigger state_dict.
+    nn::save_torch<rnn>(*gradients_of<rnn, rnn_loss>("rnn", "rnn"), out, nn::what::gradients, "rnn.");
+    const auto prefixed = st::read(out);
+    CHECK(prefixed.count("rnn.bias_hh_l0"));
+    CHECK(prefixed.size() == 4);
+}
+
+TEST_CASE("a frozen parameter's gradient is not written (PyTorch's p.grad is None), a frozen part of a packed tensor is zeros",
+          "[torch_layout][python]") {
+    temp_dir dir;
+    const std::string out = dir / "grads.safetensors";
+    // The embedding frozen (PyTorch: emb.weight.requires_grad_(False)): no emb.weight, the rest as PyTorch's.
+    auto store = gradients_of<small, small_loss, options{.frozen = "emb"}>("small", "small_frozen");
+    REQUIRE(store->frozen(store->slot("emb")));
+    nn::save_torch<small>(*store, out, nn::what::gradients);
+    check_against_pytorch(out, "small_frozen", "emb.weight");
+    // Its values are all saved, as always: the checkpoint does not depend on what trains.
+    nn::save_torch<small>(*store, out);
+    st::metadata meta;
+    CHECK(st::read(out, &meta).size() == 5);
+    CHECK(meta == st::metadata{{"format", "pt"}});
+    // The keys' projection frozen, one third of in_proj_weight: zeros there, as PyTorch's p.grad under
+    // a hook zeroing those rows (a tensor is frozen or not as a whole in PyTorch).
+    store = gradients_of<mha, mha_loss, options{.frozen = "attn.k.weight"}>("mha", "mha_kfrozen");
+    nn::save_torch<mha>(*store, out, nn::what::gradients);
+    check_against_pytorch(out, "mha_kfrozen", "", "in_proj_weight");
+}
+
+namespace {
+/// A program of Loss over a new float64 store initialised from `seed`, after one forward and
+/// backward fed `inputs` (name, shape: values from sin, so the gradients are not symmetric).
+template <class Loss>
+std::shared_ptr<parameter_store<double>> gradients_without_python(
+    unsigned seed, const std::vector<std::pair<std::string, std::vector<std::size_t>>>& inputs) {
+    auto store = std::make_shared<parameter_store<double>>();
+    program_for<double, options{}, Loss> p(store);
+    store->init(seed);
+    std::vector<std::vector<double>> keep;
+    for (const auto& [name, shape] : inputs) {
+        std::size_t n = 1;
+        for (std::size_t d : shape) n *= d;
+        keep.emplace_back(n);
+        for (std::size_t i = 0; i < n; ++i) keep.back()[i] = std::sin(double(3 * i + keep.size()));
+        rshape s{shape.size(), {}};
+        std::copy(shape.begin(), shape.end(), s.d.begin());
+        p.feed(name, keep.back().data(), s);
+    }
+    p.zero_grad();
+    p.forward();
+    p.backward();
+    return store;
+}
+
+std::vector<std::string> names_of(const std::map<std::string, st::tensor>& f) {
+    std::vector<std::string> n;
+    for (const auto& [name, t] : f) n.push_back(name);
+    return n;
+}
+}  // namespace
+
+TEST_CASE("gradients saved under PyTorch's names read back: (out, in) weights, packed rows, both summed biases",
+          "[torch_layout]") {
+    temp_dir dir;
+    const std::string out = dir / "grads.safetensors";
+    // nn.MultiheadAttention: in_proj_weight (3D, D), row block j the gradient of q, k, v's weight
+    // (in, out) transposed; out_proj.weight (D, D) proj's transposed.
+    auto store = gradients_without_python<mha_loss>(5, {{"x", {2, 5, 16}}, {"m", {2, 7, 16}}, {"r", {2, 5, 16}}});
+    nn::save_torch<mha>(*store, out, nn::what::gradients);
+    st::metadata meta;
+    auto f = st::read(out, &meta);
+    CHECK(meta == gradient_metadata("", ""));
+    REQUIRE(names_of(f) == std::vector<std::string>{"in_proj_bias", "in_proj_weight", "out_proj.bias", "out_proj.weight"});
+    CHECK(f.at("in_proj_weight").shape == std::vector<std::size_t>{48, 16});
+    CHECK(f.at("in_proj_bias").shape == std::vector<std::size_t>{48});
+    CHECK(f.at("out_proj.weight").shape == std::vector<std::size_t>{16, 16});
+    CHECK(f.at("out_proj.bias").shape == std::vector<std::size_t>{16});
+    for (const auto& [name, t] : f) CHECK(t.dtype == "F64");
+    const auto w = st::to_vector<double>(f.at("in_proj_weight")), bias = st::to_vector<double>(f.at("in_proj_bias")),
+               proj = st::to_vector<double>(f.at("out_proj.weight"));
+    const char* qkv[] = {"q", "k", "v"};
+    std::size_t mismatches = 0;
+    for (std::size_t j = 0; j < 3; ++j) {
+        const double* g = store->grad(store->slot("attn." + std::string(qkv[j]) + ".weight"));
+        const double* gb = store->grad(store->slot("attn." + std::string(qkv[j]) + ".bias"));
+        for (std::size_t o = 0; o < 16; ++o) {
+            mismatches += bias[j * 16 + o] != gb[o];
+            for (std::size_t i = 0; i < 16; ++i) mismatches += w[(j * 16 + o) * 16 + i] != g[i * 16 + o];
+        }
+    }
+    const double* gp = store->grad(store->slot("attn.proj.weight"));
+    for (std::size_t o = 0; o < 16; ++o)
+        for (std::size_t i = 0; i < 16; ++i) mismatches += proj[o * 16 + i] != gp[i * 16 + o];
+    CHECK(mismatches == 0);
+    CHECK(st::to_vector<double>(f.at("out_proj.bias")) ==
+          std::vector<double>(store->grad(store->slot("attn.proj.bias")), store->grad(store->slot("attn.proj.bias")) + 16));
+
+    // Frozen: the values' projection (a part of in_proj_weight: zeros there, the rest unchanged) and
+    // the output bias (the whole of out_proj.bias: not written); both named in the metadata.
+    store->set_frozen(store->slot("attn.v.weight"), true);
+    store->set_frozen(store->slot("attn.proj.bias"), true);
+    nn::save_torch<mha>(*store, out, nn::what::gradients);
+    auto frozen = st::read(out, &meta);
+    CHECK(meta == gradient_metadata("out_proj.bias", "in_proj_weight"));
+    REQUIRE(names_of(frozen) == std::vector<std::string>{"in_proj_bias", "in_proj_weight", "out_proj.weight"});
+    const auto wf = st::to_vector<double>(frozen.at("in_proj_weight"));
+    for (std::size_t k = 0; k < wf.size(); ++k) mismatches += wf[k] != (k < 32 * 16 ? w[k] : 0.0);
+    CHECK(mismatches == 0);
+    CHECK(st::to_vector<double>(frozen.at("in_proj_bias")) == bias);
+    CHECK(st::to_vector<double>(frozen.at("out_proj.weight")) == proj);
+    // With every parameter frozen there is nothing to write, and the file says why.
+    for (std::size_t s = 0; s < store->size(); ++s) store->set_frozen(s, true);
+    nn::save_torch<mha>(*store, out, nn::what::gradients);
+    CHECK(st::read(out, &meta).empty());
+    CHECK(meta == gradient_metadata("in_proj_weight in_proj_bias out_proj.weight out_proj.bias", ""));
+
+    // nn.RNN: weight_ih_l0 (H, X) is W_x's gradient (X, H) transposed; bias_ih_l0 and bias_hh_l0 are
+    // both the one bias's gradient (the derivative of a sum by either addend), where the values save
+    // the bias in bias_ih_l0 and zeros in bias_hh_l0.
+    auto r = gradients_without_python<rnn_loss>(6, {{"x", {4, 2, 5}}, {"r", {4, 2, 6}}});
+    nn::save_torch<rnn>(*r, out, nn::what::gradients);
+    f = st::read(out);
+    REQUIRE(names_of(f) == std::vector<std::string>{"bias_hh_l0", "bias_ih_l0", "weight_hh_l0", "weight_ih_l0"});
+    CHECK(f.at("weight_ih_l0").shape == std::vector<std::size_t>{6, 5});
+    const auto wi = st::to_vector<double>(f.at("weight_ih_l0"));
+    const double* gx = r->grad(r->slot("r_W_x"));
+    for (std::size_t h = 0; h < 6; ++h)
+        for (std::size_t x = 0; x < 5; ++x) mismatches += wi[h * 5 + x] != gx[x * 6 + h];
+    CHECK(mismatches == 0);
+    const std::vector<double> gb(r->grad(r->slot("r_b")), r->grad(r->slot("r_b")) + 6);
+    CHECK(std::any_of(gb.begin(), gb.end(), [](double v) { return v != 0; }));
+    CHECK(st::to_vector<double>(f.at("bias_ih_l0")) == gb);
+    CHECK(st::to_vector<double>(f.at("bias_hh_l0")) == gb);
+
+    // An array of one's own (here each parameter's gradient doubled, W_h's left out): like a gradient,
+    // both biases hold it; like the values, bias_hh_l0 holds zeros.
+    std::map<std::size_t, std::vector<double>> twice;
+    for (std::size_t s = 0; s < r->size(); ++s) {
+        const double* g = r->grad(s);
+        for (std::size_t i = 0; i < r->at(s).shape.size(); ++i) twice[s].push_back(2 * g[i]);
+    }
+    auto doubled = [&](std::size_t s) -> const double* { return r->at(s).name == "r_W_h" ? nullptr : twice.at(s).data(); };
+    std::vector<double> gb2;
+    for (double v : gb) gb2.push_back(2 * v);
+    nn::save_torch<rnn>(*r, out, nn::parameter_array<double>("twice the gradients", nn::what::gradients, doubled));
+    f = st::read(out, &meta);
+    CHECK(meta == st::metadata{{"format", "pt"}, {"contents", "twice the gradients"}, {"frozen", "weight_hh_l0"}, {"partly_frozen", ""}});
+    REQUIRE(names_of(f) == std::vector<std::string>{"bias_hh_l0", "bias_ih_l0", "weight_ih_l0"});
+    CHECK(st::to_vector<double>(f.at("bias_ih_l0")) == gb2);
+    CHECK(st::to_vector<double>(f.at("bias_hh_l0")) == gb2);
+    nn::save_torch<rnn>(*r, out, nn::parameter_array<double>("twice the gradients", nn::what::values, doubled));
+    f = st::read(out);
+    CHECK(st::to_vector<double>(f.at("bias_ih_l0")) == gb2);
+    CHECK(st::to_vector<double>(f.at("bias_hh_l0")) == std::vector<double>(6, 0.0));
 }

@@ -10,6 +10,17 @@ safetensors (F32, as PyTorch holds it) and its float64 outputs on random inputs.
   torch_layouts_ref.py check OUTDIR CASE FILE
       FILE (written by ctgraph) loads into a new PyTorch module of CASE with load_state_dict(strict=True),
       has the names and shapes of the original state_dict, and gives the expected output (float64)
+  torch_layouts_ref.py grads OUTDIR   (after gen, into the same OUTDIR)
+      per gradient case G (GRADS below) of case C, PyTorch's gradients of sum(y * r), the module C
+      loaded from OUTDIR/C.safetensors in float64, fed C's inputs of expected.safetensors, r random:
+      OUTDIR/G.grads.safetensors           p.grad (F64) under the state_dict's names, for every p
+                                           whose p.grad is not None
+      OUTDIR/grads_inputs.safetensors      "G.r", r (F64, y's shape), per gradient case
+  torch_layouts_ref.py padding OUTDIR
+      the key_padding_mask cases (tests/test_key_padding.cpp; "gen"'s files are not touched):
+      OUTDIR/<case>.safetensors its state_dict (F32), OUTDIR/expected_padding.safetensors per case
+      "<case>.x" (and "<case>.m"), "<case>.pad" (I64 (B, keys), 1 = ignore the key: PyTorch's True)
+      and "<case>.y", float64
 
 Cases (sizes must match test_torch_layouts.cpp):
   mha      nn.MultiheadAttention(16, 4, batch_first=True), queries x (2, 5, 16), keys/values m (2, 7, 16)
@@ -30,6 +41,14 @@ Cases (sizes must match test_torch_layouts.cpp):
   birnn2   nn.RNN(5, 6, num_layers=2, nonlinearity='relu', bidirectional=True): (4, 2, 12)
   lstm3 and bigru2 also over a PackedSequence of lengths (4, 2): <case>_len.x, .lengths, .y (zeros
   after each length) in expected.safetensors, with no state_dict of their own
+Cases of "padding" (padding not at the end of a row):
+  mha_pad    nn.MultiheadAttention(16, 4, batch_first=True), x (2, 5, 16) attending to m (2, 7, 16) under
+             key_padding_mask (2, 7): row 0 ignores keys 1 and 3, row 1 keys 0, 5 and 6
+  enc_pad    the "enc" layer, src_mask causal and src_key_padding_mask (2, 5): row 0 ignores 1 and 3, row 1
+             2 and 4 (every query keeps a key: PyTorch gives NaN for a query that sees none)
+  stack_pad  the "stack" encoder (two layers), src_key_padding_mask (2, 5): row 0 ignores 1 and 3, row 1 0, 3, 4
+  Their outputs are computed with gradients enabled, so PyTorch takes its reference path, not the
+  inference fast path (the two agree to 1e-12, checked).
 Files are written by tests/formats_ref.py's writer (the format's specification, independent of ctgraph's).
 """
 import os
@@ -116,19 +135,23 @@ def inputs(case, gen):
     return {'x': r(4, 2, 5)}
 
 
+def forward(case, model, a):
+    if case == 'mha':
+        return model(a['x'], a['m'], a['m'], need_weights=False)[0]
+    if case in ('small', 'gpt'):
+        return model(a['tokens'])
+    if case in ('enc', 'enc_pre', 'stack'):
+        return model(a['x'])
+    if case == 'dec':
+        t = a['x'].shape[1]
+        mask = torch.triu(torch.full((t, t), float('-inf'), dtype=torch.float64), diagonal=1)
+        return model(a['x'], a['m'], tgt_mask=mask)
+    return model(a['x'])[0]
+
+
 def run(case, model, a):
     with torch.no_grad():
-        if case == 'mha':
-            return model(a['x'], a['m'], a['m'], need_weights=False)[0]
-        if case in ('small', 'gpt'):
-            return model(a['tokens'])
-        if case in ('enc', 'enc_pre', 'stack'):
-            return model(a['x'])
-        if case == 'dec':
-            t = a['x'].shape[1]
-            mask = torch.triu(torch.full((t, t), float('-inf'), dtype=torch.float64), diagonal=1)
-            return model(a['x'], a['m'], tgt_mask=mask)
-        return model(a['x'])[0]
+        return forward(case, model, a)
 
 
 # Cases also run over padded sequences: <case>_len.x, <case>_len.lengths, <case>_len.y in expected.
@@ -184,6 +207,50 @@ def gen(out):
     write_safetensors(os.path.join(out, 'expected.safetensors'), expected)
 
 
+def load_case(out, case, path=None):
+    """Case's module in float64 with the weights of `path` (default OUTDIR/<case>.safetensors), loaded
+    with strict=True; its inputs; expected.safetensors."""
+    model = build(case).double().eval()
+    saved = read_safetensors(path or os.path.join(out, case + '.safetensors'))[0]
+    model.load_state_dict({n: torch.from_numpy(np.array(t, dtype=np.float64)) for n, (_, t) in saved.items()}, strict=True)
+    exp = read_safetensors(os.path.join(out, 'expected.safetensors'))[0]
+    a = {}
+    for n in ('x', 'm', 'tokens'):
+        if case + '.' + n in exp:
+            a[n] = torch.from_numpy(np.array(exp[case + '.' + n][1]))
+    return model, a, exp
+
+
+# Gradient cases: (name, case, parameters frozen (requires_grad=False: p.grad is None), the row block
+# of in_proj_weight zeroed by a hook on its gradient (a frozen part of a packed tensor) or None).
+GRADS = [('small', 'small', [], None), ('mha', 'mha', [], None), ('gpt', 'gpt', [], None), ('rnn', 'rnn', [], None),
+         ('small_frozen', 'small', ['emb.weight'], None), ('mha_kfrozen', 'mha', [], 1)]
+
+
+def grads(out):
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(SEED + 1)
+    r_file = {}
+    for name, case, frozen, zero_block in GRADS:
+        model, a, _ = load_case(out, case)
+        for n, p in model.named_parameters():
+            p.requires_grad_(n not in frozen)
+        if zero_block is not None:
+            w = model.in_proj_weight
+            d = w.shape[1]
+            mask = torch.ones_like(w)
+            mask[zero_block * d:(zero_block + 1) * d] = 0
+            w.register_hook(lambda grad, mask=mask: grad * mask)
+        y = forward(case, model, a)
+        r = torch.randn(y.shape, generator=g, dtype=torch.float64)
+        (y * r).sum().backward()
+        g_file = {n: ('F64', p.grad.numpy().astype('<f8')) for n, p in model.named_parameters() if p.grad is not None}
+        assert sorted(n for n in g_file) == sorted(n for n, _ in model.named_parameters() if n not in frozen), name
+        write_safetensors(os.path.join(out, name + '.grads.safetensors'), g_file)
+        r_file[name + '.r'] = ('F64', r.numpy().astype('<f8'))
+    write_safetensors(os.path.join(out, 'grads_inputs.safetensors'), r_file)
+
+
 def check(out, case, path):
     original = read_safetensors(os.path.join(out, case + '.safetensors'))[0]
     saved, meta, _ = read_safetensors(path)
@@ -197,23 +264,64 @@ def check(out, case, path):
                 assert not np.any(saved[n][1]), n
     for n, (_, t) in original.items():
         assert saved[n][1].shape == t.shape, (n, saved[n][1].shape, t.shape)
-    model = build(case).double().eval()
-    model.load_state_dict({n: torch.from_numpy(np.array(t, dtype=np.float64)) for n, (_, t) in saved.items()}, strict=True)
-    exp = read_safetensors(os.path.join(out, 'expected.safetensors'))[0]
-    a = {}
-    for n in ('x', 'm', 'tokens'):
-        if case + '.' + n in exp:
-            a[n] = torch.from_numpy(np.array(exp[case + '.' + n][1]))
+    model, a, exp = load_case(out, case, path)
     y = run(case, model, a).numpy()
     want = exp[case + '.y'][1]
     err = np.abs(y - want).max() / np.abs(want).max()
     assert err <= 1e-12, '%s: relative error %g after the round trip' % (case, err)
 
 
+PAD_CASES = {'mha_pad': 'mha', 'enc_pad': 'enc', 'stack_pad': 'stack'}
+PAD_ROWS = {'mha_pad': [[0, 1, 0, 1, 0, 0, 0], [1, 0, 0, 0, 0, 1, 1]],
+            'enc_pad': [[0, 1, 0, 1, 0], [0, 0, 1, 0, 1]],
+            'stack_pad': [[0, 1, 0, 1, 0], [1, 0, 0, 1, 1]]}
+
+
+def run_padded(case, model, a, pad):
+    """The case's module over its inputs under key padding mask pad (bool, True = ignore)."""
+    if case == 'mha_pad':
+        return model(a['x'], a['m'], a['m'], key_padding_mask=pad, need_weights=False)[0]
+    if case == 'enc_pad':
+        t = a['x'].shape[1]
+        causal = torch.triu(torch.full((t, t), float('-inf'), dtype=torch.float64), diagonal=1)
+        return model(a['x'], src_mask=causal, src_key_padding_mask=pad)
+    return model(a['x'], src_key_padding_mask=pad)
+
+
+def padding(out):
+    torch.set_num_threads(1)
+    torch.manual_seed(SEED + 1)
+    g = torch.Generator().manual_seed(SEED + 1)
+    expected = {}
+    for case, like in PAD_CASES.items():
+        model = build(like)
+        randomize(model, g)
+        write_safetensors(os.path.join(out, case + '.safetensors'),
+                          {n: ('F32', t.detach().numpy().astype('<f4')) for n, t in model.state_dict().items()},
+                          metadata={'format': 'pt'})
+        model = model.double().eval()
+        a = inputs(like, g)
+        pad = torch.tensor(PAD_ROWS[case], dtype=torch.bool)
+        y = run_padded(case, model, a, pad).detach()  # gradients on: the reference path
+        with torch.no_grad():
+            fast = run_padded(case, model, a, pad)
+        assert torch.isfinite(y).all(), case
+        assert (y - fast).abs().max() <= 1e-12 * y.abs().max(), case
+        for n, t in a.items():
+            expected[case + '.' + n] = ('F64', t.numpy().astype('<f8'))
+        expected[case + '.pad'] = ('I64', pad.numpy().astype('<i8'))
+        expected[case + '.y'] = ('F64', y.numpy().astype('<f8'))
+    write_safetensors(os.path.join(out, 'expected_padding.safetensors'), expected)
+
+
 if __name__ == '__main__':
     if len(sys.argv) == 3 and sys.argv[1] == 'gen':
         gen(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == 'grads':
+        grads(sys.argv[2])
     elif len(sys.argv) == 5 and sys.argv[1] == 'check':
         check(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) == 3 and sys.argv[1] == 'padding':
+        padding(sys.argv[2])
     else:
         sys.exit(__doc__)

@@ -13,6 +13,13 @@
 // Checking is all-or-nothing and lists every problem: a tensor missing (with the expected shape), of
 // another shape (expected and actual), of another dtype (F32, F64, F16 and BF16 are converted), a
 // store parameter of another shape; the caller adds its own checks and throws one ctg::io_error.
+//
+// Saving writes the values, or any other per-parameter array through the same mapping
+// (nn::parameter_array: the gradients, nn::what::gradients, or an optimizer's moment), so that a
+// gradient can be compared with PyTorch's p.grad under its name and in its orientation. Such a file
+// has no tensor for a parameter without an array (a frozen one: PyTorch's p.grad is None), zeros
+// for the parts without one of a tensor that packs several parameters, and says both in its
+// metadata (layout_save).
 // This header includes ctgraph/safetensors.hpp (nlohmann-json) and is not part of ctgraph.hpp.
 #pragma once
 #include <algorithm>
@@ -22,6 +29,7 @@
 #include <set>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ctgraph/params.hpp"
@@ -49,6 +57,41 @@ struct layout_param {
     std::string name;                ///< the store name
     std::vector<std::size_t> shape;  ///< the shape in the store
     std::size_t layer_axes = 0;      ///< 1 when stacked over layers (ctg::repeat), else 0
+};
+
+/// Which per-parameter array a saver (nn::save_torch, nn::save_hf_gpt2) writes, in the checkpoint's
+/// names and orientation; also what a parameter_array of one's own is like.
+enum class what {
+    values,     ///< the parameters' values: the checkpoint itself (the default)
+    gradients,  ///< their gradients (parameter_store::grad), to compare with PyTorch's p.grad; none for a frozen one
+};
+
+/// A per-parameter array for a saver to write in a checkpoint's layout: the store's values or
+/// gradients (from nn::what), or one of one's own, `of(slot)` the array of the store's parameter
+/// `slot` (the parameter's shape, stacked layers first), null when it has none (as a frozen one's
+/// gradient). `like` says how a tensor that PyTorch adds to another (nn.RNN's bias_hh, added on
+/// loading to bias_ih in nn::elman's one bias) is written: what::values, zeros (the other holds the
+/// sum: an average of the weights); what::gradients, the array whole in both (the derivative of a
+/// sum by either addend: an optimizer's moments).
+///
+///   nn::save_torch<M>(store, "grads.safetensors", nn::what::gradients);
+///   nn::save_torch<M>(store, "m.safetensors", nn::parameter_array<float>("adam.m", nn::what::gradients,
+///       [&](std::size_t s) { return store.frozen(s) ? nullptr : m.data() + store.at(s).grad_offset; }));
+template <class T>
+struct parameter_array {
+    /// The store's values (what::values) or gradients (what::gradients); implicit, so that a saver
+    /// takes `nn::what::gradients` itself.
+    parameter_array(what w)
+        : contents(w == what::values ? "values" : "gradients"), like(w), store_values(w == what::values) {}
+    /// An array of one's own: `contents` names it in the file's metadata.
+    parameter_array(std::string contents, what like, std::function<const T*(std::size_t slot)> of)
+        : contents(std::move(contents)), like(like), of(std::move(of)) {}
+
+    std::string contents;  ///< the metadata's "contents" ("values", "gradients", or one's own)
+    what like;             ///< how a summed tensor is written (see the struct comment)
+    /// Slot -> its array or null; empty for the store's own values and gradients.
+    std::function<const T*(std::size_t slot)> of;
+    bool store_values = false;  ///< the store's values: the checkpoint, with its metadata alone
 };
 
 namespace detail {
@@ -82,22 +125,25 @@ inline std::vector<layout_param> layout_params(const std::vector<layout_entry>& 
     return out;
 }
 
-/// Copies between a file tensor's elements and its parameters. ToStore: file -> store.
-template <bool ToStore, class T, class Store>
-void layout_copy(const layout_entry& e, Store& store, std::conditional_t<ToStore, const T*, T*> file) {
+/// Copies between a file tensor's elements and the arrays of its parts (`part[j]`: the whole array
+/// of parameter e.params[j], with the layer axis when stacked). ToStore: file -> arrays, a summed
+/// entry added to them; else arrays -> file, a null part as zeros, a summed entry as zeros when
+/// `split_sums` (values: the earlier entry holds the sum) and as the array itself otherwise.
+template <bool ToStore, class T>
+void layout_copy(const layout_entry& e, const std::vector<std::conditional_t<ToStore, T*, const T*>>& part,
+                 std::conditional_t<ToStore, const T*, T*> file, bool split_sums = true) {
     const auto [R, C] = layout_matrix(e);
     const std::size_t n = e.params.size();
     const std::size_t r = e.split_rows ? R / n : R, c = e.split_rows ? C : C / n;
     for (std::size_t j = 0; j < n; ++j) {
-        const std::size_t s = store.slot(e.params[j]);
         const std::size_t off = e.layers ? e.layer * r * c : 0;
         const std::size_t r0 = e.split_rows ? j * r : 0, c0 = e.split_rows ? 0 : j * c;
-        auto p = store.value(s) + off;
+        const auto p = part[j] ? part[j] + off : nullptr;
         for (std::size_t i = 0; i < r; ++i)
             for (std::size_t k = 0; k < c; ++k) {
                 const std::size_t f = (r0 + i) * C + c0 + k, q = e.transposed ? k * r + i : i * c + k;
                 if constexpr (ToStore) p[q] = e.summed ? p[q] + file[f] : file[f];
-                else file[f] = e.summed ? 0 : p[q];
+                else file[f] = !p || (e.summed && split_sums) ? T(0) : p[q];
             }
     }
 }
@@ -162,30 +208,78 @@ template <class T>
 void layout_load(parameter_store<T>& store, const std::vector<layout_param>& params, const std::vector<layout_entry>& layout,
                  const std::vector<const safetensors::tensor*>& source) {
     layout_add(store, params);
-    for (std::size_t i = 0; i < layout.size(); ++i)
-        layout_copy<true, T>(layout[i], store, safetensors::to_vector<T>(*source[i]).data());
+    for (std::size_t i = 0; i < layout.size(); ++i) {
+        std::vector<T*> part;
+        for (const auto& p : layout[i].params) part.push_back(store.value(store.slot(p)));
+        layout_copy<true, T>(layout[i], part, safetensors::to_vector<T>(*source[i]).data());
+    }
     store.strict(true);
 }
 
-/// The layout's tensors from the store, in the store's type. A parameter missing from the store
-/// throws ctg::error naming it; one of another shape, ctg::shape_error (`who` begins the message).
+/// A layout's tensors of one per-parameter array, and the names of those left out (no part has an
+/// array: a frozen parameter's gradient) and of those holding zeros for the parts without one.
+struct layout_output {
+    std::vector<safetensors::tensor> tensors;  ///< in the layout's order
+    std::vector<std::string> left_out;         ///< tensors not written
+    std::vector<std::string> zero_parts;       ///< tensors written with zeros for some parts
+};
+
+/// The layout's tensors of `array` from the store, in the store's type. A parameter missing from the
+/// store throws ctg::error naming it; one of another shape, ctg::shape_error (`who` begins the message).
 template <class T>
-std::vector<safetensors::tensor> layout_tensors(const parameter_store<T>& store, const std::vector<layout_param>& params,
-                                                const std::vector<layout_entry>& layout, const std::string& who) {
-    for (const auto& p : params)
+layout_output layout_tensors(const parameter_store<T>& store, const std::vector<layout_entry>& layout,
+                             const parameter_array<T>& array, const std::string& who) {
+    for (const auto& p : layout_params(layout))
         if (store.at(store.slot(p.name)).shape.to_vector() != p.shape)
             throw shape_error(who + ": parameter '" + p.name + "' has shape " + to_string(store.at(store.slot(p.name)).shape) +
                               " in the store; the model needs " + safetensors::detail::shape_string(p.shape));
-    std::vector<safetensors::tensor> out;
+    auto of = [&](std::size_t s) -> const T* {
+        if (array.of) return array.of(s);
+        if (array.store_values) return store.value(s);
+        return store.frozen(s) ? nullptr : store.grad(s);
+    };
+    layout_output out;
     std::vector<T> buf;
     for (const auto& e : layout) {
+        std::vector<const T*> part;
+        for (const auto& p : e.params) part.push_back(of(store.slot(p)));
+        const auto missing = std::size_t(std::count(part.begin(), part.end(), nullptr));
+        if (missing == part.size()) {
+            out.left_out.push_back(e.name);
+            continue;
+        }
+        if (missing) out.zero_parts.push_back(e.name);
         std::size_t n = 1;
         for (std::size_t d : e.shape) n *= d;
         buf.assign(n, T(0));
-        layout_copy<false, T>(e, store, buf.data());
-        out.push_back(safetensors::from_data(e.name, buf.data(), e.shape));
+        layout_copy<false, T>(e, part, buf.data(), array.like == what::values);
+        out.tensors.push_back(safetensors::from_data(e.name, buf.data(), e.shape));
     }
     return out;
+}
+
+/// Writes the layout's tensors of `array` to `path` (safetensors::write: atomically), with the
+/// metadata {"format": "pt"} that transformers' loader asks for; a file of any other array than the
+/// store's values adds "contents" (its name: "gradients"), "frozen" (the tensors left out, their
+/// parameters having no array: PyTorch's p.grad is None for a frozen parameter) and "partly_frozen"
+/// (the tensors packing several parameters of which some had none, written as zeros; PyTorch's
+/// p.grad after zeroing those rows or columns), each a list of names separated by spaces.
+template <class T>
+void layout_save(const parameter_store<T>& store, const std::vector<layout_entry>& layout, const parameter_array<T>& array,
+                 const std::string& path, const std::string& who) {
+    const layout_output out = layout_tensors(store, layout, array, who);
+    safetensors::metadata meta{{"format", "pt"}};
+    if (!array.store_values) {
+        auto list = [](const std::vector<std::string>& names) {
+            std::string s;
+            for (const auto& n : names) s += (s.empty() ? "" : " ") + n;
+            return s;
+        };
+        meta["contents"] = array.contents;
+        meta["frozen"] = list(out.left_out);
+        meta["partly_frozen"] = list(out.zero_parts);
+    }
+    safetensors::write(path, out.tensors, meta);
 }
 
 }  // namespace detail

@@ -31,7 +31,9 @@
 // prefix, an lm_head.weight that differs from wte.weight, a store parameter of another shape. Every
 // problem is listed in one ctg::io_error naming the file, and nothing is written before all pass.
 // Saving writes the table's names without the prefix (as Hugging Face's own GPT-2 files), no
-// lm_head.weight (tied), and the metadata {"format": "pt"} that transformers' loader asks for.
+// lm_head.weight (tied), and the metadata {"format": "pt"} that transformers' loader asks for;
+// `nn::save_hf_gpt2<small>(*store, "grads.safetensors", nn::what::gradients)` writes the gradients
+// in the same names and layout (PyTorch's p.grad of GPT2Model's parameters; nn::parameter_array).
 //
 // This header includes ctgraph/safetensors.hpp (nlohmann-json) and is not part of ctgraph.hpp.
 #pragma once
@@ -41,6 +43,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "ctgraph/error.hpp"
@@ -214,12 +217,15 @@ void load_hf_gpt2(parameter_store<T>& store, const std::string& path) {
 /// names, Conv1D (in, out) weights, q, k, v packed into c_attn; no lm_head.weight: it is wte.weight),
 /// in the store's type (F32 or F64), with the metadata {"format": "pt"}; atomically
 /// (safetensors::write). A parameter missing from the store throws ctg::error naming it.
+/// `array`: another per-parameter array in the same names and layout, e.g. `nn::what::gradients`,
+/// PyTorch's `p.grad` of GPT2Model's parameters (wte.weight's the sum of the embedding's and the tied
+/// head's, as tok_embed's), with no tensor for a frozen parameter and zeros for the frozen parts of
+/// c_attn, both listed in the metadata (parameter_array, detail::layout_save).
 template <class Model, class T>
-void save_hf_gpt2(const parameter_store<T>& store, const std::string& path) {
+void save_hf_gpt2(const parameter_store<T>& store, const std::string& path,
+                  const std::type_identity_t<parameter_array<T>>& array = what::values) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "ctg::nn::save_hf_gpt2: float or double store");
-    const auto out = detail::layout_tensors(store, detail::gpt2_params<Model>(), detail::hf_gpt2_layout<Model>(),
-                                            "ctg::nn::save_hf_gpt2");
-    safetensors::write(path, out, {{"format", "pt"}});
+    detail::layout_save(store, detail::hf_gpt2_layout<Model>(), array, path, "ctg::nn::save_hf_gpt2");
 }
 
 }  // namespace ctg::nn

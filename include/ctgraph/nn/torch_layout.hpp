@@ -4,6 +4,7 @@
 //   nn::load_torch<layer>(store, "layer.safetensors");             // nn.TransformerEncoderLayer(64, 4, 256, activation="gelu")
 //   nn::load_torch<layer>(store, "model.safetensors", "encoder.layers.0.");  // one submodule of a bigger state_dict
 //   nn::save_torch<layer>(store, "out.safetensors");                 // the state_dict's names and orientation
+//   nn::save_torch<layer>(store, "grads.safetensors", nn::what::gradients);  // p.grad of each tensor, the same way
 //
 // nn::torch_layout<Module> knows, from the module's type, which PyTorch tensor holds which of its
 // parameters and how: as it is (biases, layer norms, embeddings), transposed (every nn.Linear
@@ -456,10 +457,19 @@ void load_torch(parameter_store<T>& store, const std::string& path, const std::s
 /// missing from the store throws ctg::error naming it; one of another shape, ctg::shape_error.
 template <class Module, class T>
 void save_torch(const parameter_store<T>& store, const std::string& path, const std::string& prefix = "") {
+    save_torch<Module>(store, path, what::values, prefix);
+}
+
+/// Saves a per-parameter array of Module's parameters under the state_dict's names and in its
+/// orientation, as the values above: `nn::what::gradients` writes what PyTorch's `p.grad` of each
+/// tensor holds (nn.RNN's bias_ih and bias_hh both the one bias's gradient), with no tensor for a
+/// frozen parameter (p.grad is None) and zeros for the frozen parts of a packed tensor
+/// (in_proj_weight), both listed in the metadata (parameter_array, detail::layout_save).
+template <class Module, class T>
+void save_torch(const parameter_store<T>& store, const std::string& path, const std::type_identity_t<parameter_array<T>>& array,
+                const std::string& prefix = "") {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "ctg::nn::save_torch: float or double store");
-    const std::vector<layout_entry> layout = torch_nested(prefix, torch_layout<Module>::entries());
-    safetensors::write(path, detail::layout_tensors(store, detail::layout_params(layout), layout, "ctg::nn::save_torch"),
-                       {{"format", "pt"}});
+    detail::layout_save(store, torch_nested(prefix, torch_layout<Module>::entries()), array, path, "ctg::nn::save_torch");
 }
 
 }  // namespace ctg::nn
