@@ -15,6 +15,7 @@
 #include <ctgraph/train.hpp>
 
 #include "gradcheck.hpp"
+#include "random_tokens.hpp"
 #include "temp_dir.hpp"
 
 using namespace ctg;
@@ -28,14 +29,7 @@ using small_gpt = nn::gpt<11, 8, 8, 2, 2, 16>;
 auto gpt_loss() { return small_gpt::loss(index_input<"tokens", B, T>{}, index_input<"targets", B, T>{}); }
 
 template <class P>
-void feed_tokens(P& p, std::uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::vector<index_t> a(4 * 6), b(4 * 6);
-    for (auto& v : a) v = index_t(rng() % 11);
-    for (auto& v : b) v = index_t(rng() % 11);
-    p.feed("tokens", a.data(), rshape{2, {4, 6}});
-    p.feed("targets", b.data(), rshape{2, {4, 6}});
-}
+void feed_tokens(P& p, std::uint64_t seed) { testing::feed_random_tokens(p, seed, 4, 6); }
 
 template <class S>
 bool same_values(const parameter_store<S>& a, std::size_t sa, const parameter_store<S>& b, std::size_t sb) {

@@ -611,41 +611,28 @@ TEST_CASE("an lm_head.weight one ulp from wte.weight is refused showing two numb
     temp_dir dir;
     const std::string good = dir / "good.safetensors", bad = dir / "bad.safetensors";
     const std::size_t k = 9;  // 0.03
-    SECTION("F32: the floats' own shortest digits") {
-        auto f = tiny_checkpoint<float>(good);
-        const std::vector<float> wte = st::to_vector<float>(f.at("wte.weight"));
-        std::vector<float> head = wte;
-        head[k] = std::nextafter(wte[k], 1.0f);
+    // A head one ulp from the embedding, in the file's precision F: the refusal shows two numbers
+    // that differ, read back exactly, and are no longer than the shortest "%g" text that reads back
+    // (a float's digits, not its double's: "%.9g" of the double, 0.0300000012, is longer than 0.03f needs).
+    auto one_ulp = [&]<class F>(F) {
+        auto f = tiny_checkpoint<F>(good);
+        if constexpr (std::is_same_v<F, double>) REQUIRE(f.at("wte.weight").dtype == "F64");
+        const std::vector<F> wte = st::to_vector<F>(f.at("wte.weight"));
+        std::vector<F> head = wte;
+        head[k] = std::nextafter(wte[k], F(1));
         f["lm_head.weight"] = st::from_data("lm_head.weight", head.data(), f.at("wte.weight").shape);
         const std::string m = refusal(f, bad);
         INFO(m);
         const head_against_wte shown = shown_in(m);
         CHECK(shown.element == k);
         CHECK(shown.head != shown.wte);
-        CHECK(read_back<float>(shown.head) == head[k]);
-        CHECK(read_back<float>(shown.wte) == wte[k]);
-        // A float's digits, not its double's: no longer than the shortest "%g" text that reads back
-        // ("%.9g" of the double, 0.0300000012, is longer than 0.03f needs).
+        CHECK(read_back<F>(shown.head) == head[k]);
+        CHECK(read_back<F>(shown.wte) == wte[k]);
         CHECK(shown.head.size() <= fewest_g(head[k]).size());
         CHECK(shown.wte.size() <= fewest_g(wte[k]).size());
-    }
-    SECTION("F64: the doubles' shortest digits") {
-        auto f = tiny_checkpoint<double>(good);
-        REQUIRE(f.at("wte.weight").dtype == "F64");
-        const std::vector<double> wte = st::to_vector<double>(f.at("wte.weight"));
-        std::vector<double> head = wte;
-        head[k] = std::nextafter(wte[k], 1.0);
-        f["lm_head.weight"] = st::from_data("lm_head.weight", head.data(), f.at("wte.weight").shape);
-        const std::string m = refusal(f, bad);
-        INFO(m);
-        const head_against_wte shown = shown_in(m);
-        CHECK(shown.element == k);
-        CHECK(shown.head != shown.wte);
-        CHECK(read_back<double>(shown.head) == head[k]);
-        CHECK(read_back<double>(shown.wte) == wte[k]);
-        CHECK(shown.head.size() <= fewest_g(head[k]).size());
-        CHECK(shown.wte.size() <= fewest_g(wte[k]).size());
-    }
+    };
+    SECTION("F32: the floats' own shortest digits") { one_ulp(0.0f); }
+    SECTION("F64: the doubles' shortest digits") { one_ulp(0.0); }
     SECTION("an F64 head against an F32 wte.weight: both as doubles, so they differ on the page") {
         auto f = tiny_checkpoint<float>(good);
         const std::vector<float> wte = st::to_vector<float>(f.at("wte.weight"));

@@ -15,6 +15,7 @@
 #include <ctgraph/train.hpp>
 
 #include "gradcheck.hpp"
+#include "random_tokens.hpp"
 #include "temp_dir.hpp"
 
 using namespace ctg;
@@ -32,12 +33,7 @@ using Targets = index_input<"targets", B, T>;
 
 template <class P>
 void feed_tokens(P& p, std::uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::vector<index_t> a(3 * 6), b(3 * 6);
-    for (auto& v : a) v = index_t(rng() % 11);
-    for (auto& v : b) v = index_t(rng() % 11);
-    p.feed("tokens", a.data(), rshape{2, {3, 6}});
-    if constexpr (P::template has_input<"targets">) p.feed("targets", b.data(), rshape{2, {3, 6}});
+    testing::feed_random_tokens(p, seed, 3, 6, 11, "tokens", P::template has_input<"targets"> ? "targets" : "");
 }
 
 template <class S>

@@ -13,6 +13,8 @@
 #include <ctgraph/ctgraph.hpp>
 #include <ctgraph/train.hpp>
 
+#include "random_tokens.hpp"
+
 using namespace ctg;
 
 namespace {
@@ -40,17 +42,8 @@ auto gpt_loss() { return small_gpt::loss(index_input<"tokens", B, T>{}, index_in
 
 template <class P>
 void feed_tokens(P& p, std::uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::vector<index_t> a(4 * 6), b(4 * 6);
-    for (auto& v : a) v = index_t(rng() % 11);
-    for (auto& v : b) v = index_t(rng() % 11);
-    if constexpr (P::template has_input<"tok">) {
-        p.feed("tok", a.data(), rshape{2, {6, 4}});
-        p.feed("tgt", b.data(), rshape{2, {6, 4}});
-    } else {
-        p.feed("tokens", a.data(), rshape{2, {4, 6}});
-        p.feed("targets", b.data(), rshape{2, {4, 6}});
-    }
+    if constexpr (P::template has_input<"tok">) testing::feed_random_tokens(p, seed, 6, 4, 11, "tok", "tgt");  // (T, B)
+    else testing::feed_random_tokens(p, seed, 4, 6);
 }
 
 template <class T_>
