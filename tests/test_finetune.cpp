@@ -290,7 +290,7 @@ TEMPLATE_TEST_CASE("stop_gradient: the operand's value, and no gradient through 
     }
 }
 
-TEST_CASE("a checkpoint of one frozen set does not resume another; nothing changes", "[finetune]") {
+TEST_CASE("a checkpoint of one frozen set does not resume another, and nothing changes", "[finetune]") {
     testing::temp_dir dir;
     auto a = compile<double, options{.trainable = "head."}>(gpt_loss());
     a.params().init(1);

@@ -79,7 +79,7 @@ TEST_CASE("a LoRA projection is x W + b + (alpha / r) (x A) B", "[lora]") {
     CHECK(testing::check_gradients<options{.trainable = "*lora_*"}>(lin::linear<"lin.", 3, 5>(input<"x", B, 3>{})) > 0);
 }
 
-TEST_CASE("adapters are initialised as PEFT's: A Kaiming-uniform, B zero; init_matching leaves the rest", "[lora]") {
+TEST_CASE("adapters are initialised as PEFT's (A Kaiming-uniform, B zero), and init_matching leaves the rest", "[lora]") {
     auto prog = compile<float>(lora_gpt::loss(Tokens{}, Targets{}));
     auto& ps = prog.params();
     ps.init(3);
@@ -186,7 +186,7 @@ TEMPLATE_TEST_CASE("merge folds the adapters into the weights: the base model's 
                       ps.at(w).shape.size() * sizeof(S)) != 0);
 }
 
-TEST_CASE("adapters saved and loaded on their own; another model's or other adapters are refused", "[lora]") {
+TEST_CASE("adapters saved and loaded on their own, another model's or other adapters refused", "[lora]") {
     testing::temp_dir dir;
     auto a = compile<float, options{.trainable = "*lora_*"}>(lora_gpt::loss(Tokens{}, Targets{}));
     a.params().init(5);
