@@ -6,7 +6,9 @@
 // equal PyTorch's to 1e-12 relative; saved back, each file loads into a new PyTorch module with
 // load_state_dict(strict=True) and gives the same outputs, its tensors equal to the original's (but
 // nn.RNN's two biases, saved as their sum and zeros). Every mismatch is an io_error naming tensor,
-// shapes and file, and nothing is written.
+// shapes and file, and nothing is written. A model around an nn.TransformerEncoder with its final
+// norm (docs/guide/fine-tuning.md's Tagger) loads in one call and fine-tunes with the encoder frozen,
+// its loss and gradients PyTorch's.
 //
 // The cases run /usr/bin/python3 with python3-torch (installed by scripts/setup.sh); without it they
 // fail, saying so, rather than skip.
@@ -795,4 +797,116 @@ TEST_CASE("gradients saved under PyTorch's names read back: (out, in) weights, p
     f = st::read(out);
     CHECK(st::to_vector<double>(f.at("bias_ih_l0")) == gb2);
     CHECK(st::to_vector<double>(f.at("bias_hh_l0")) == std::vector<double>(6, 0.0));
+}
+
+// ---- A model around nn.TransformerEncoder (docs/guide/fine-tuning.md) ------------------------------
+
+namespace tagger_model {
+// [tagger]
+// PyTorch's Tagger (tests/torch_layouts_ref.py): emb = nn.Embedding(V, D); encoder = nn.TransformerEncoder(
+// nn.TransformerEncoderLayer(D, Heads, F, activation="gelu", batch_first=True), L, norm=nn.LayerNorm(D));
+// head = nn.Linear(D, C). Its state_dict: emb.weight, encoder.layers.{l}.*, encoder.norm.*, head.*.
+constexpr int V = 13, D = 16, Heads = 4, F = 32, L = 2, C = 5;
+using layer = nn::encoder_block<"", D, Heads, F, nn::norm_placement::post, nn::activation::gelu_erf>;
+using embed = param<"emb.weight", V, D>;
+using final_norm = nn::layer_norm<"encoder.norm.", D>;  // encoder.norm.weight, encoder.norm.bias
+using head = nn::linear<"head.", D, C>;
+// Each part at its prefix in the state_dict; the layers' parameters under the program's repeat prefix.
+using tagger = nn::torch_model<nn::torch_at<"emb.", embed>,
+                               nn::torch_repeat<"encoder.layers.", L, layer>,
+                               nn::torch_at<"encoder.norm.", final_norm>,
+                               nn::torch_at<"head.", head>>;
+constexpr auto logits() {
+    auto x = embedding(embed{}, index_input<"tokens", B, T>{});
+    auto h = repeat<L, "encoder.layers.">([](auto a) { return layer{}(a); }, x);  // self.encoder's layers
+    return head{}(final_norm{}(h));
+}
+constexpr auto loss() { return softmax_cross_entropy(logits(), index_input<"tags", B, T>{}); }
+// [tagger]
+
+// [tagger-tree]
+// The same layout as PyTorch's tree of modules: torch_at adds its prefix to the state_dict's names, not
+// to the parameters', so the parts inside "encoder." keep the program's names ("encoder.layers.", the
+// last argument of torch_repeat, and final_norm's "encoder.norm.").
+using encoder = nn::torch_model<nn::torch_repeat<"layers.", L, layer, "encoder.layers.">, nn::torch_at<"norm.", final_norm>>;
+using tagger_tree = nn::torch_model<nn::torch_at<"emb.", embed>, nn::torch_at<"encoder.", encoder>, nn::torch_at<"head.", head>>;
+// [tagger-tree]
+}  // namespace tagger_model
+
+TEST_CASE("nn.TransformerEncoder with its final norm inside a bigger model: loaded in one call, fine-tuned with the encoder frozen",
+          "[torch_layout][python]") {
+    using namespace tagger_model;
+    const temp_dir& ref = reference();
+    ctg::testing::run_python_reference(ref, CTG_TORCH_LAYOUTS_REF " tagger");
+    const auto want = st::read(ref / "tagger_ref.safetensors");
+    auto indices = [&](const char* name) {
+        const auto v = st::to_vector<std::int64_t>(want.at(name));
+        return xt::xtensor<std::int64_t, 2>(xt::adapt(v, std::vector<std::size_t>{2, 6}));
+    };
+    const auto tokens = indices("tokens"), tags = indices("tags");
+    const std::string path = ref / "tagger.safetensors";
+    temp_dir dir;
+    const std::string grads = dir / "grads.safetensors";
+
+    // [tagger-load]
+    auto store = std::make_shared<parameter_store<double>>();
+    nn::load_torch<tagger>(*store, path);  // all 29 tensors: the embedding, both layers, the final norm, the head
+    program_for<double, options{.inference = true}, decltype(logits())> predict(store);
+    predict.feed<"tokens">(tokens);
+    predict.forward();
+    // [tagger-load]
+    CHECK(store->strict());
+    CHECK(store->size() == 21);  // emb.weight, 16 stacked (2, ...), encoder.norm.weight and .bias, head.weight and .bias
+    CHECK(store->at(store->slot("encoder.layers.q.weight")).shape.to_vector() == std::vector<std::size_t>{2, 16, 16});
+    const auto y = predict.output();
+    const double err = relative_error({y.begin(), y.end()}, st::to_vector<double>(want.at("logits")));
+    INFO("logits: relative error " << err);
+    CHECK(err <= 1e-12);
+    const std::vector<double> loaded(store->values().begin(), store->values().end());
+
+    // [tagger-finetune]
+    // The encoder frozen, its layers and its final norm (PyTorch: model.encoder.requires_grad_(False)):
+    // no gradient, no update. The embedding and the head train.
+    program_for<double, options{.frozen = "encoder."}, decltype(loss())> train(store);
+    optim::sgd<double> opt({.lr = 0.5});
+    train.feed<"tokens">(tokens);
+    train.feed<"tags">(tags);
+    train.zero_grad();
+    const double before = train.forward();
+    train.backward();
+    nn::save_torch<tagger>(*store, grads, nn::what::gradients);  // as PyTorch's p.grad: emb.weight, head.weight, head.bias
+    opt.step(train.params());
+    // [tagger-finetune]
+    const double torch_loss = st::to_vector<double>(want.at("loss"))[0];
+    CHECK(std::abs(before - torch_loss) <= 1e-12 * std::abs(torch_loss));
+    // The gradients against PyTorch's: the embedding's flows back through the frozen layers and norm.
+    std::string frozen;
+    for (const nn::layout_entry& e : nn::torch_layout<tagger>::entries())
+        if (e.name.starts_with("encoder.")) frozen += (frozen.empty() ? "" : " ") + e.name;
+    check_against_pytorch(grads, "tagger", frozen);
+    // The frozen parameters have no gradient and kept every bit; the others moved, and the loss fell.
+    for (std::size_t s = 0; s < store->size(); ++s) {
+        const auto& e = store->at(s);
+        INFO(e.name);
+        const bool in_encoder = e.name.starts_with("encoder.");
+        CHECK(store->frozen(s) == in_encoder);
+        if (in_encoder) CHECK_THROWS_WITH(store->grad(s), Contains("is frozen"));
+        CHECK(std::equal(store->value(s), store->value(s) + e.shape.size(), loaded.data() + e.offset) == in_encoder);
+    }
+    CHECK(train.forward() < before);
+
+    // The nested layout is the same; a layout without the final norm is refused, naming its tensors.
+    const auto flat = nn::torch_layout<tagger>::entries(), tree = nn::torch_layout<tagger_tree>::entries();
+    REQUIRE(flat.size() == tree.size());
+    for (std::size_t i = 0; i < flat.size(); ++i) {
+        CHECK(flat[i].name == tree[i].name);
+        CHECK(flat[i].params == tree[i].params);
+        CHECK(flat[i].layer == tree[i].layer);
+    }
+    using without_norm =
+        nn::torch_model<nn::torch_at<"emb.", embed>, nn::torch_repeat<"encoder.layers.", L, layer>, nn::torch_at<"head.", head>>;
+    parameter_store<double> other;
+    CHECK_THAT(io_message([&] { nn::load_torch<without_norm>(other, path); }),
+               Contains("tensors the module does not have: 'encoder.norm.bias', 'encoder.norm.weight'"));
+    CHECK(other.size() == 0);
 }

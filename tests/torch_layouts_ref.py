@@ -21,6 +21,14 @@ safetensors (F32, as PyTorch holds it) and its float64 outputs on random inputs.
       OUTDIR/<case>.safetensors its state_dict (F32), OUTDIR/expected_padding.safetensors per case
       "<case>.x" (and "<case>.m"), "<case>.pad" (I64 (B, keys), 1 = ignore the key: PyTorch's True)
       and "<case>.y", float64
+  torch_layouts_ref.py tagger OUTDIR
+      the Tagger below (docs/guide/fine-tuning.md; "gen"'s files are not touched), in float64:
+      OUTDIR/tagger.safetensors         its state_dict (F64)
+      OUTDIR/tagger_ref.safetensors     "tokens", "tags" (I64 (2, 6)), "logits" (F64 (2, 6, 5)) and
+                                        "loss" (F64 (1)): cross_entropy(logits, tags), the mean over tokens
+      OUTDIR/tagger.grads.safetensors   p.grad (F64) of that loss with the encoder frozen
+                                        (model.encoder.requires_grad_(False)): emb.weight, head.weight,
+                                        head.bias, nothing else
 
 Cases (sizes must match test_torch_layouts.cpp):
   mha      nn.MultiheadAttention(16, 4, batch_first=True), queries x (2, 5, 16), keys/values m (2, 7, 16)
@@ -49,6 +57,11 @@ Cases of "padding" (padding not at the end of a row):
   stack_pad  the "stack" encoder (two layers), src_key_padding_mask (2, 5): row 0 ignores 1 and 3, row 1 0, 3, 4
   Their outputs are computed with gradients enabled, so PyTorch takes its reference path, not the
   inference fast path (the two agree to 1e-12, checked).
+The "tagger" mode's module:
+  Tagger   emb = nn.Embedding(13, 16); encoder = nn.TransformerEncoder of 2 nn.TransformerEncoderLayer(16,
+           4, 32, dropout=0, activation="gelu", batch_first=True) (post-norm) with norm=nn.LayerNorm(16);
+           head = nn.Linear(16, 5): head(encoder(emb(tokens))), tensors emb.weight,
+           encoder.layers.{l}.*, encoder.norm.weight / .bias, head.weight / .bias
 Files are written by tests/formats_ref.py's writer (the format's specification, independent of ctgraph's).
 """
 import os
@@ -314,6 +327,49 @@ def padding(out):
     write_safetensors(os.path.join(out, 'expected_padding.safetensors'), expected)
 
 
+class Tagger(nn.Module):
+    """A token tagger over an nn.TransformerEncoder with its final norm (docs/guide/fine-tuning.md)."""
+
+    def __init__(self, V=13, D=16, H=4, F=32, L=2, C=5):
+        super().__init__()
+        self.emb = nn.Embedding(V, D)
+        layer = nn.TransformerEncoderLayer(D, H, F, dropout=0.0, activation='gelu', batch_first=True)  # post-norm
+        self.encoder = nn.TransformerEncoder(layer, num_layers=L, norm=nn.LayerNorm(D), enable_nested_tensor=False)
+        self.head = nn.Linear(D, C)
+
+    def forward(self, tokens):
+        return self.head(self.encoder(self.emb(tokens)))
+
+
+def tagger(out):
+    torch.set_num_threads(1)
+    torch.manual_seed(SEED + 2)
+    g = torch.Generator().manual_seed(SEED + 2)
+    model = Tagger()
+    randomize(model, g)
+    model = model.double().eval()
+    write_safetensors(os.path.join(out, 'tagger.safetensors'),
+                      {n: ('F64', t.detach().numpy().astype('<f8')) for n, t in model.state_dict().items()},
+                      metadata={'format': 'pt'})
+    tokens = torch.randint(0, 13, (2, 6), generator=g)
+    tags = torch.randint(0, 5, (2, 6), generator=g)
+    # One fine-tuning step's gradients with the encoder frozen: the embedding and the head train.
+    model.encoder.requires_grad_(False)
+    logits = model(tokens)  # the embedding requires gradients: PyTorch's reference path, not the fast one
+    loss = nn.functional.cross_entropy(logits.reshape(-1, 5), tags.reshape(-1))
+    loss.backward()
+    with torch.no_grad():
+        fast = model(tokens)
+    assert (logits - fast).abs().max() <= 1e-12 * logits.abs().max()
+    g_file = {n: ('F64', p.grad.numpy().astype('<f8')) for n, p in model.named_parameters() if p.grad is not None}
+    assert sorted(g_file) == ['emb.weight', 'head.bias', 'head.weight'], sorted(g_file)
+    write_safetensors(os.path.join(out, 'tagger.grads.safetensors'), g_file)
+    write_safetensors(os.path.join(out, 'tagger_ref.safetensors'),
+                      {'tokens': ('I64', tokens.numpy().astype('<i8')), 'tags': ('I64', tags.numpy().astype('<i8')),
+                       'logits': ('F64', logits.detach().numpy().astype('<f8')),
+                       'loss': ('F64', loss.detach().reshape(1).numpy().astype('<f8'))})
+
+
 if __name__ == '__main__':
     if len(sys.argv) == 3 and sys.argv[1] == 'gen':
         gen(sys.argv[2])
@@ -323,5 +379,7 @@ if __name__ == '__main__':
         check(sys.argv[2], sys.argv[3], sys.argv[4])
     elif len(sys.argv) == 3 and sys.argv[1] == 'padding':
         padding(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == 'tagger':
+        tagger(sys.argv[2])
     else:
         sys.exit(__doc__)
