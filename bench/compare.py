@@ -13,7 +13,11 @@ machine's best float rate at that thread count, measured in the same run (the fa
 mm2048, one 2048^2 sgemm through OpenBLAS, and a 2048^3 product through kernels::gemm); "% bound" =
 bound / ctgraph time. Decode workloads: the tokens/s of the memory bound (the machine's read
 bandwidth, ctg-bench --rates, over the bytes a cached token reads: every weight and the cache so
-far) and the fraction of it ctgraph reaches.
+far) and the fraction of it ctgraph reaches. At one thread "% oneDNN bound" is the same bound at
+oneDNN's own f32 rate (ctg-bench --rates: a packed 2048^3 product through oneDNN directly).
+The gpt workloads (gpt2-124m-lora, gpt-m-frozen-embed among them) also get a line: their step's
+products, forward and backward counted apart in kernels::gemm, against the program's summary, and
+that step's time by phase (forward, backward, optimizer).
 --precision bf16 runs PyTorch's forward under torch.autocast("cpu", dtype=torch.bfloat16)
 (torch_ref.py --autocast bf16) and ctgraph's program with bf16 products (ctg-bench --precision
 bf16); the bound is then the step's product FLOPs at ctgraph's bf16 rate (ctg-bench --rates: a
@@ -33,7 +37,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # The reference workloads of WORKLOADS.md (--all). Any other workload both sides know runs with
 # --workloads, e.g. gpt2-124m-2l (gpt2-124m cut to 2 layers: the float64 parity check's workload).
 ALL = ["mlp", "rnn", "s2s", "attn-sdp", "attn-sdp-causal", "attn-dot", "attn-bilinear", "attn-additive",
-       "gpt-s", "gpt-m", "gpt2-124m", "decode-cache", "decode-nocache", "decode-gpt2-cache"]
+       "gpt-s", "gpt-m", "gpt2-124m", "gpt2-124m-lora", "gpt-m-frozen-embed", "decode-cache", "decode-nocache",
+       "decode-gpt2-cache"]
 
 
 def run_json(cmd, env):
@@ -70,7 +75,7 @@ def main():
     workloads = ALL if args.all else args.workloads
 
     # The machine's sgemm rate per thread count, from the same run.
-    rate, bandwidth = {}, {}
+    rate, bandwidth, onednn = {}, {}, {}
     bf16 = args.precision == "bf16"
     if not args.no_bound:
         for k in args.threads:
@@ -87,10 +92,12 @@ def main():
             # ctgraph's kernels::gemm, which is oneDNN's f32 kernel where the policy says), or bf16's.
             rate[k] = m["gemm_bf16_gflops"] if bf16 else max(r["gflops"], m["gemm_f32_gflops"])
             bandwidth[k] = m.get("read_gbps")
+            if k == 1 and not bf16 and m.get("onednn_f32_1thread_gflops"):
+                onednn[k] = m["onednn_f32_1thread_gflops"]
     torch_extra = ["--autocast", "bf16"] if bf16 else []
     ctg_extra = ["--precision", "bf16"] if bf16 else []
 
-    rows = []
+    rows, products = [], []
     for w in workloads:
         steps = str(args.steps)  # every workload the same (WORKLOADS.md: medians of at least 20 steps)
         for k in args.threads:
@@ -113,20 +120,37 @@ def main():
                 # the memory bound: a token reads every weight and the cache once
                 if bandwidth.get(k) and "bytes_per_token" in c_runs[0]:
                     tokens += " (%.0f %% of bandwidth bound)" % (100 * c_tps * c_runs[0]["bytes_per_token"] / (bandwidth[k] * 1e9))
+            ob = gemm / (onednn[k] * 1e9) * 1e3 if k in onednn else None
+            if "gemm_backward_flops" in c_runs[0]:
+                r = c_runs[0]
+                products.append("%s at %d thread(s): products forward %.3f + backward %.3f GFLOP counted in kernels::gemm; "
+                                "the summary predicts %.3f + %.3f (backward counted / predicted %.4f); freezing saves %.3f "
+                                "GFLOP of backward products; %d of %d parameters frozen; one step by phase (ms, medians "
+                                "over the repetitions): forward %.1f, backward %.1f, optimizer %.1f" % (
+                                    w, k, r["gemm_forward_flops"] / 1e9, r["gemm_backward_flops"] / 1e9,
+                                    r["summary_forward_products"] / 1e9, r["summary_backward_products"] / 1e9,
+                                    r["gemm_backward_flops"] / max(r["summary_backward_products"], 1),
+                                    r["summary_frozen_saved_backward_products"] / 1e9, r["frozen_params"], r["params"],
+                                    statistics.median(x["phase_forward_ms"] for x in c_runs),
+                                    statistics.median(x["phase_backward_ms"] for x in c_runs),
+                                    statistics.median(x["phase_optimizer_ms"] for x in c_runs)))
             rows.append((w, k, t_ms, c_ms, t_ms / c_ms, flops / t_ms / 1e6, flops / c_ms / 1e6,
                          "-" if bound is None else "%.3f" % bound, "-" if bound is None else "%.0f" % (100 * bound / c_ms),
+                         "-" if ob is None else "%.0f" % (100 * ob / c_ms),
                          max(r["peak_rss_mib"] for r in t_runs), max(r["peak_rss_mib"] for r in c_runs), tokens,
                          "%d / %d" % (max(r["allocations_n"] for r in c_runs), max(r["allocations_2n"] for r in c_runs)),
                          "%d" % max(r.get("onednn_allocations_2n", 0) for r in c_runs)))
             print("done: %s at %d thread(s)" % (w, k), file=sys.stderr, flush=True)
     head = ("workload", "threads", "torch ms", "ctgraph ms", "ratio", "torch GF/s", "ctg GF/s", "GEMM bound ms",
-            "% bound", "torch RSS MiB", "ctg RSS MiB", "tokens/s torch / ctg", "ctg allocations N / 2N steps",
+            "% bound", "% oneDNN bound", "torch RSS MiB", "ctg RSS MiB", "tokens/s torch / ctg", "ctg allocations N / 2N steps",
             "inside oneDNN (2N)")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:
-        print("| %s | %d | %.3f | %.3f | %.2f | %.1f | %.1f | %s | %s | %.0f | %.0f | %s | %s | %s |" % r)
+        print("| %s | %d | %.3f | %.3f | %.2f | %.1f | %.1f | %s | %s | %s | %.0f | %.0f | %s | %s | %s |" % r)
     print(f"precision: {args.precision}" + (" (PyTorch: torch.autocast bf16)" if bf16 else ""))
+    for line in products:
+        print(line)
 
 
 if __name__ == "__main__":

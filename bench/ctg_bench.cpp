@@ -11,13 +11,17 @@
 //
 // Timing: W warm-up steps (default 3), then N measured steps (default 20), each a whole training
 // step (forward, loss, backward, optimizer update) timed with steady_clock; the median is reported,
-// with the heap allocations over those N steps and over N more (zero in steady state).
+// with the heap allocations over those N steps and over N more (zero in steady state). The gpt
+// workloads (gpt-s ... gpt2-124m-lora, gpt-m-frozen-embed) also run one step with forward, backward
+// and the optimizer timed apart and the products of forward and backward counted in kernels::gemm,
+// printed beside what the program's summary predicts (and the parameters frozen).
 // --step fused times ctg::train_step instead (each parameter's update inside backward).
 // Check: loads DIR/<workload>[-f64]/{weights,batch}.npz written by
 // `shared/bench/torch_ref.py --dump-npz DIR`, runs one step, and compares the loss, every gradient
-// and the weights after the update with the dump: per tensor max|a - b| / max|b| <= 1e-4 (float32)
-// or 1e-9 (float64); an all-zero reference (max|b| at most 1e-6, 1e-12 in float64: round-off around
-// a zero) needs max|a| <= 1e-6 (1e-12). A weight after the update that misses the limit passes if
+// (of the parameters that train: a frozen one has none here and none in the dump, and the two sets
+// must be the same) and the weights after the update with the dump: per tensor max|a - b| / max|b|
+// <= 1e-4 (float32) or 1e-9 (float64); an all-zero reference (max|b| at most 1e-6, 1e-12 in
+// float64: round-off around a zero) needs max|a| <= 1e-6 (1e-12). A weight after the update that misses the limit passes if
 // the update applied to PyTorch's gradients meets it: see run_training_check. Exit status 1 on
 // failure.
 #include <sys/resource.h>
@@ -159,6 +163,50 @@ int run_timing(const args& a) {
     kernels::gemm_flop_counter() = 0;
     last = w.step();
     const double gemm_flops = double(kernels::gemm_flop_counter().load());
+    // The gpt workloads (those with a summary): one more step, forward, backward and the optimizer
+    // timed apart and their products counted, against what the program's summary predicts
+    // (model_summary: flops.forward_products, backward_products).
+    std::string products_json, products_text;
+    if constexpr (requires { w.summary(); }) {
+        using clock = std::chrono::steady_clock;
+        auto ms_since = [](clock::time_point t) { return std::chrono::duration<double, std::milli>(clock::now() - t).count(); };
+        kernels::gemm_flop_counter() = 0;
+        auto t = clock::now();
+        w.prog.zero_grad();
+        last = w.prog.forward();
+        const double fwd_ms = ms_since(t);
+        const double fwd = double(kernels::gemm_flop_counter().load());
+        t = clock::now();
+        w.prog.backward();
+        const double bwd_ms = ms_since(t);
+        const double bwd = double(kernels::gemm_flop_counter().load()) - fwd;
+        t = clock::now();
+        w.opt.step(w.params());
+        const double opt_ms = ms_since(t);
+        const model_summary sum = w.summary();
+        const double pf = double(sum.flops.forward_products), pb = double(sum.flops.backward_products);
+        char buf[1024];
+        std::snprintf(buf, sizeof buf,
+                      ", \"gemm_forward_flops\": %.0f, \"gemm_backward_flops\": %.0f, \"summary_forward_products\": %.0f, "
+                      "\"summary_backward_products\": %.0f, \"summary_frozen_saved_backward_products\": %.0f, "
+                      "\"summary_frozen_saved_backward\": %.0f, \"params\": %llu, \"frozen_params\": %llu, "
+                      "\"phase_forward_ms\": %.3f, \"phase_backward_ms\": %.3f, \"phase_optimizer_ms\": %.3f",
+                      fwd, bwd, pf, pb, double(sum.frozen_saved_backward_products), double(sum.frozen_saved_backward),
+                      static_cast<unsigned long long>(sum.params), static_cast<unsigned long long>(sum.frozen_params), fwd_ms, bwd_ms,
+                      opt_ms);
+        products_json = buf;
+        std::snprintf(buf, sizeof buf,
+                      "%-16s parameters %llu, of which %llu frozen (%llu train)\n"
+                      "%-16s products counted in kernels::gemm: forward %.3f GFLOP, backward %.3f GFLOP\n"
+                      "%-16s the summary predicts:             forward %.3f GFLOP, backward %.3f GFLOP (counted/predicted %.4f, %.4f);\n"
+                      "%-16s freezing saves %.3f GFLOP of backward products (%.3f of all backward FLOPs)\n"
+                      "%-16s that step: forward %.1f ms (%.1f GFLOP/s of products), backward %.1f ms (%.1f), optimizer %.1f ms\n",
+                      W::name, static_cast<unsigned long long>(sum.params), static_cast<unsigned long long>(sum.frozen_params),
+                      static_cast<unsigned long long>(sum.params - sum.frozen_params), "", fwd / 1e9, bwd / 1e9, "", pf / 1e9, pb / 1e9,
+                      pf > 0 ? fwd / pf : 0.0, pb > 0 ? bwd / pb : 0.0, "", double(sum.frozen_saved_backward_products) / 1e9,
+                      double(sum.frozen_saved_backward) / 1e9, "", fwd_ms, fwd / fwd_ms / 1e6, bwd_ms, bwd / bwd_ms / 1e6, opt_ms);
+        products_text = buf;
+    }
     std::vector<double> ms;
     ms.reserve(std::size_t(a.steps));
     // Allocations over the N timed steps, then over N more (2N in all): both zero in steady state.
@@ -186,10 +234,11 @@ int run_timing(const args& a) {
                     "\"min_ms\": %.6f, \"max_ms\": %.6f, \"gflops\": %.4f, \"flops_per_step\": %.0f, "
                     "\"gemm_flops_per_step\": %.0f, \"peak_rss_mib\": %.2f, \"rss_before_loop_mib\": %.2f, "
                     "\"loss_first\": %.6f, \"loss_last\": %.6f, \"allocations_n\": %ld, \"allocations_2n\": %ld, "
-                    "\"onednn_allocations_2n\": %ld%s}\n",
+                    "\"onednn_allocations_2n\": %ld%s%s}\n",
                     W::name, a.precision.c_str(), kernels::bf16_engine_name(kernels::get_bf16_engine()),
                     kernels::onednn_isa_name().c_str(), a.step.c_str(), a.threads, a.steps, a.warmup, median, sorted.front(), sorted.back(), gflops, W::flops(),
-                    gemm_flops, peak_rss_mib(), rss_before, first, last, allocs_n, allocs_2n, onednn_allocs_2n, tokens.c_str());
+                    gemm_flops, peak_rss_mib(), rss_before, first, last, allocs_n, allocs_2n, onednn_allocs_2n, tokens.c_str(),
+                    products_json.c_str());
     } else {
         if constexpr (requires { W::new_tokens; })
             std::printf("%-16s %.1f tokens/s, %.1f MB read per token\n", W::name, double(W::new_tokens) / (median * 1e-3),
@@ -201,6 +250,7 @@ int run_timing(const args& a) {
         std::printf("%-16s threads %d  median %.3f ms  (min %.3f, max %.3f)  %.2f GFLOP/s\n", W::name, a.threads,
                     median, sorted.front(), sorted.back(), gflops);
         std::printf("%-16s peak RSS %.1f MiB  loss %.6f -> %.6f\n", "", peak_rss_mib(), first, last);
+        std::printf("%s", products_text.c_str());
         std::printf("%-16s heap allocations: %ld in %d steps, %ld in %d", "", allocs_n, a.steps, allocs_2n, 2 * a.steps);
         if (onednn_allocs_2n) std::printf(" (and %ld inside oneDNN's calls)", onednn_allocs_2n);
         std::printf("\n");
@@ -318,6 +368,13 @@ std::vector<double> torch_arrays(const parameter_store<T>& ps, std::size_t slot,
     return v;
 }
 
+/// Whether one of the dump's files holds parameter `slot` (its first piece): PyTorch's grads.npz
+/// has no gradient of a frozen parameter (requires_grad False: p.grad is None).
+template <class W, class T>
+bool dump_holds(const parameter_store<T>& ps, std::size_t slot, const std::map<std::string, npz::array>& file) {
+    return file.count(torch_pieces<W>(ps, slot).front().name) > 0;
+}
+
 /// Parameter `slot`'s arrays from one of the dump's files, written to dst in ctgraph's layout.
 template <class W, class T>
 void from_torch_layout(const parameter_store<T>& ps, std::size_t slot, const std::map<std::string, npz::array>& file,
@@ -433,11 +490,28 @@ int run_training_check(const args& a) {
     }
     {
         const auto grads = npz::read(dir + "/grads.npz");
+        // Frozen parameters (options::frozen, options::trainable) have no gradient here and none in
+        // the dump: the two sets must be the same, and only the others are compared.
+        std::size_t frozen = 0, frozen_elements = 0;
         for (std::size_t s = 0; s < ps.size(); ++s) {
+            const bool in_dump = dump_holds<W>(ps, s, grads);
+            if (ps.frozen(s) || !in_dump) {
+                if (ps.frozen(s) && !in_dump) {
+                    ++frozen, frozen_elements += ps.at(s).shape.size();
+                    continue;
+                }
+                std::printf("  %-34s %s  FAIL\n", ("grad " + ps.at(s).name).c_str(),
+                            ps.frozen(s) ? "frozen here, trains in PyTorch's dump" : "trains here, frozen in PyTorch's dump (no gradient)");
+                all_ok = false;
+                continue;
+            }
             const auto ac = calibrated ? torch_arrays<W>(ps, s, ac_grads, "autocast grads.npz") : std::vector<double>{};
             check("grad " + ps.at(s).name, in_torch_layout<W>(ps, s, ps.grad(s)), torch_arrays<W>(ps, s, grads, "grads.npz"),
                   calibrated ? &ac : nullptr);
         }
+        if (frozen)
+            std::printf("  frozen: %zu parameters (%zu elements), no gradient here nor in PyTorch's dump: the same set\n", frozen,
+                        frozen_elements);
         if constexpr (requires { W::input_grads(); }) {  // the attention workloads: dL/dQ, dL/dK, dL/dV too
             for (const std::string& k : W::input_grads()) {
                 if (!grads.count(k)) throw io_error("grads.npz has no array '" + k + "'");
@@ -477,7 +551,8 @@ int run_training_check(const args& a) {
         auto opt = fresh_opt;
         load_torch_weights<W>(ps, npz::read(dir + "/weights.npz"));
         const auto grads = npz::read(dir + "/grads.npz");
-        for (std::size_t s = 0; s < ps.size(); ++s) from_torch_layout<W>(ps, s, grads, "grads.npz", ps.grad(s));
+        for (std::size_t s = 0; s < ps.size(); ++s)
+            if (!ps.frozen(s)) from_torch_layout<W>(ps, s, grads, "grads.npz", ps.grad(s));
         opt.step(ps);
         std::printf("  the update from PyTorch's gradients:\n");
         for (std::size_t i = 0; i < missed.size(); ++i)

@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <boost/hana/type.hpp>
@@ -16,6 +17,7 @@
 #include <ctgraph/ctgraph.hpp>
 #include <ctgraph/train.hpp>
 #include <ctgraph/npz.hpp>
+#include <ctgraph/nn/lora.hpp>
 
 namespace ctg::bench {
 
@@ -302,32 +304,65 @@ struct attn_additive
     : attention_workload<T, "attn-additive", additive_score_of<param<"W_q", 64, 64>, param<"W_k", 64, 64>, void, param<"w", 64>>,
                          no_mask, 2> {};
 
+/// A workload's options with the precision of numbers P: Opts (frozen or trainable parameters) at
+/// P's products.
+template <class P, options Opts>
+inline constexpr options options_with = [] {
+    options o = Opts;
+    o.precision = numerics<P>::products;
+    return o;
+}();
+
 /// The `gpt-s` and `gpt-m` workloads: decoder-only Transformer (nn::gpt): token embedding +
 /// sinusoidal positions, pre-LN blocks (causal multi-head self-attention, GELU-tanh FFN of 4 d),
 /// final LayerNorm, linear head; next-token cross-entropy (mean over B x T); AdamW lr 3e-4, weight
-/// decay 0.1 on every parameter. The blocks are one ctg::repeat over parameters stacked per layer.
-template <class P, fixed_string Name, int Vocab, int Context, int Width, int Heads, int Layers, std::size_t Batch>
-struct gpt_workload : workload_base<gpt_workload<P, Name, Vocab, Context, Width, Heads, Layers, Batch>> {
+/// decay 0.1 on every parameter that trains. The blocks are one ctg::repeat over parameters stacked
+/// per layer. Adapt: the projections' adapters (nn::lora for the LoRA workloads); Opts: which
+/// parameters train (options::frozen, options::trainable; its precision is P's).
+template <class P, fixed_string Name, int Vocab, int Context, int Width, int Heads, int Layers, std::size_t Batch,
+          class Adapt = nn::no_adapter, options Opts = options{}>
+struct gpt_workload : workload_base<gpt_workload<P, Name, Vocab, Context, Width, Heads, Layers, Batch, Adapt, Opts>> {
     using T = scalar_of<P>;
     static constexpr precision products = numerics<P>::products;
     static constexpr const char* name = Name.data;
     static constexpr std::size_t V = Vocab, Tn = Context, d = Width, L = Layers, batch = Batch;
     static constexpr dim Td = dyn('T');
     // Positions as torch_ref.py's float32 buffer holds them (converted by .double() in float64).
-    using model = nn::gpt<Vocab, Context, Width, Heads, Layers, 4 * Width, float>;
+    using model = nn::gpt<Vocab, Context, Width, Heads, Layers, 4 * Width, float, 0.0, Adapt>;
     using X = index_input<"x", B, Td>;
     using Y = index_input<"y", B, Td>;
     static constexpr auto loss() { return model::loss(X{}, Y{}); }
-    decltype(compile<T, options_of<P>>(loss())) prog = compile<T, options_of<P>>(loss());
+    static constexpr options opts = options_with<P, Opts>;  // (named: clang 14 misparses options{...} in a member's type)
+    decltype(compile<T, opts>(loss())) prog = compile<T, opts>(loss());
     optim::adam<T> opt = optim::adamw<T>({.lr = 3e-4, .weight_decay = 0.1});
 
+    /// The program's summary at a step's sizes (ctg-bench prints its products beside those counted).
+    auto summary() const { return prog.summary({{'B', batch}, {'T', Tn}}); }
+
     static std::set<std::string> transposed() {
-        return {"blocks.q.weight", "blocks.k.weight", "blocks.v.weight", "blocks.proj.weight",
-                "blocks.fc1.weight", "blocks.fc2.weight", "head.weight"};
+        // (LoRA's factors as PEFT's Linear layers hold them: lora_A [r, in], lora_B [out, r])
+        std::set<std::string> t{"blocks.q.weight", "blocks.k.weight", "blocks.v.weight", "blocks.proj.weight",
+                                "blocks.fc1.weight", "blocks.fc2.weight", "head.weight"};
+        for (const char* p : {"blocks.q.", "blocks.k.", "blocks.v.", "blocks.proj.", "blocks.fc1.", "blocks.fc2.", "head."})
+            for (const char* f : {"lora_A", "lora_B"}) t.insert(std::string(p) + f);
+        return t;
     }
-    static double flops() {  // torch_ref.py's formula: 3 * [L (24 N d^2 + 4 B T^2 d) + 2 N d V], N = B T
+    /// torch_ref.py's formula: 3 * [L (24 N d^2 + 4 B T^2 d) + 2 N d V], N = B T; with adapters
+    /// (nn::lora on `adapted` projections of the blocks, the base frozen) the products that run:
+    /// forward F + A, backward the base's input adjoints (its weight products do not run: L 24 N
+    /// d^2 + 2 N d V), both operands of attention's two products (L 8 B T^2 d) and 2 A, where
+    /// A = L adapted 4 N d r is the adapters' forward.
+    static double flops() {
         const double N = double(batch * Tn);
-        return 3.0 * (L * (24.0 * N * d * d + 4.0 * batch * Tn * Tn * d) + 2.0 * N * d * V);
+        const double base = L * (24.0 * N * d * d + 4.0 * batch * Tn * Tn * d) + 2.0 * N * d * V;
+        if constexpr (std::is_same_v<Adapt, nn::no_adapter>) {
+            return 3.0 * base;
+        } else {
+            const double adapted = double(Adapt::template adapts<"q."> + Adapt::template adapts<"k."> +
+                                          Adapt::template adapts<"v."> + Adapt::template adapts<"proj.">);
+            const double A = L * adapted * 4.0 * N * d * Adapt::rank;
+            return base + A + L * (24.0 * N * d * d + 8.0 * batch * Tn * Tn * d) + 2.0 * N * d * V + 2.0 * A;
+        }
     }
     void feed_tokens(const std::vector<index_t>& x, const std::vector<index_t>& y) {
         prog.feed("x", x.data(), rshape{2, {batch, Tn}});
@@ -366,6 +401,23 @@ struct gpt2_124m : gpt_workload<T, "gpt2-124m", 50257, 64, 768, 12, 12, 4> {};
 /// of float64 parity at GPT-2's widths, as torch_ref.py's gpt2-124m-2l.
 template <class T>
 struct gpt2_124m_2l : gpt_workload<T, "gpt2-124m-2l", 50257, 64, 768, 12, 2, 4> {};
+
+/// Fine-tuning (WORKLOADS.md): LoRA r = 8, alpha = 16 on every layer's query and value projections,
+/// everything else frozen; and gpt-m with its token embedding frozen. The optimizer (AdamW as above)
+/// updates the parameters that train only.
+using lora_qv = nn::lora<8, 16.0, "q.", "v.">;
+inline constexpr options lora_only{.trainable = "*lora_*"};
+inline constexpr options frozen_embedding{.frozen = "tok_embed"};
+/// gpt2-124m with LoRA on q and v, the base frozen (163 M frozen parameters, 295 k trainable).
+template <class T>
+struct gpt2_124m_lora : gpt_workload<T, "gpt2-124m-lora", 50257, 64, 768, 12, 12, 4, lora_qv, lora_only> {};
+/// gpt2-124m-lora cut to 2 layers: float64 parity of the adapters' gradients (torch_ref.py's dump
+/// of this workload starts lora_B at N(0, 0.02^2), not zero, so that lora_A's gradient is not zero).
+template <class T>
+struct gpt2_124m_2l_lora : gpt_workload<T, "gpt2-124m-2l-lora", 50257, 64, 768, 12, 2, 4, lora_qv, lora_only> {};
+/// gpt-m with `tok_embed` frozen.
+template <class T>
+struct gpt_m_frozen_embed : gpt_workload<T, "gpt-m-frozen-embed", 65, 256, 384, 6, 4, 8, nn::no_adapter, frozen_embedding> {};
 
 /// The `decode` workloads: greedy generation after the prompt [[0]], batch 1, of gpt-s's weights
 /// (256 new tokens; positions run to 256, the sinusoidal table extends beyond gpt-s's training
@@ -455,7 +507,8 @@ inline constexpr auto registry = boost::hana::make_tuple(
     boost::hana::template_<mlp>, boost::hana::template_<rnn>, boost::hana::template_<s2s>, boost::hana::template_<attn_sdp>,
     boost::hana::template_<attn_sdp_causal>, boost::hana::template_<attn_dot>, boost::hana::template_<attn_bilinear>,
     boost::hana::template_<attn_additive>, boost::hana::template_<gpt_s>, boost::hana::template_<gpt_m>,
-    boost::hana::template_<gpt2_124m>, boost::hana::template_<gpt2_124m_2l>, boost::hana::template_<decode_cache>,
+    boost::hana::template_<gpt2_124m>, boost::hana::template_<gpt2_124m_2l>, boost::hana::template_<gpt2_124m_lora>,
+    boost::hana::template_<gpt2_124m_2l_lora>, boost::hana::template_<gpt_m_frozen_embed>, boost::hana::template_<decode_cache>,
     boost::hana::template_<decode_nocache>, boost::hana::template_<decode_gpt2_cache>);
 
 }  // namespace ctg::bench

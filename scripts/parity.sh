@@ -3,6 +3,8 @@
 # ctg-bench against it (loss, every gradient, weights after the first update).
 #   scripts/parity.sh CTG_BENCH WORKDIR WORKLOAD...
 #   scripts/parity.sh --bf16 CTG_BENCH WORKDIR WORKLOAD...
+#   scripts/parity.sh --dtype float64 CTG_BENCH WORKDIR WORKLOAD...
+# --dtype float32|float64: that dtype only (default both).
 # --bf16: the program with bf16 products (ctg-bench --precision bf16) against the float64 dump,
 # each tensor within 3e-2 or 1.5 times PyTorch's own mixed precision's error on it (the dump of
 # torch_ref.py --autocast bf16, in WORKDIR/autocast), on the machine's default bf16 engine.
@@ -10,7 +12,11 @@
 # emulation, whichever is not the default), from the same dumps; where oneDNN has no bf16 kernels
 # the emulation is the only engine, and the script says so.
 set -euo pipefail
-bf16=0 other=""
+bf16=0 other="" dtypes="float32 float64"
+if [[ ${1:-} == --dtype ]]; then
+  case ${2:-} in float32|float64) dtypes=$2 ;; *) echo "parity.sh: --dtype is float32 or float64" >&2; exit 2 ;; esac
+  shift 2
+fi
 if [[ ${1:-} == --bf16 ]]; then bf16=1; shift; fi
 if [[ ${1:-} == --other-engine ]]; then other=",$2,"; shift 2; fi
 bench=$1; dir=$2; shift 2
@@ -42,7 +48,7 @@ for w in "$@"; do
     fi
     continue
   fi
-  for dtype in float32 float64; do
+  for dtype in $dtypes; do
     # (--no-f64-check: the float32 dump's own float64 comparison, for meta.json only, would run the
     # float64 step a second time; at GPT-2's widths that was most of the test's time.)
     OMP_NUM_THREADS=1 /usr/bin/python3 "$here/bench/torch_ref.py" --workload "$w" --dump-npz "$dir" --dtype "$dtype" \
