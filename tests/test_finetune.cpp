@@ -444,3 +444,27 @@ TEST_CASE("the trainer accumulates: batch 4 x 3 micro-batches equals batch 12, a
     trainer t(prog, opt, {.batch = 4, .accumulate = 2, .epochs = 2, .seed = 4, .out_dir = dir / "run", .name = "acc", .log = nullptr});
     CHECK_THROWS_WITH(t.resume_latest(), Contains("accumulate 3"));
 }
+
+TEST_CASE("set_frozen lays the gradients out again: the parameters that trained keep theirs", "[finetune]") {
+    parameter_store<double> ps;
+    ps.add("a", rshape{1, {3}});
+    ps.add("b", rshape{1, {5}});
+    ps.add("c", rshape{1, {2}});
+    for (std::size_t s = 0; s < 3; ++s)
+        for (std::size_t i = 0; i < ps.at(s).shape.size(); ++i) ps.grad(s)[i] = double(10 * (s + 1) + i);
+    const std::size_t all = ps.grad_elements();
+    ps.set_frozen(1, true);
+    CHECK(ps.grad_elements() < all);
+    CHECK_THROWS_WITH(ps.grad(1), Contains("'b' is frozen"));
+    CHECK(ps.grad(0)[2] == 12.0);
+    CHECK(ps.grad(2)[1] == 31.0);
+    // a frozen and b trained again, in one call: b's gradient starts at zero, c keeps its own
+    const std::size_t slots[] = {0, 1};
+    ps.set_frozen(2, slots, [](std::size_t k) { return k == 0; });
+    CHECK(ps.frozen(0));
+    CHECK_FALSE(ps.frozen(1));
+    CHECK(std::all_of(ps.grad(1), ps.grad(1) + 5, [](double v) { return v == 0.0; }));
+    CHECK(ps.grad(2)[0] == 30.0);
+    CHECK(ps.grad(2)[1] == 31.0);
+    CHECK(ps.num_trainable_elements() == 7);
+}

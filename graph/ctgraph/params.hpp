@@ -172,9 +172,20 @@ public:
     /// state for it. A training program compiled with options::frozen or options::trainable sets
     /// this for the parameters it reads when it is made over the store. Gradients of parameters
     /// that train before and after are kept; an optimizer's state is sized anew at its next step.
-    void set_frozen(std::size_t slot, bool frozen) {
-        if (entries_[slot].frozen == frozen) return;
-        entries_[slot].frozen = frozen;
+    void set_frozen(std::size_t slot, bool frozen) { set_frozen(1, &slot, [frozen](std::size_t) { return frozen; }); }
+    /// The same for `count` slots at once, frozen_of(k) for slots[k]: the gradients are laid out
+    /// again once (a program marks all its parameters so).
+    template <class FrozenOf>
+    void set_frozen(std::size_t count, const std::size_t* slots, FrozenOf&& frozen_of) {
+        std::vector<unsigned char> was(entries_.size());
+        bool changed = false;
+        for (std::size_t s = 0; s < entries_.size(); ++s) was[s] = entries_[s].frozen;
+        for (std::size_t k = 0; k < count; ++k) {
+            const bool f = frozen_of(k);
+            changed = changed || entries_[slots[k]].frozen != f;
+            entries_[slots[k]].frozen = f;
+        }
+        if (!changed) return;
         // The gradients of the parameters that train, in slot order, laid out again.
         std::vector<std::size_t> old(entries_.size());
         std::size_t n = 0;
@@ -187,7 +198,7 @@ public:
         if (grads_.empty()) return;  // (allocated by the first use, at the new layout)
         aligned_vector<T> g(grad_total_, T(0));
         for (std::size_t s = 0; s < entries_.size(); ++s)
-            if (!entries_[s].frozen && !(s == slot && !frozen))  // (one that trained before too)
+            if (!entries_[s].frozen && !was[s])  // (one that trained before too keeps its gradient)
                 std::copy_n(grads_.data() + old[s], entries_[s].shape.size(), g.data() + entries_[s].grad_offset);
         grads_ = std::move(g);
     }

@@ -167,7 +167,7 @@ public:
         // A training program says which of its parameters train (options::frozen): the store keeps
         // gradients and optimizers keep state for those alone.
         if constexpr (!Opt.inference)
-            for (std::size_t p = 0; p < G::num_params; ++p) store_->set_frozen(param_slot_[p], !G::needs_grad[G::param_nodes[p]]);
+            store_->set_frozen(G::num_params, param_slot_.data(), [](std::size_t p) { return !G::needs_grad[G::param_nodes[p]]; });
         sorted_slots_ = param_slot_;
         std::sort(sorted_slots_.begin(), sorted_slots_.begin() + G::num_params);
         for (std::size_t p = 0; p < G::num_params; ++p)
