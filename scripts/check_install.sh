@@ -13,4 +13,4 @@ cmake -S "$here/tests/install_consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH=
   -DCMAKE_BUILD_TYPE= > "$work/configure.log"
 cmake --build "$work/consumer" > "$work/build.log"
 "$work/consumer/consumer"
-"$work/consumer/consumer_separate"
+"$work/consumer/consumer_headers"

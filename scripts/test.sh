@@ -44,7 +44,7 @@ if [[ -z $dir ]]; then
 fi
 if ((sanitize)); then
   flags+=(-DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer")
-  # The test programs unoptimised (the library's compiled code, ctgraph::compiled, keeps the build's
+  # The test programs unoptimised (the library's compiled part, in ctgraph::ctgraph, keeps the build's
   # -O3): instrumented test code compiles three times faster at -O0 than at -O1 (clang, the tests
   # CI sanitizes: 104 against 245 CPU-s; test_recompute 8.5 against 26.8 s), and their runs, 2.4
   # times longer, cost less than that (50 against 21 s); unoptimised code hides no access from the

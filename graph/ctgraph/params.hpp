@@ -370,4 +370,11 @@ private:
     }
 };
 
+// The store's members for float and double are compiled once, in the library (include/ctgraph/
+// compiled.cpp), where CTG_SEPARATE_COMPILATION is defined (ops/instances.hpp says why).
+#if defined(CTG_SEPARATE_COMPILATION)
+extern template class parameter_store<float>;
+extern template class parameter_store<double>;
+#endif
+
 }  // namespace ctg

@@ -1,12 +1,18 @@
-// The library's code that does not depend on a program's graph, compiled once for a program whose
-// other translation units define CTG_SEPARATE_COMPILATION: the matrix products (kernels/gemm.hpp),
-// the .npz and safetensors readers and writers, the PNG charts. CMake: the ctgraph::compiled
-// library. Compile it with the same flags (-march, sanitizers) as the rest of the program.
-#include <ctgraph/kernels/gemm.hpp>
+// The library's code that does not depend on a program's graph, compiled once: the matrix products
+// (kernels/gemm.hpp), the executors of the ops whose type names no model, for float and double
+// (ops/instances.hpp), the parameter store, the optimizers, the programs' checks and bindings over
+// their tables (graph/program_tables.hpp), token choice, the .npz and safetensors readers and
+// writers, the PNG charts. Every other
+// unit of the program defines CTG_SEPARATE_COMPILATION and so declares these `extern template`.
+// CMake: the ctgraph::ctgraph library compiles this file in three parts, side by side
+// (CTG_COMPILED_PART 1, 2, 3); by hand, compile it whole with the program's flags (-march,
+// sanitizers).
+#include <ctgraph/ctgraph.hpp>
 #include <ctgraph/npz.hpp>
 #include <ctgraph/plot.hpp>
 #include <ctgraph/safetensors.hpp>
 
+#if !defined(CTG_COMPILED_PART) || CTG_COMPILED_PART == 1  // kernels and files
 namespace ctg::kernels {
 CTG_KERNEL_INSTANCES(template)
 }  // namespace ctg::kernels
@@ -19,3 +25,44 @@ CTG_SAFETENSORS_INSTANCES(template)
 namespace ctg::plot {
 CTG_PLOT_INSTANCES(template)
 }  // namespace ctg::plot
+namespace ctg::detail {
+CTG_TABLES_INSTANCES(template)
+}  // namespace ctg::detail
+namespace ctg::nn {
+CTG_DECODE_INSTANCES(template)
+}  // namespace ctg::nn
+namespace ctg {
+template class parameter_store<float>;
+template class parameter_store<double>;
+}  // namespace ctg
+namespace ctg::optim {
+CTG_OPTIM_INSTANCES(template, float)
+CTG_OPTIM_INSTANCES(template, double)
+}  // namespace ctg::optim
+#endif
+
+#if !defined(CTG_COMPILED_PART) || CTG_COMPILED_PART == 2  // the ops in float
+namespace ctg::detail {
+#define CTG_OP_DEFINE(Op, K) CTG_OP_EXECUTORS_FLOAT(template, Op, K)
+CTG_OP_INSTANCE_LIST(CTG_OP_DEFINE)
+#undef CTG_OP_DEFINE
+}  // namespace ctg::detail
+namespace ctg::ops {
+CTG_ATTENTION_VALUES_INSTANCES(template, float)
+CTG_SCALED_DOT_WEIGHTS_INSTANCES(template, float)
+CTG_KV_CACHE_INSTANCES_FLOAT(template)
+}  // namespace ctg::ops
+#endif
+
+#if !defined(CTG_COMPILED_PART) || CTG_COMPILED_PART == 3  // the ops in double
+namespace ctg::detail {
+#define CTG_OP_DEFINE(Op, K) CTG_OP_EXECUTORS_DOUBLE(template, Op, K)
+CTG_OP_INSTANCE_LIST(CTG_OP_DEFINE)
+#undef CTG_OP_DEFINE
+}  // namespace ctg::detail
+namespace ctg::ops {
+CTG_ATTENTION_VALUES_INSTANCES(template, double)
+CTG_SCALED_DOT_WEIGHTS_INSTANCES(template, double)
+CTG_KV_CACHE_INSTANCES_DOUBLE(template)
+}  // namespace ctg::ops
+#endif

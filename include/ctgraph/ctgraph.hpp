@@ -26,6 +26,7 @@
 #include "ctgraph/ops/additive_scores.hpp"
 #include "ctgraph/ops/affine.hpp"
 #include "ctgraph/ops/affine_activation.hpp"
+#include "ctgraph/ops/instances.hpp"
 #include "ctgraph/ops/at_time.hpp"
 #include "ctgraph/ops/concat.hpp"
 #include "ctgraph/ops/div.hpp"

@@ -143,7 +143,7 @@ public:
     long steps() const { return t_; }        ///< steps taken
 
     /// One step over every parameter of the store: begin_step(), then update() of each slot.
-    void step(parameter_store<T>& ps) {
+    [[gnu::noinline]] void step(parameter_store<T>& ps) {  // (noinline: compiled once, CTG_OPTIM_INSTANCES)
         begin_step(ps);
         for (std::size_t s = 0; s < ps.size(); ++s)
             if (!ps.frozen(s)) update(ps, s);
@@ -160,7 +160,7 @@ public:
     void update(parameter_store<T>& ps, std::size_t slot) { update(ps, slot, 0, ps.at(slot).shape.size()); }
     /// Updates elements [first, first + count) of a parameter; each element once per step. A frozen
     /// parameter (parameter_store::set_frozen) throws ctg::error.
-    void update(parameter_store<T>& ps, std::size_t slot, std::size_t first, std::size_t count) {
+    [[gnu::noinline]] void update(parameter_store<T>& ps, std::size_t slot, std::size_t first, std::size_t count) {
         const T* g = ps.grad(slot);  // (throws for a frozen one)
         const std::size_t at = ps.at(slot).grad_offset;
         T* p = ps.value_storage(slot);  // (the bf16 copy, if any, is written below, range by range)
@@ -222,7 +222,7 @@ public:
     long steps() const { return t_; }        ///< steps taken
 
     /// One step over every parameter of the store: begin_step(), then update() of each slot.
-    void step(parameter_store<T>& ps) {
+    [[gnu::noinline]] void step(parameter_store<T>& ps) {  // (noinline: compiled once, CTG_OPTIM_INSTANCES)
         begin_step(ps);
         for (std::size_t s = 0; s < ps.size(); ++s)
             if (!ps.frozen(s)) update(ps, s);
@@ -241,7 +241,7 @@ public:
     /// Updates one parameter (slot) from its gradient; call after begin_step().
     void update(parameter_store<T>& ps, std::size_t slot) { update(ps, slot, 0, ps.at(slot).shape.size()); }
     /// Updates elements [first, first + count) of a parameter; each element once per step.
-    void update(parameter_store<T>& ps, std::size_t slot, std::size_t first, std::size_t count) {
+    [[gnu::noinline]] void update(parameter_store<T>& ps, std::size_t slot, std::size_t first, std::size_t count) {
         const T* g = ps.grad(slot);  // (throws for a frozen one)
         const std::size_t at = ps.at(slot).grad_offset, n = ps.at(slot).shape.size();
         T* p = ps.value_storage(slot);  // (the bf16 copy, if any, is written below, range by range)
@@ -368,5 +368,17 @@ struct warmup_cosine_lr {
         return min_lr + 0.5 * (lr - min_lr) * (1 + std::cos(std::numbers::pi * progress));
     }
 };
+
+// The optimizers' members and clip_grad_norm for float and double are compiled once, in the
+// library (include/ctgraph/compiled.cpp), where CTG_SEPARATE_COMPILATION is defined.
+#define CTG_OPTIM_INSTANCES(how, T)  \
+    how class sgd<T>;                \
+    how class adam<T>;               \
+    how double clip_grad_norm<T>(parameter_store<T>&, double);   \
+    how void detail::group_table::resolve<T>(const parameter_store<T>&, double);
+#if defined(CTG_SEPARATE_COMPILATION)
+CTG_OPTIM_INSTANCES(extern template, float)
+CTG_OPTIM_INSTANCES(extern template, double)
+#endif
 
 }  // namespace ctg::optim

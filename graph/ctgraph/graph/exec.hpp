@@ -353,7 +353,7 @@ template <class T, std::size_t K>
 // program's forward is then a list of calls, cheap to optimise (a 300-node graph: 9.1 s -> see
 // docs/compile-time.md), at the cost of one call per node per step (nanoseconds against kernels).
 template <class Op, std::size_t K, class T, bool Anomaly = false>
-[[gnu::noinline]] inline void exec_forward(const exec_state& s, std::size_t i) {
+[[gnu::noinline]] void exec_forward(const exec_state& s, std::size_t i) {
     if constexpr (!std::is_same_v<Op, no_op>) {
         // An operand that the VJP reads rounded, kept in bf16 only, comes as its shadow alone in
         // forward too (op.hpp, vjp_reads_bf16): the value and its derivative see one operand.
@@ -371,7 +371,7 @@ template <class Op, std::size_t K, class T, bool Anomaly = false>
 }
 
 template <class Op, std::size_t K, bool NeedsGrad, class T, bool Anomaly = false>
-[[gnu::noinline]] inline void exec_backward(const exec_state& s, std::size_t i) {
+[[gnu::noinline]] void exec_backward(const exec_state& s, std::size_t i) {
     if constexpr (!std::is_same_v<Op, no_op> && NeedsGrad) {
         // A value kept in bf16 only has no float in backward: the operands (and the result) that the
         // VJP can read rounded come as their shadow alone (vjp_reads_bf16).
@@ -406,7 +406,7 @@ inline constexpr bool remakes_bf16_result_of = [] {
 /// remakes_bf16_result; graph/cell.hpp, cell_frame::remade): its operands and scratch as its VJP
 /// gets them.
 template <class Op, std::size_t K, class T>
-[[gnu::noinline]] inline void exec_remake(const exec_state& s, std::size_t i) {
+[[gnu::noinline]] void exec_remake(const exec_state& s, std::size_t i) {
     if constexpr (std::is_same_v<T, float> && remakes_bf16_result_of<Op>) {
         auto c = build_io<T, K>(s, i, shadow_only_operands_of<Op>);
         c.y.ptr = nullptr;

@@ -76,7 +76,8 @@ inline constexpr graph_tables tables_of{G::size,
                                         G::constant_value.data()};
 
 /// "(B,256)": node i's declared shape, its letters unbound.
-inline std::string declared_shape(const graph_tables& g, std::size_t i) {
+template <class = void>  // (compiled once in the library: CTG_TABLES_INSTANCES)
+std::string declared_shape(const graph_tables& g, std::size_t i) {
     std::string s = "(";
     for (std::size_t a = 0; a < g.rank[i]; ++a) {
         if (a) s += ',';
@@ -99,13 +100,15 @@ inline rshape concrete_shape(const graph_tables& g, std::size_t i, const std::si
 }
 
 /// "%7 attn": node i as messages name it.
-inline std::string node_name(const graph_tables& g, std::size_t i) {
+template <class = void>  // (compiled once in the library: CTG_TABLES_INSTANCES)
+std::string node_name(const graph_tables& g, std::size_t i) {
     return "%" + std::to_string(i) + " " + std::string(g.label[i]);
 }
 
 /// s, when it fits input node i's declaration (its rank, and its numbers where it declares numbers);
 /// else throws shape_error naming the input, what it declares and what it was given.
-inline const rshape& check_input_shape(const graph_tables& g, std::size_t i, const rshape& s) {
+template <class = void>  // (compiled once in the library: CTG_TABLES_INSTANCES)
+const rshape& check_input_shape(const graph_tables& g, std::size_t i, const rshape& s) {
     bool ok = s.rank == g.rank[i];
     for (std::size_t a = 0; ok && a < s.rank; ++a) ok = g.dims[i][a].sym || std::size_t(g.dims[i][a].n) == s.d[a];
     if (!ok)
@@ -128,7 +131,8 @@ rshape input_shape_of(const graph_tables& g, std::size_t i, const S& shp) {
 
 /// The ordinal (in input_nodes order) of the input named `name`; throws ctg::error when there is
 /// none, or when it is an index input and `index` is false (floating-point data given) or the reverse.
-inline std::size_t input_by_name(const graph_tables& g, std::string_view name, bool index) {
+template <class = void>  // (compiled once in the library: CTG_TABLES_INSTANCES)
+std::size_t input_by_name(const graph_tables& g, std::string_view name, bool index) {
     for (std::size_t k = 0; k < g.num_inputs; ++k) {
         const std::size_t i = g.input_nodes[k];
         if (g.label[i] != name) continue;
@@ -173,7 +177,8 @@ input_slot<T>& set_input_shape(const graph_tables& g, input_slot<T>* inputs, std
 
 /// Throws shape_error: dimension letter c has different values in inputs k1 and k2 (given shapes s1
 /// and s2); names the first op both reach, where the mismatch would have shown.
-[[noreturn]] inline void dimension_conflict(const graph_tables& g, char c, std::size_t k1, std::size_t k2,
+template <class = void>  // (compiled once in the library: CTG_TABLES_INSTANCES)
+[[noreturn]] void dimension_conflict(const graph_tables& g, char c, std::size_t k1, std::size_t k2,
                                             const rshape& s1, const rshape& s2) {
     std::string meet = "no op";
     for (std::size_t i = 0; i < g.num_nodes; ++i)
@@ -212,7 +217,8 @@ void bind_dimensions(const graph_tables& g, const input_slot<T>* inputs, std::si
 }
 
 /// The Levenshtein distance between two names (insertions, deletions and substitutions of characters).
-inline std::size_t edit_distance(std::string_view a, std::string_view b) {
+template <class = void>  // (compiled once in the library: CTG_TABLES_INSTANCES)
+std::size_t edit_distance(std::string_view a, std::string_view b) {
     std::vector<std::size_t> row(b.size() + 1);
     for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
     for (std::size_t i = 1; i <= a.size(); ++i) {
@@ -231,7 +237,8 @@ inline std::size_t edit_distance(std::string_view a, std::string_view b) {
 /// components before it ('layers.q.weight', 'encoder.layers.q.weight'), or both are the same after
 /// their first component, two components or more ('enc.fc1.weight', 'encoder.fc1.weight'; not
 /// 'fc1.weight' and 'fc2.weight', which share only a last component, as most weights do).
-inline bool same_but_prefix(std::string_view a, std::string_view b) {
+template <class = void>  // (compiled once in the library: CTG_TABLES_INSTANCES)
+bool same_but_prefix(std::string_view a, std::string_view b) {
     auto under = [](std::string_view x, std::string_view y) {  // x = <components>.y
         return x.size() > y.size() && x.ends_with(y) && x[x.size() - y.size() - 1] == '.';
     };
@@ -245,7 +252,8 @@ inline bool same_but_prefix(std::string_view a, std::string_view b) {
 /// Throws ctg::error: the strict store (names `present`) lacks the graph's parameters `missing`
 /// (ordinals); lists each with its shape and the (up to 3) closest names present: those that differ
 /// from it only in leading dot-components first (a prefix typo), then by edit distance.
-[[noreturn]] inline void refuse_new_parameters(const graph_tables& g, const std::vector<std::size_t>& missing,
+template <class = void>  // (compiled once in the library: CTG_TABLES_INSTANCES)
+[[noreturn]] void refuse_new_parameters(const graph_tables& g, const std::vector<std::size_t>& missing,
                                                const std::vector<std::string_view>& present) {
     std::string m = "ctg::program: the parameter store is strict (as one loaded from a file is) and lacks " +
                     std::to_string(missing.size()) + (missing.size() == 1 ? " parameter" : " parameters") +
@@ -364,5 +372,31 @@ void point_views(const graph_tables& g, const arena_placement& at, T* base, cons
     for (std::size_t i = 0; i < g.num_nodes; ++i)
         if (g.kind[i] == leaf_kind::constant) *v.value[i].template as<T>() = T(g.constant_value[i]);
 }
+
+// What reads only a graph's tables is compiled once, in the library (include/ctgraph/compiled.cpp),
+// where CTG_SEPARATE_COMPILATION is defined: the checks, messages and bindings above for float and
+// double. (The functions without a scalar type are templates for this only.)
+#define CTG_TABLES_INSTANCES(how)                                                                               \
+    how std::string declared_shape<void>(const graph_tables&, std::size_t);                                     \
+    how std::string node_name<void>(const graph_tables&, std::size_t);                                          \
+    how const rshape& check_input_shape<void>(const graph_tables&, std::size_t, const rshape&);                 \
+    how std::size_t input_by_name<void>(const graph_tables&, std::string_view, bool);                           \
+    how void dimension_conflict<void>(const graph_tables&, char, std::size_t, std::size_t, const rshape&,        \
+                                      const rshape&);                                                           \
+    how std::size_t edit_distance<void>(std::string_view, std::string_view);                                   \
+    how bool same_but_prefix<void>(std::string_view, std::string_view);                                        \
+    how void refuse_new_parameters<void>(const graph_tables&, const std::vector<std::size_t>&,                  \
+                                         const std::vector<std::string_view>&);                                 \
+    CTG_TABLES_INSTANCES_OF(how, float) CTG_TABLES_INSTANCES_OF(how, double)
+#define CTG_TABLES_INSTANCES_OF(how, T)                                                                         \
+    how input_slot<T>& set_input_shape<T>(const graph_tables&, input_slot<T>*, std::size_t, const rshape&);     \
+    how void bind_dimensions<T>(const graph_tables&, const input_slot<T>*, std::size_t*, int*);                 \
+    how void add_parameters<T>(parameter_store<T>&, const graph_tables&, std::size_t*);                         \
+    how void bind_leaves<T>(const graph_tables&, view*, view*, parameter_store<T>&, const std::size_t*,         \
+                            input_slot<T>*, bool);                                                              \
+    how void point_views<T>(const graph_tables&, const arena_placement&, T*, const rshape*, const node_views&);
+#if defined(CTG_SEPARATE_COMPILATION)
+CTG_TABLES_INSTANCES(extern template)
+#endif
 
 }  // namespace ctg::detail

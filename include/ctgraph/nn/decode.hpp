@@ -67,6 +67,13 @@ int choose(const Row& logits, std::size_t n, const sampling& s, std::mt19937_64&
         if ((u -= w[i]) < 0) return c[i].second;
     return c[k - 1].second;
 }
+/// choose() over a row of n logits in memory: one body per scalar type, whatever calls it
+/// (gpt_generator; compiled once in the library, CTG_DECODE_INSTANCES).
+template <class T>
+int choose_from(const T* logits, std::size_t n, const sampling& s, std::mt19937_64& rng, choice_scratch& scratch) {
+    return choose([logits](std::size_t v) { return logits[v]; }, n, s, rng, scratch);
+}
+
 /// choose() with its own scratch memory (allocates per call). Throws ctg::error for a bad sampling.
 template <class Row>
 int choose(const Row& logits, std::size_t n, const sampling& s, std::mt19937_64& rng) {
@@ -105,5 +112,44 @@ std::vector<std::vector<int>> decode(StepProgram& step, xt::xtensor<T, 2> state,
     }
     return out;
 }
+
+/// Checks a generator's prompts (gpt_generator::generate): a batch of 1 .. max_batch non-empty
+/// prompts of tokens in [0, vocab), each with its new tokens within `capacity` positions (the
+/// cache's and the positional table's); sets `longest`. (A template only so that the library can
+/// compile it once: CTG_DECODE_INSTANCES.)
+template <class = void>
+void check_prompts(const std::vector<std::vector<int>>& prompts, std::size_t new_tokens, std::size_t& longest,
+                   std::size_t max_batch, std::size_t vocab, std::size_t cache, std::size_t table) {
+    if (prompts.empty() || prompts.size() > max_batch)
+        throw error("ctg::nn::gpt_generator: " + std::to_string(prompts.size()) + " prompts for a batch of " +
+                    std::to_string(max_batch));
+    for (std::size_t b = 0; b < prompts.size(); ++b) {
+        if (prompts[b].empty()) throw error("ctg::nn::gpt_generator: prompt " + std::to_string(b) + " is empty");
+        for (std::size_t t = 0; t < prompts[b].size(); ++t)
+            if (prompts[b][t] < 0 || std::size_t(prompts[b][t]) >= vocab)
+                throw index_error("ctg::nn::gpt_generator: token " + std::to_string(prompts[b][t]) + " at position " +
+                                  std::to_string(t) + " of prompt " + std::to_string(b) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+        longest = std::max(longest, prompts[b].size());
+        // Positions 0 .. len + new - 2 are fed (the last new token is only chosen).
+        const std::size_t needed = prompts[b].size() + (new_tokens ? new_tokens - 1 : 0);
+        if (needed > cache || needed > table)
+            throw index_error("ctg::nn::gpt_generator: prompt " + std::to_string(b) + " (" +
+                              std::to_string(prompts[b].size()) + " tokens) and " + std::to_string(new_tokens) +
+                              " new tokens need " + std::to_string(needed) + " positions; the cache holds " +
+                              std::to_string(cache) + " and the positional table " + std::to_string(table));
+    }
+}
+
+// choose_from and check_prompts are compiled once, in the library (include/ctgraph/compiled.cpp),
+// where CTG_SEPARATE_COMPILATION is defined.
+#define CTG_DECODE_INSTANCES(how)                                                                                  \
+    how int choose_from<float>(const float*, std::size_t, const sampling&, std::mt19937_64&, choice_scratch&);   \
+    how int choose_from<double>(const double*, std::size_t, const sampling&, std::mt19937_64&, choice_scratch&); \
+    how void check_prompts<void>(const std::vector<std::vector<int>>&, std::size_t, std::size_t&, std::size_t,    \
+                                 std::size_t, std::size_t, std::size_t);
+#if defined(CTG_SEPARATE_COMPILATION)
+CTG_DECODE_INSTANCES(extern template)
+#endif
 
 }  // namespace ctg::nn

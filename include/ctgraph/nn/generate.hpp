@@ -147,32 +147,13 @@ public:
 
 private:
     void check(const std::vector<std::vector<int>>& prompts, std::size_t new_tokens, std::size_t& longest) const {
-        if (prompts.empty() || prompts.size() > max_batch_)
-            throw error("ctg::nn::gpt_generator: " + std::to_string(prompts.size()) + " prompts for a batch of " +
-                        std::to_string(max_batch_));
-        for (std::size_t b = 0; b < prompts.size(); ++b) {
-            if (prompts[b].empty()) throw error("ctg::nn::gpt_generator: prompt " + std::to_string(b) + " is empty");
-            for (std::size_t t = 0; t < prompts[b].size(); ++t)
-                if (prompts[b][t] < 0 || std::size_t(prompts[b][t]) >= V)
-                    throw index_error("ctg::nn::gpt_generator: token " + std::to_string(prompts[b][t]) + " at position " +
-                                      std::to_string(t) + " of prompt " + std::to_string(b) +
-                                      " is outside the vocabulary [0, " + std::to_string(V) + ")");
-            longest = std::max(longest, prompts[b].size());
-            // Positions 0 .. len + new - 2 are fed (the last new token is only chosen).
-            const std::size_t needed = prompts[b].size() + (new_tokens ? new_tokens - 1 : 0);
-            if (needed > capacity_ || needed > std::size_t(Model::max_len))
-                throw index_error("ctg::nn::gpt_generator: prompt " + std::to_string(b) + " (" +
-                                  std::to_string(prompts[b].size()) + " tokens) and " + std::to_string(new_tokens) +
-                                  " new tokens need " + std::to_string(needed) + " positions; the cache holds " +
-                                  std::to_string(capacity_) + " and the positional table " +
-                                  std::to_string(Model::max_len));
-        }
+        check_prompts(prompts, new_tokens, longest, max_batch_, V, capacity_, std::size_t(Model::max_len));
     }
     template <class P>
     static const T* output(P& p) { return p.value_view(P::output_nodes[0]).template as<T>(); }
     void pick(std::size_t b, const T* z, const sampling& how, std::mt19937_64& rng, std::vector<std::vector<int>>& out,
               std::vector<std::vector<T>>* logits) {
-        last_[b] = index_t(choose([z](std::size_t v) { return z[v]; }, V, how, rng, scratch_));
+        last_[b] = index_t(choose_from(z, V, how, rng, scratch_));
         out[b].push_back(int(last_[b]));
         if (logits) (*logits)[b].insert((*logits)[b].end(), z, z + V);
     }

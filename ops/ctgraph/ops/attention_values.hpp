@@ -28,6 +28,72 @@
 
 namespace ctg {
 namespace ops {
+/// The sizes of O = P V: `matrices` products of (n x m)(m x dv).
+struct attention_values_sizes {
+    std::size_t matrices, n, m, dv;
+    std::size_t work() const { return 2 * matrices * n * m * dv; }  // flops of the whole products
+    static attention_values_sizes of(const rshape& p, const rshape& v, std::size_t heads) {
+        return {p.rows() / p[-2], p[-2], p[-1], v[-1] / (heads > 0 ? heads : 1)};
+    }
+};
+
+// The op's forward and VJP, templated on the mask only (the head count is a runtime number): one
+// body for every model's heads, compiled once in the library for the common masks
+// (CTG_ATTENTION_VALUES_INSTANCES below). Not inline, so that an `extern template` is not
+// instantiated anyway to be inlined.
+template <class Mask, class T, std::size_t K>
+void attention_values_forward(op_io<T, K>& io, std::size_t heads) {
+    using ctg::detail::offset_or_null;
+    const attention_values_sizes s = attention_values_sizes::of(io.x[0].shape, io.x[1].shape, heads);
+    const masked_rows<Mask, T, K> rows(io, io.x[0].shape);
+    const T *p = io.x_data(0), *v = io.x_data(1);
+    T* o = io.y_data();
+    const std::size_t nm = s.n * s.m;
+    const head_rows at{s.dv, heads};
+    // One task per block of (batch, head) matrices, as matmul's batches.
+    kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
+        const score_blocks first = rows.row_blocks(f0);
+        for (std::size_t f = f0; f < f1; ++f)  // (n x dv) = (n x m)(m x dv); rows that see nothing: 0
+            block_sum(sum_over::keys, rows.row_blocks(f, f0, first), s.m, s.dv, T(1), offset_or_null(p, f * nm),
+                      offset_or_null(io.xb[0], f * nm), offset_or_null(v, at.offset(f, s.m)),
+                      offset_or_null(io.xb[1], at.offset(f, s.m)), at.ld(), T(0), o + at.offset(f, s.n), at.ld(), io.run.bf16);
+    });
+}
+template <class Mask, class T, std::size_t K>
+void attention_values_backward(op_io<T, K>& io, std::size_t heads) {
+    using ctg::detail::offset_or_null;
+    T *gp = io.gx_data(0), *gv = io.gx_data(1);
+    if (!gp && !gv) return;
+    const attention_values_sizes s = attention_values_sizes::of(io.x[0].shape, io.x[1].shape, heads);
+    const masked_rows<Mask, T, K> rows(io, io.x[0].shape);
+    const T *p = io.x_data(0), *v = io.x_data(1), *go = io.gy_data();
+    const std::size_t nm = s.n * s.m;
+    const head_rows at{s.dv, heads};
+    kernels::for_items(s.matrices, 2 * s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
+        const score_blocks first = rows.row_blocks(f0), first_cols = rows.column_blocks(first);
+        for (std::size_t f = f0; f < f1; ++f) {
+            const score_blocks parts = rows.row_blocks(f, f0, first);
+            const T* gof = go + at.offset(f, s.n);
+            const std::size_t vf = at.offset(f, s.m);
+            if (gp) {  // (n x m) = or += (n x dv)(dv x m) inside the blocks
+                if (io.fresh(0))  // a fresh adjoint is written whole: 0 beside each block
+                    for (std::size_t b = 0; b < parts.count; ++b)
+                        for (std::size_t i = parts.at[b].r0; i < parts.at[b].r1; ++i) {
+                            T* row = gp + f * nm + i * s.m;
+                            std::fill(row, row + parts.at[b].c0, T(0));
+                            std::fill(row + parts.at[b].c1, row + s.m, T(0));
+                        }
+                block_scores(parts, s.m, s.dv, T(1), gof, nullptr, at.ld(), offset_or_null(v, vf), offset_or_null(io.xb[1], vf),
+                             at.ld(), io.fresh(0) ? T(0) : T(1), gp + f * nm, io.run.bf16);
+            }
+            if (gv)  // (m x dv) = or += (m x n)(n x dv), by column block
+                block_sum(sum_over::queries, rows.column_blocks(f, f0, first_cols, parts), s.m, s.dv, T(1), offset_or_null(p, f * nm),
+                          offset_or_null(io.xb[0], f * nm), gof, nullptr, at.ld(), io.fresh(1) ? T(0) : T(1), gv + vf, at.ld(),
+                          io.run.bf16);
+        }
+    });
+}
+
 template <class Mask, int Heads = 0>
 struct attention_values_op {
     static constexpr std::string_view name = "attention_values";
@@ -53,68 +119,25 @@ struct attention_values_op {
         else return matmul_op::dims<P, V>();
     }
 
-    struct sizes {
-        std::size_t matrices, n, m, dv;
-        std::size_t work() const { return 2 * matrices * n * m * dv; }  // flops of the whole products
-    };
-    static sizes sizes_of(const rshape& p, const rshape& v) { return {p.rows() / p[-2], p[-2], p[-1], v[-1] / (Heads > 0 ? Heads : 1)}; }
-
     template <class T, std::size_t K>
-    static void forward(op_io<T, K>& io) {
-        using ctg::detail::offset_or_null;
-        const sizes s = sizes_of(io.x[0].shape, io.x[1].shape);
-        const masked_rows<Mask, T, K> rows(io, io.x[0].shape);
-        const T *p = io.x_data(0), *v = io.x_data(1);
-        T* o = io.y_data();
-        const std::size_t nm = s.n * s.m;
-        const head_rows<Heads> at{s.dv};
-        // One task per block of (batch, head) matrices, as matmul's batches.
-        kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
-            const score_blocks first = rows.row_blocks(f0);
-            for (std::size_t f = f0; f < f1; ++f)  // (n x dv) = (n x m)(m x dv); rows that see nothing: 0
-                block_sum(sum_over::keys, rows.row_blocks(f, f0, first), s.m, s.dv, T(1), offset_or_null(p, f * nm),
-                          offset_or_null(io.xb[0], f * nm), offset_or_null(v, at.offset(f, s.m)),
-                          offset_or_null(io.xb[1], at.offset(f, s.m)), at.ld(), T(0), o + at.offset(f, s.n), at.ld(), io.run.bf16);
-        });
-    }
+    static void forward(op_io<T, K>& io) { attention_values_forward<Mask>(io, std::size_t(Heads)); }
     template <class T, std::size_t K>
-    static void backward(op_io<T, K>& io) {
-        using ctg::detail::offset_or_null;
-        T *gp = io.gx_data(0), *gv = io.gx_data(1);
-        if (!gp && !gv) return;
-        const sizes s = sizes_of(io.x[0].shape, io.x[1].shape);
-        const masked_rows<Mask, T, K> rows(io, io.x[0].shape);
-        const T *p = io.x_data(0), *v = io.x_data(1), *go = io.gy_data();
-        const std::size_t nm = s.n * s.m;
-        const head_rows<Heads> at{s.dv};
-        kernels::for_items(s.matrices, 2 * s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
-            const score_blocks first = rows.row_blocks(f0), first_cols = rows.column_blocks(first);
-            for (std::size_t f = f0; f < f1; ++f) {
-                const score_blocks parts = rows.row_blocks(f, f0, first);
-                const T* gof = go + at.offset(f, s.n);
-                const std::size_t vf = at.offset(f, s.m);
-                if (gp) {  // (n x m) = or += (n x dv)(dv x m) inside the blocks
-                    if (io.fresh(0))  // a fresh adjoint is written whole: 0 beside each block
-                        for (std::size_t b = 0; b < parts.count; ++b)
-                            for (std::size_t i = parts.at[b].r0; i < parts.at[b].r1; ++i) {
-                                T* row = gp + f * nm + i * s.m;
-                                std::fill(row, row + parts.at[b].c0, T(0));
-                                std::fill(row + parts.at[b].c1, row + s.m, T(0));
-                            }
-                    block_scores(parts, s.m, s.dv, T(1), gof, nullptr, at.ld(), offset_or_null(v, vf), offset_or_null(io.xb[1], vf),
-                                 at.ld(), io.fresh(0) ? T(0) : T(1), gp + f * nm, io.run.bf16);
-                }
-                if (gv)  // (m x dv) = or += (m x n)(n x dv), by column block
-                    block_sum(sum_over::queries, rows.column_blocks(f, f0, first_cols, parts), s.m, s.dv, T(1), offset_or_null(p, f * nm),
-                              offset_or_null(io.xb[0], f * nm), gof, nullptr, at.ld(), io.fresh(1) ? T(0) : T(1), gv + vf, at.ld(),
-                              io.run.bf16);
-            }
-        });
-    }
+    static void backward(op_io<T, K>& io) { attention_values_backward<Mask>(io, std::size_t(Heads)); }
     static std::string describe() {
         return "mask " + Mask::describe() + (Heads > 0 ? ", " + std::to_string(Heads) + " heads side by side" : std::string());
     }
 };
+/// The kernels compiled once (include/ctgraph/compiled.cpp) for float and double, without a mask
+/// and causal; declared `extern template` where CTG_SEPARATE_COMPILATION is defined.
+#define CTG_ATTENTION_VALUES_INSTANCES(how, T) \
+    CTG_ATTENTION_VALUES_INSTANCE(how, no_mask, T) CTG_ATTENTION_VALUES_INSTANCE(how, causal, T)
+#define CTG_ATTENTION_VALUES_INSTANCE(how, Mask, T)                                               \
+    how void attention_values_forward<Mask, T, 2>(op_io<T, 2>&, std::size_t);                    \
+    how void attention_values_backward<Mask, T, 2>(op_io<T, 2>&, std::size_t);
+#if defined(CTG_SEPARATE_COMPILATION)
+CTG_ATTENTION_VALUES_INSTANCES(extern template, float)
+CTG_ATTENTION_VALUES_INSTANCES(extern template, double)
+#endif
 }  // namespace ops
 
 namespace detail {

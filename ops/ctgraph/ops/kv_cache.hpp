@@ -100,6 +100,50 @@ struct cache_store_op {
     static void backward(op_io<T, 2>&) { inference_only(name); }
 };
 
+// cached_attention_op's forward, templated on the scalar and the cache's element only (the head
+// count is a runtime number): compiled once in the library (CTG_KV_CACHE_INSTANCES below). Not
+// inline, so that an `extern template` is not instantiated anyway to be inlined.
+template <class T, bool Bf16>
+void cached_attention_forward(op_io<T, 6>& c, std::size_t heads) {
+    const std::size_t B = c.x[0].shape.d[0], D = c.x[0].shape.d[2], C = c.x[4].shape.d[1], dh = D / heads;
+    const index_t* pos = c.x[5].template as<index_t>();
+    for (std::size_t b = 0; b < B; ++b)  // all positions checked before any cache entry is written
+        if (pos[b] < 0 || std::size_t(pos[b]) >= C)
+            throw index_error("ctg::cached_attention: position " + std::to_string(pos[b]) + " of sequence " +
+                              std::to_string(b) + " (input '" + std::string(c.x_name[5]) +
+                              "') is outside the cache of " + std::to_string(C) + " positions");
+    detail::check_cache_scalar<T, Bf16>();
+    using E = detail::cache_elem<T, Bf16>;
+    E *kc = c.x[3].template as<E>(), *vc = c.x[4].template as<E>();
+    T* y = c.y_data();
+    T* scores = c.scratch.template as<T>();  // C scores, then dh scaled query features
+    T* qs = scores + C;
+    const T scale = T(1.0 / std::sqrt(double(dh)));
+    for (std::size_t b = 0; b < B; ++b) {
+        const std::size_t p = std::size_t(pos[b]), n = p + 1;
+        E *kb = kc + b * D * C, *vb = vc + b * C * D;  // keys (D, C), values (C, D)
+        const T *k = c.x_data(1) + b * D, *q = c.x_data(0) + b * D, *v = c.x_data(2) + b * D;
+        for (std::size_t d = 0; d < D; ++d) kb[d * C + p] = detail::to_cache<E>(k[d]);
+        detail::store_cache_row(D, v, vb + p * D);
+        for (std::size_t h = 0; h < heads; ++h) {
+            const std::size_t off = h * dh;
+            // scores[j] = scale * sum_d q[d] k[d, j]: rows of the feature-major keys, combined.
+            for (std::size_t d = 0; d < dh; ++d) qs[d] = scale * q[off + d];
+            kernels::combine_rows(dh, n, static_cast<const T*>(qs), static_cast<const E*>(kb + off * C), C, scores);
+            const T mx = kernels::max(n, static_cast<const T*>(scores));
+            kernels::map(n, scores, [mx](auto v) {
+                using std::exp;
+                return exp(v - decltype(v)(mx));
+            }, static_cast<const T*>(scores));
+            const T inv = T(1) / kernels::sum(n, static_cast<const T*>(scores));
+            // The weights' normalisation applied to the dh outputs instead of the n weights.
+            T* out = y + b * D + off;
+            kernels::combine_rows(n, dh, static_cast<const T*>(scores), static_cast<const E*>(vb + off), D, out);
+            kernels::map(dh, out, [inv](auto v) { return v * decltype(v)(inv); }, static_cast<const T*>(out));
+        }
+    }
+}
+
 template <int Heads, bool Bf16 = false>
 struct cached_attention_op {
     static constexpr std::string_view name = "cached_attention";
@@ -119,49 +163,23 @@ struct cached_attention_op {
     }
 
     template <class T>
-    static void forward(op_io<T, 6>& c) {
-        const std::size_t B = c.x[0].shape.d[0], D = c.x[0].shape.d[2], C = c.x[4].shape.d[1], dh = D / Heads;
-        const index_t* pos = c.x[5].template as<index_t>();
-        for (std::size_t b = 0; b < B; ++b)  // all positions checked before any cache entry is written
-            if (pos[b] < 0 || std::size_t(pos[b]) >= C)
-                throw index_error("ctg::cached_attention: position " + std::to_string(pos[b]) + " of sequence " +
-                                  std::to_string(b) + " (input '" + std::string(c.x_name[5]) +
-                                  "') is outside the cache of " + std::to_string(C) + " positions");
-        detail::check_cache_scalar<T, Bf16>();
-        using E = detail::cache_elem<T, Bf16>;
-        E *kc = c.x[3].template as<E>(), *vc = c.x[4].template as<E>();
-        T* y = c.y_data();
-        T* scores = c.scratch.template as<T>();  // C scores, then dh scaled query features
-        T* qs = scores + C;
-        const T scale = T(1.0 / std::sqrt(double(dh)));
-        for (std::size_t b = 0; b < B; ++b) {
-            const std::size_t p = std::size_t(pos[b]), n = p + 1;
-            E *kb = kc + b * D * C, *vb = vc + b * C * D;  // keys (D, C), values (C, D)
-            const T *k = c.x_data(1) + b * D, *q = c.x_data(0) + b * D, *v = c.x_data(2) + b * D;
-            for (std::size_t d = 0; d < D; ++d) kb[d * C + p] = detail::to_cache<E>(k[d]);
-            detail::store_cache_row(D, v, vb + p * D);
-            for (std::size_t h = 0; h < std::size_t(Heads); ++h) {
-                const std::size_t off = h * dh;
-                // scores[j] = scale * sum_d q[d] k[d, j]: rows of the feature-major keys, combined.
-                for (std::size_t d = 0; d < dh; ++d) qs[d] = scale * q[off + d];
-                kernels::combine_rows(dh, n, static_cast<const T*>(qs), static_cast<const E*>(kb + off * C), C, scores);
-                const T mx = kernels::max(n, static_cast<const T*>(scores));
-                kernels::map(n, scores, [mx](auto v) {
-                    using std::exp;
-                    return exp(v - decltype(v)(mx));
-                }, static_cast<const T*>(scores));
-                const T inv = T(1) / kernels::sum(n, static_cast<const T*>(scores));
-                // The weights' normalisation applied to the dh outputs instead of the n weights.
-                T* out = y + b * D + off;
-                kernels::combine_rows(n, dh, static_cast<const T*>(scores), static_cast<const E*>(vb + off), D, out);
-                kernels::map(dh, out, [inv](auto v) { return v * decltype(v)(inv); }, static_cast<const T*>(out));
-            }
-        }
-    }
+    static void forward(op_io<T, 6>& c) { cached_attention_forward<T, Bf16>(c, std::size_t(Heads)); }
     template <class T>
     static void backward(op_io<T, 6>&) { inference_only(name); }
 };
 
+/// The kernels compiled once (include/ctgraph/compiled.cpp): one decoding step in float and double
+/// against float caches, and in float against bf16 ones; declared `extern template` where
+/// CTG_SEPARATE_COMPILATION is defined.
+#define CTG_KV_CACHE_INSTANCES_FLOAT(how)                                           \
+    how void cached_attention_forward<float, false>(op_io<float, 6>&, std::size_t); \
+    how void cached_attention_forward<float, true>(op_io<float, 6>&, std::size_t);
+#define CTG_KV_CACHE_INSTANCES_DOUBLE(how) \
+    how void cached_attention_forward<double, false>(op_io<double, 6>&, std::size_t);
+#if defined(CTG_SEPARATE_COMPILATION)
+CTG_KV_CACHE_INSTANCES_FLOAT(extern template)
+CTG_KV_CACHE_INSTANCES_DOUBLE(extern template)
+#endif
 }  // namespace ops
 
 /// Stores k (B, T, D) at positions 0 .. T-1 of `cache`, (B, C, D), or (B, D, C) when FeatureMajor,

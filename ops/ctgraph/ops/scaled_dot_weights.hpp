@@ -28,6 +28,85 @@
 
 namespace ctg {
 namespace ops {
+/// The sizes of S = c Q K^T: `matrices` products of (n x d)(d x m).
+struct scaled_dot_sizes {
+    std::size_t matrices, n, m, d;
+    std::size_t work() const { return 2 * matrices * n * m * d; }  // flops of the products
+    static scaled_dot_sizes of(const rshape& q, const rshape& k, std::size_t heads) {
+        if (heads > 0) return {q.d[0] * heads, q[-2], k[-2], q[-1] / heads};
+        return {q.rows() / q[-2], q[-2], k[-2], q[-1]};
+    }
+};
+
+// The op's forward and VJP, templated on the mask only (the scale and the head count are runtime
+// numbers): one body for every model, compiled once in the library for the common masks
+// (CTG_SCALED_DOT_WEIGHTS_INSTANCES below). Not inline, so that an `extern template` is not
+// instantiated anyway to be inlined.
+template <class Mask, class T, std::size_t K>
+void scaled_dot_weights_forward(op_io<T, K>& io, double c, std::size_t heads) {
+    using ctg::detail::offset_or_null;
+    const scaled_dot_sizes s = scaled_dot_sizes::of(io.x[0].shape, io.x[1].shape, heads);
+    const masked_rows<Mask, T, K> rows(io, io.y.shape);
+    Mask::validate(rows.args);
+    const T *q = io.x_data(0), *k = io.x_data(1);
+    T* p = io.y_data();  // null: P is kept as its bf16 shadow alone (io.yb)
+    const std::size_t nm = s.n * s.m;
+    const head_rows at{s.d, heads};
+    // One task per block of (batch, head) matrices: their products are too small to split well.
+    kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
+        kernels::scratch<T> own(p ? 0 : nm);  // one matrix of P, when only its shadow is kept
+        const score_blocks first = rows.row_blocks(f0);  // (no mask: one product of the whole matrix)
+        for (std::size_t f = f0; f < f1; ++f) {
+            T* pf = p ? p + f * nm : own.data();
+            const score_blocks parts = rows.row_blocks(f, f0, first);
+            // the scores the mask leaves visible
+            const std::size_t qf = at.offset(f, s.n), kf = at.offset(f, s.m);
+            block_scores(parts, s.m, s.d, T(c), offset_or_null(q, qf), offset_or_null(io.xb[0], qf), at.ld(), offset_or_null(k, kf),
+                         offset_or_null(io.xb[1], kf), at.ld(), T(0), pf, io.run.bf16);
+            for (std::size_t i = 0; i < s.n; ++i) rows.forward_row(f * s.n + i, pf + i * s.m, pf + i * s.m);
+            if constexpr (std::is_same_v<T, float>)  // the shadow, while the matrix is in cache
+                if (io.yb) kernels::pack_bf16(false, 1, nm, pf, nm, io.yb + f * nm);
+        }
+    });
+}
+template <class Mask, class T, std::size_t K>
+void scaled_dot_weights_backward(op_io<T, K>& io, double c, std::size_t heads) {
+    using ctg::detail::offset_or_null;
+    T *gq = io.gx_data(0), *gk = io.gx_data(1);
+    if (!gq && !gk) return;
+    const scaled_dot_sizes s = scaled_dot_sizes::of(io.x[0].shape, io.x[1].shape, heads);
+    const masked_rows<Mask, T, K> rows(io, io.y.shape);
+    const T *q = io.x_data(0), *k = io.x_data(1), *p = io.y_data(), *gp = io.gy_data();
+    const std::size_t nm = s.n * s.m;
+    const head_rows at{s.d, heads};
+    // gS of one matrix at a time: the op's scratch on one thread; on the pool, each block of
+    // matrices uses its thread's own buffer (kept: allocated once per thread and size).
+    kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
+        const bool whole = f0 == 0 && f1 == s.matrices;
+        kernels::scratch<T> own(whole ? 0 : nm), rounded(p ? 0 : nm);  // (rounded: P read from its shadow)
+        T* gs = whole ? io.scratch.template as<T>() : own.data();
+        const score_blocks first = rows.row_blocks(f0), first_cols = rows.column_blocks(first);
+        for (std::size_t f = f0; f < f1; ++f) {
+            const std::size_t off = f * nm;
+            const T* pf = p ? p + off : rounded.data();
+            if constexpr (std::is_same_v<T, float>)
+                if (!p) kernels::pack_bf16(false, 1, nm, io.yb + off, nm, rounded.data());
+            for (std::size_t i = 0; i < s.n; ++i)  // gS written whole (fresh): no clearing pass
+                rows.backward_row(f * s.n + i, pf + i * s.m, gp + off + i * s.m, gs + i * s.m, true);
+            // gS is 0 outside the blocks forward computed: the products read only inside them.
+            const score_blocks parts = rows.row_blocks(f, f0, first);
+            const std::size_t qf = at.offset(f, s.n), kf = at.offset(f, s.m);
+            if (gq)  // (n x d) += c (n x m)(m x d)
+                block_sum(sum_over::keys, parts, s.m, s.d, T(c), gs, nullptr, offset_or_null(k, kf), offset_or_null(io.xb[1], kf),
+                          at.ld(), io.fresh(0) ? T(0) : T(1), gq + qf, at.ld(), io.run.bf16);
+            if (gk)  // (m x d) += c (m x n)(n x d)
+                block_sum(sum_over::queries, rows.column_blocks(f, f0, first_cols, parts), s.m, s.d, T(c), gs, nullptr,
+                          offset_or_null(q, qf), offset_or_null(io.xb[0], qf), at.ld(), io.fresh(1) ? T(0) : T(1), gk + kf, at.ld(),
+                          io.run.bf16);
+        }
+    });
+}
+
 template <cval Scale, class Mask, int Heads = 0>
 struct scaled_dot_weights_op {
     static constexpr std::string_view name = "scaled_dot_weights";
@@ -68,84 +147,27 @@ struct scaled_dot_weights_op {
     // its cell's scratch again at every call, possibly at another thread count.)
     static std::size_t scratch_size(const rshape&, const auto& x) { return x[0][-2] * x[1][-2]; }
 
-    struct sizes {
-        std::size_t matrices, n, m, d;
-        std::size_t work() const { return 2 * matrices * n * m * d; }  // flops of the products
-    };
-    static sizes sizes_of(const rshape& q, const rshape& k) {
-        if constexpr (Heads > 0) return {q.d[0] * Heads, q[-2], k[-2], q[-1] / Heads};
-        else return {q.rows() / q[-2], q[-2], k[-2], q[-1]};
-    }
     template <class T, std::size_t K>
-    static void forward(op_io<T, K>& io) {
-        using ctg::detail::offset_or_null;
-        const sizes s = sizes_of(io.x[0].shape, io.x[1].shape);
-        const masked_rows<Mask, T, K> rows(io, io.y.shape);
-        Mask::validate(rows.args);
-        const T *q = io.x_data(0), *k = io.x_data(1);
-        T* p = io.y_data();  // null: P is kept as its bf16 shadow alone (io.yb)
-        const std::size_t nm = s.n * s.m;
-        const head_rows<Heads> at{s.d};
-        // One task per block of (batch, head) matrices: their products are too small to split well.
-        kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
-            kernels::scratch<T> own(p ? 0 : nm);  // one matrix of P, when only its shadow is kept
-            const score_blocks first = rows.row_blocks(f0);  // (no mask: one product of the whole matrix)
-            for (std::size_t f = f0; f < f1; ++f) {
-                T* pf = p ? p + f * nm : own.data();
-                const score_blocks parts = rows.row_blocks(f, f0, first);
-                // the scores the mask leaves visible
-                const std::size_t qf = at.offset(f, s.n), kf = at.offset(f, s.m);
-                block_scores(parts, s.m, s.d, T(c), offset_or_null(q, qf), offset_or_null(io.xb[0], qf), at.ld(), offset_or_null(k, kf),
-                             offset_or_null(io.xb[1], kf), at.ld(), T(0), pf, io.run.bf16);
-                for (std::size_t i = 0; i < s.n; ++i) rows.forward_row(f * s.n + i, pf + i * s.m, pf + i * s.m);
-                if constexpr (std::is_same_v<T, float>)  // the shadow, while the matrix is in cache
-                    if (io.yb) kernels::pack_bf16(false, 1, nm, pf, nm, io.yb + f * nm);
-            }
-        });
-    }
+    static void forward(op_io<T, K>& io) { scaled_dot_weights_forward<Mask>(io, c, std::size_t(Heads)); }
     template <class T, std::size_t K>
-    static void backward(op_io<T, K>& io) {
-        using ctg::detail::offset_or_null;
-        T *gq = io.gx_data(0), *gk = io.gx_data(1);
-        if (!gq && !gk) return;
-        const sizes s = sizes_of(io.x[0].shape, io.x[1].shape);
-        const masked_rows<Mask, T, K> rows(io, io.y.shape);
-        const T *q = io.x_data(0), *k = io.x_data(1), *p = io.y_data(), *gp = io.gy_data();
-        const std::size_t nm = s.n * s.m;
-        const head_rows<Heads> at{s.d};
-        // gS of one matrix at a time: the op's scratch on one thread; on the pool, each block of
-        // matrices uses its thread's own buffer (kept: allocated once per thread and size).
-        kernels::for_items(s.matrices, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t f0, std::size_t f1) {
-            const bool whole = f0 == 0 && f1 == s.matrices;
-            kernels::scratch<T> own(whole ? 0 : nm), rounded(p ? 0 : nm);  // (rounded: P read from its shadow)
-            T* gs = whole ? io.scratch.template as<T>() : own.data();
-            const score_blocks first = rows.row_blocks(f0), first_cols = rows.column_blocks(first);
-            for (std::size_t f = f0; f < f1; ++f) {
-                const std::size_t off = f * nm;
-                const T* pf = p ? p + off : rounded.data();
-                if constexpr (std::is_same_v<T, float>)
-                    if (!p) kernels::pack_bf16(false, 1, nm, io.yb + off, nm, rounded.data());
-                for (std::size_t i = 0; i < s.n; ++i)  // gS written whole (fresh): no clearing pass
-                    rows.backward_row(f * s.n + i, pf + i * s.m, gp + off + i * s.m, gs + i * s.m, true);
-                // gS is 0 outside the blocks forward computed: the products read only inside them.
-                const score_blocks parts = rows.row_blocks(f, f0, first);
-                const std::size_t qf = at.offset(f, s.n), kf = at.offset(f, s.m);
-                if (gq)  // (n x d) += c (n x m)(m x d)
-                    block_sum(sum_over::keys, parts, s.m, s.d, T(c), gs, nullptr, offset_or_null(k, kf), offset_or_null(io.xb[1], kf),
-                              at.ld(), io.fresh(0) ? T(0) : T(1), gq + qf, at.ld(), io.run.bf16);
-                if (gk)  // (m x d) += c (m x n)(n x d)
-                    block_sum(sum_over::queries, rows.column_blocks(f, f0, first_cols, parts), s.m, s.d, T(c), gs, nullptr,
-                              offset_or_null(q, qf), offset_or_null(io.xb[0], qf), at.ld(), io.fresh(1) ? T(0) : T(1), gk + kf, at.ld(),
-                              io.run.bf16);
-            }
-        });
-    }
+    static void backward(op_io<T, K>& io) { scaled_dot_weights_backward<Mask>(io, c, std::size_t(Heads)); }
     static std::string describe() {
         return "scale " + std::to_string(c) + ", mask " + Mask::describe() +
                (Heads > 0 ? ", " + std::to_string(Heads) + " heads side by side" : std::string());
     }
 };
 
+/// The kernels compiled once (include/ctgraph/compiled.cpp) for float and double, without a mask
+/// and causal; declared `extern template` where CTG_SEPARATE_COMPILATION is defined.
+#define CTG_SCALED_DOT_WEIGHTS_INSTANCES(how, T) \
+    CTG_SCALED_DOT_WEIGHTS_INSTANCE(how, no_mask, T) CTG_SCALED_DOT_WEIGHTS_INSTANCE(how, causal, T)
+#define CTG_SCALED_DOT_WEIGHTS_INSTANCE(how, Mask, T)                                              \
+    how void scaled_dot_weights_forward<Mask, T, 2>(op_io<T, 2>&, double, std::size_t);           \
+    how void scaled_dot_weights_backward<Mask, T, 2>(op_io<T, 2>&, double, std::size_t);
+#if defined(CTG_SEPARATE_COMPILATION)
+CTG_SCALED_DOT_WEIGHTS_INSTANCES(extern template, float)
+CTG_SCALED_DOT_WEIGHTS_INSTANCES(extern template, double)
+#endif
 }  // namespace ops
 
 namespace detail {

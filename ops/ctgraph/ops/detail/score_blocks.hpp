@@ -43,20 +43,21 @@ struct score_blocks {
     }
 };
 
-/// Where matrix f of a (..., n, d) operand of attention is, by its head layout: Heads = 0, heads
-/// (if any) a batch axis, (B, h, n, d): matrix f at f n d, its rows d apart; Heads > 0, the heads
-/// side by side in the rows of a (B, n, Heads d) tensor (a projection's output as it is, no split):
-/// matrix f = (b, j) at b n Heads d + j d, its rows Heads d apart.
-template <int Heads>
+/// Where matrix f of a (..., n, d) operand of attention is, by its head layout: heads = 0, heads
+/// (if any) a batch axis, (B, h, n, d): matrix f at f n d, its rows d apart; heads > 0, the heads
+/// side by side in the rows of a (B, n, heads d) tensor (a projection's output as it is, no split):
+/// matrix f = (b, j) at b n heads d + j d, its rows heads d apart. (A runtime count: the kernels
+/// that use it are compiled once for every head count, ops/instances.hpp.)
 struct head_rows {
-    std::size_t d;  ///< a head's features
+    std::size_t d;          ///< a head's features
+    std::size_t heads = 0;  ///< heads side by side in a row (0: none)
     /// The first element of matrix f, of n rows.
     std::size_t offset(std::size_t f, std::size_t n) const {
-        if constexpr (Heads == 0) return f * n * d;
-        else return (f / Heads) * n * Heads * d + (f % Heads) * d;
+        if (heads == 0) return f * n * d;
+        return (f / heads) * n * heads * d + (f % heads) * d;
     }
     /// The distance between two rows of a matrix.
-    std::size_t ld() const { return Heads == 0 ? d : Heads * d; }
+    std::size_t ld() const { return heads == 0 ? d : heads * d; }
 };
 
 /// S = alpha A B^T + beta S on each of the row blocks `rows`; S outside them is not touched.
