@@ -1,5 +1,5 @@
 // The library's code that does not depend on a program's graph, compiled once: the matrix products
-// (kernels/gemm.hpp), the executors of the ops whose type names no model, for float and double
+// (kernels/gemm.hpp) and the oneDNN wrapper (kernels/onednn_impl.hpp), the executors of the ops whose type names no model, for float and double
 // (ops/instances.hpp), the parameter store, the optimizers, the programs' checks and bindings over
 // their tables (graph/program_tables.hpp), token choice, the .npz and safetensors readers and
 // writers, the PNG charts. Every other
@@ -7,6 +7,9 @@
 // CMake: the ctgraph::ctgraph library compiles this file in three parts, side by side
 // (CTG_COMPILED_PART 1, 2, 3); by hand, compile it whole with the program's flags (-march,
 // sanitizers).
+#if !defined(CTG_COMPILED_PART) || CTG_COMPILED_PART == 1
+#define CTG_ONEDNN_DEFINITIONS  // the oneDNN wrapper's functions (kernels/onednn_impl.hpp), here once
+#endif
 #include <ctgraph/ctgraph.hpp>
 #include <ctgraph/npz.hpp>
 #include <ctgraph/plot.hpp>
