@@ -15,6 +15,9 @@
 #include <vector>
 
 #include "ctgraph/kernels/gemm.hpp"
+#if defined(CTG_WITH_ONEDNN)
+#include <oneapi/dnnl/dnnl.hpp>  // (the blocked-layout comparison calls oneDNN itself)
+#endif
 
 namespace {
 
