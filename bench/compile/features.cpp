@@ -16,6 +16,9 @@
 #if defined(WITH_MPI)
 #include <ctgraph/dist.hpp>
 #endif
+#if defined(WITH_LORA)
+#include <ctgraph/nn/lora.hpp>
+#endif
 
 using namespace ctg;
 inline constexpr dim B = dyn('B'), T = dyn('T');
