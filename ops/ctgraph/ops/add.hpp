@@ -6,6 +6,7 @@ namespace ctg {
 namespace ops {
 struct add_fn {
     static constexpr std::string_view name = "add";
+    static constexpr std::string_view onnx_op = "Add";  // its ONNX operator (binary_op::onnx)
     static constexpr bool constant_derivatives = true;  // backward reads no value
     static constexpr std::uint32_t identity_vjp_operands = 0b11;  // dy/da = dy/db = 1: both adjoints are gy (op.hpp)
     template <class V> static V f(V a, V b) { return a + b; }

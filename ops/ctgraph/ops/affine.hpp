@@ -37,6 +37,9 @@ struct affine_shape_rule {
 
 struct affine_op : affine_shape_rule {
     static constexpr std::string_view name = "affine";
+    // ONNX: MatMul then Add (ONNX Runtime fuses the pair into one kernel).
+    template <class B>
+    static void onnx(B& b) { b.emit_y("Add", {b.emit("MatMul", {b.x(0), b.x(1)}), b.x(2)}); }
     static constexpr flop_rule flops = flop_rule::affine;  // how summaries count it (op.hpp)
     template <class X, class W, class B>
     static consteval bool rows_independent() { return true; }  // see op.hpp

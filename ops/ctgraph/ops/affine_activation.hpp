@@ -54,6 +54,10 @@ struct affine_activation_op : affine_shape_rule {
         return s;
     }();
     static constexpr std::string_view name{name_chars.data(), name_chars.size()};  // "affine_gelu"
+    // ONNX: the composed graph, MatMul, Add and the activation's own lowering.
+    template <class B>
+        requires requires(B& b, const std::string& s) { Fn::onnx(b, s, s); }
+    static void onnx(B& b) { Fn::onnx(b, b.emit("Add", {b.emit("MatMul", {b.x(0), b.x(1)}), b.x(2)}), b.y()); }
     static constexpr flop_rule flops = flop_rule::affine_activation;  // as affine, then the activation (op.hpp)
     template <class X, class W, class B>
     static consteval bool rows_independent() { return true; }  // see op.hpp

@@ -97,6 +97,20 @@ void attention_values_backward(op_io<T, K>& io, std::size_t heads) {
 template <class Mask, int Heads = 0>
 struct attention_values_op {
     static constexpr std::string_view name = "attention_values";
+    // ONNX: MatMul of P (0 where the mask hides a key) by V, its heads split and merged again by
+    // Reshape and Transpose when they sit side by side in V's rows.
+    template <class B>
+    static void onnx(B& b) {
+        if constexpr (Heads > 0) {
+            const long long dv = b.xshape(1)[-1].n / Heads;
+            const std::string v = b.emit("Transpose", {b.emit("Reshape", {b.x(1), b.ints({0, 0, Heads, dv})})},
+                                         {{"perm", std::vector<long long>{0, 2, 1, 3}}});
+            const std::string o = b.emit("Transpose", {b.emit("MatMul", {b.x(0), v})}, {{"perm", std::vector<long long>{0, 2, 1, 3}}});
+            b.emit_y("Reshape", {o, b.ints({0, 0, Heads * dv})});
+        } else {
+            b.emit_y("MatMul", {b.x(0), b.x(1)});
+        }
+    }
     // how summaries count it (op.hpp): the whole P V
     static constexpr flop_rule flops = Heads > 0 ? flop_rule::head_values : flop_rule::matmul;
     static constexpr bool assigns_adjoints = true;

@@ -6,6 +6,7 @@ namespace ctg {
 namespace ops {
 struct div_fn {
     static constexpr std::string_view name = "div";
+    static constexpr std::string_view onnx_op = "Div";  // its ONNX operator (binary_op::onnx)
     template <class V> static V f(V a, V b) { return a / b; }
     template <class V> static V da(V, V b, V) { return V(1) / b; }
     template <class V> static V db(V, V b, V y) { return -y / b; }

@@ -14,6 +14,9 @@ namespace ctg {
 namespace ops {
 struct embedding_op {
     static constexpr std::string_view name = "embedding";
+    // ONNX: Gather of the table's rows (the ids are int64 in the exported graph).
+    template <class B>
+    static void onnx(B& b) { b.emit_y("Gather", {b.x(0), b.x(1)}, {{"axis", 0}}); }
     template <class Table, class Ids>
     static consteval bool rows_independent() { return true; }  // id r gives row r (see op.hpp)
     template <class Table, class Ids>

@@ -32,6 +32,13 @@ struct gelu_fn {
     }
     template <class V>
     static V f(V x) { return x * logistic(x); }
+    // ONNX (opset 17 has no Gelu): x sigmoid(2k (x + c x^3)), the same identity as above.
+    template <class B>
+    static void onnx(B& b, const std::string& x, const std::string& y) {
+        const std::string x3 = b.emit("Mul", {b.emit("Mul", {x, x}), x});
+        const std::string u = b.emit("Add", {x, b.emit("Mul", {x3, b.scalar(c)})});
+        b.emit_to("Mul", {x, b.emit("Sigmoid", {b.emit("Mul", {u, b.scalar(2 * k)})})}, y);
+    }
     template <class V>
     static V df(V x, V) {
         const V s = logistic(x);
@@ -53,6 +60,12 @@ struct gelu_erf_fn {
     }
     template <class V>
     static V f(V x) { return x * cdf(x); }
+    // ONNX: 0.5 x (1 + erf(x / sqrt 2)), in the order ONNX Runtime fuses into its Gelu kernel.
+    template <class B>
+    static void onnx(B& b, const std::string& x, const std::string& y) {
+        const std::string e = b.emit("Erf", {b.emit("Div", {x, b.scalar(1.4142135623730951)})});
+        b.emit_to("Mul", {b.emit("Mul", {x, b.emit("Add", {e, b.scalar(1.0)})}), b.scalar(0.5)}, y);
+    }
     template <class V>
     static V df(V x, V) {
         using std::exp;

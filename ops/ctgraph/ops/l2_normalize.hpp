@@ -14,6 +14,11 @@ namespace ops {
 struct l2_normalize_fn {
     static constexpr std::string_view name = "l2_normalize";
     static constexpr double eps = 1e-12;
+    template <class B>  // ONNX: x / max(||x||, eps) over the last axis (detail/rowwise.hpp)
+    static void onnx(B& b, const std::string& x, const std::string& y) {
+        const std::string norm = b.emit("ReduceL2", {x}, {{"axes", std::vector<long long>{-1}}, {"keepdims", 1}});
+        b.emit_to("Div", {x, b.emit("Max", {norm, b.scalar(eps)})}, y);
+    }
     template <class T>
     static T norm(std::size_t n, const T* x) {
         return std::max(std::sqrt(kernels::reduce_sum(n, x, x, [](auto a, auto b) { return a * b; })), T(eps));

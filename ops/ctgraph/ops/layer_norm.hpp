@@ -26,6 +26,9 @@ namespace ops {
 template <cval Eps = 1e-5>
 struct layer_norm_op {
     static constexpr std::string_view name = "layer_norm";
+    // ONNX: LayerNormalization (opset 17) over the last axis, the same biased variance and eps.
+    template <class B>
+    static void onnx(B& b) { b.emit_y("LayerNormalization", {b.x(0), b.x(1), b.x(2)}, {{"axis", -1}, {"epsilon", Eps.value()}}); }
     template <class X, class Gamma, class Beta>
     static consteval bool rows_independent() { return X::rank >= 2; }  // along the last axis (see op.hpp)
     static constexpr double eps = Eps.value();

@@ -8,6 +8,8 @@ namespace ctg {
 namespace ops {
 struct log_fn {
     static constexpr std::string_view name = "log";
+    template <class B>  // ONNX (detail/unary.hpp)
+    static void onnx(B& b, const std::string& x, const std::string& y) { b.emit_to("Log", {x}, y); }
     template <class V>
     static V f(V x) {
         using std::log;

@@ -10,6 +10,8 @@ namespace ctg {
 namespace ops {
 struct log_softmax_fn {
     static constexpr std::string_view name = "log_softmax";
+    template <class B>  // ONNX: over the last axis (detail/rowwise.hpp)
+    static void onnx(B& b, const std::string& x, const std::string& y) { b.emit_to("LogSoftmax", {x}, y, {{"axis", -1}}); }
     template <class T>
     static void forward_row(std::size_t n, const T* x, T* y) { kernels::log_softmax_row(n, x, y); }
     template <class T>

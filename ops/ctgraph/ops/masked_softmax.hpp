@@ -173,9 +173,24 @@ struct masked_rows {
     }
 };
 
+/// ONNX: softmax over the last axis of the scores `s` (node operand 0 or computed), hidden keys
+/// 0, a row with nothing visible all zeros (masks.hpp, mask_onnx); writes b.y(). The mask's
+/// operands are the node's from `first_mask_operand` on.
+template <class Mask, class B>
+void masked_softmax_onnx(B& b, const std::string& s, std::size_t rank, std::size_t first_mask_operand) {
+    mask_onnx<B> o{b, s, rank, first_mask_operand, {}, {}};
+    const std::string visible = Mask::onnx_visible(o);
+    if (visible.empty()) return b.emit_y("Softmax", {s}, {{"axis", -1}});
+    const std::string hidden = b.scalar(-3.0e38);  // finite: a row of hidden keys stays finite, then zeroed
+    const std::string p = b.emit("Softmax", {b.emit("Where", {visible, s, hidden})}, {{"axis", -1}});
+    b.emit_y("Where", {visible, p, b.scalar(0.0)});
+}
+
 template <class Mask>
 struct masked_softmax_op {
     static constexpr std::string_view name = "masked_softmax";
+    template <class B>  // ONNX (masked_softmax_onnx above)
+    static void onnx(B& b) { masked_softmax_onnx<Mask>(b, b.x(0), b.xshape(0).rank, 1); }
     static constexpr bool assigns_adjoints = true;
     template <class S, class... Ops>
     static consteval bool check() {

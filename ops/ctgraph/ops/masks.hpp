@@ -36,6 +36,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "ctgraph/error.hpp"
 #include "ctgraph/graph/node.hpp"
@@ -59,6 +60,52 @@ struct col_range {
     /// @{ the first visible key (lo) and one past the last (hi)
     long long lo = 0, hi = 0;
     /// @}
+};
+
+/// What a mask's ONNX lowering sees (B: ctg::onnx::op_lowering): the score tensor (..., n, m),
+/// whose axes give n and m at run time, and the mask's operands (int64 inputs). A mask's
+/// `onnx_visible(mask_onnx<B>&)` returns the name of a boolean tensor that broadcasts against
+/// the scores (true: visible), or "" for every key; masked_softmax then writes
+/// Where(visible, Softmax(Where(visible, S, lowest)), 0): zeros where hidden, and a row with
+/// nothing visible all zeros, as here.
+template <class B>
+struct mask_onnx {
+    B& b;                         ///< the lowering of the node the mask belongs to
+    std::string scores;           ///< the score tensor's value name
+    std::size_t rank = 0;         ///< its rank (>= 2)
+    std::size_t first = 0;        ///< the index of the mask's first operand among the node's
+    std::string queries_, keys_;  ///< made once: query positions (n, 1) and keys (m), int64
+
+    /// Operand k of the mask (an int64 tensor) and its rank.
+    const std::string& x(std::size_t k) const { return b.x(first + k); }
+    std::size_t xrank(std::size_t k) const { return b.xshape(first + k).rank; }
+    /// The extent of the scores' axis a (from the end: -1 keys, -2 queries) as a 0-d int64.
+    std::string extent(long a) {
+        const long ax = long(rank) + a;
+        return b.emit("Squeeze", {b.emit("Shape", {scores}, {{"start", ax}, {"end", ax + 1}})});
+    }
+    /// The position of each query, p(i) = i + m - n, as (n, 1).
+    const std::string& queries() {
+        if (queries_.empty()) {
+            const std::string n = extent(-2), m = extent(-1);
+            const std::string p = b.emit("Range", {b.emit("Sub", {m, n}), m, b.int_scalar(1)});
+            queries_ = b.emit("Unsqueeze", {p, b.ints({1})});
+        }
+        return queries_;
+    }
+    /// The keys 0 .. m - 1, as (m).
+    const std::string& keys() {
+        if (keys_.empty()) keys_ = b.emit("Range", {b.int_scalar(0), extent(-1), b.int_scalar(1)});
+        return keys_;
+    }
+    /// A tensor over (batch, ..., key axes) of rank r made to broadcast against the scores: axes of
+    /// size 1 inserted after the batch axis up to the scores' rank.
+    std::string per_batch(const std::string& v, std::size_t r) {
+        if (r >= rank) return v;
+        std::vector<long long> axes;
+        for (std::size_t a = 1; a < 1 + rank - r; ++a) axes.push_back((long long)a);
+        return b.emit("Unsqueeze", {v, b.ints(axes)});
+    }
 };
 
 /// Marks mask types (masks are values of empty types).
@@ -100,6 +147,9 @@ struct no_mask : mask_base {
     static col_range cols(const mask_args& a, std::size_t, std::size_t) { return {0, (long long)a.m}; }
     /// Whether key j is visible to query i of batch b (inside cols()' range).
     static bool visible(const mask_args&, std::size_t, std::size_t, std::size_t) { return true; }
+    /// ONNX: every key (mask_onnx).
+    template <class B>
+    static std::string onnx_visible(mask_onnx<B>&) { return {}; }
     /// The mask's name in to_text() and messages.
     static std::string describe() { return "none"; }
 };
@@ -119,6 +169,9 @@ struct causal : mask_base {
     }
     /// Whether key j is visible to query i of batch b (inside cols()' range).
     static bool visible(const mask_args&, std::size_t, std::size_t, std::size_t) { return true; }
+    /// ONNX: j <= p(i), (n, m) (mask_onnx).
+    template <class B>
+    static std::string onnx_visible(mask_onnx<B>& o) { return o.b.emit("LessOrEqual", {o.keys(), o.queries()}); }
     /// The mask's name in to_text() and messages.
     static std::string describe() { return "causal"; }
 };
@@ -145,6 +198,15 @@ struct local_window : mask_base {
     }
     /// Whether key j is visible to query i of batch b (inside cols()' range).
     static bool visible(const mask_args&, std::size_t, std::size_t, std::size_t) { return true; }
+    /// ONNX: d = p(i) - j, |d| <= W or 0 <= d <= W, (n, m) (mask_onnx).
+    template <class B>
+    static std::string onnx_visible(mask_onnx<B>& o) {
+        const std::string d = o.b.emit("Sub", {o.queries(), o.keys()});
+        const std::string w = o.b.ints({W});
+        if constexpr (Side == window::past)
+            return o.b.emit("And", {o.b.emit("GreaterOrEqual", {d, o.b.ints({0})}), o.b.emit("LessOrEqual", {d, w})});
+        else return o.b.emit("LessOrEqual", {o.b.emit("Abs", {d}), w});
+    }
     /// The mask's name in to_text() and messages.
     static std::string describe() { return (Side == window::past ? "past window " : "window ") + std::to_string(W); }
 };
@@ -168,6 +230,22 @@ struct visible_if : mask_base {
     static bool visible(const mask_args& a, std::size_t, std::size_t i, std::size_t j) {
         const long long p = (long long)i + a.offset();
         return p >= 0 && Pred::visible(std::size_t(p), j);
+    }
+    /// ONNX: the predicate's table over (key position, key) for the scores' static key count m,
+    /// rows p(i) gathered at run time (mask_onnx). A dynamic m has no table: ctg::error.
+    template <class B>
+    static std::string onnx_visible(mask_onnx<B>& o) {
+        const dim m = o.b.yshape()[-1];
+        if (!m.is_static())
+            throw error("ctg::onnx::save: a visible_if mask needs a static key count to be exported (its table is "
+                        "computed at export time); the scores' last axis is dynamic");
+        const std::size_t n = std::size_t(m.n);
+        std::vector<long long> table(n * n);
+        for (std::size_t p = 0; p < n; ++p)
+            for (std::size_t j = 0; j < n; ++j) table[p * n + j] = Pred::visible(p, j) ? 1 : 0;
+        const std::string t = o.b.emit("Reshape", {o.b.ints(table), o.b.ints({(long long)n, (long long)n})});
+        const std::string rows = o.b.emit("Squeeze", {o.queries(), o.b.ints({1})});
+        return o.b.emit("Cast", {o.b.emit("Gather", {t, rows}, {{"axis", 0}})}, {{"to", 9}});
     }
     /// The mask's name in to_text() and messages.
     static std::string describe() { return "predicate"; }
@@ -203,6 +281,12 @@ struct key_padding : mask_base {
     static col_range cols(const mask_args& a, std::size_t b, std::size_t) { return {0, (long long)a.x[0].as<index_t>()[b]}; }
     /// Whether key j is visible to query i of batch b (inside cols()' range).
     static bool visible(const mask_args&, std::size_t, std::size_t, std::size_t) { return true; }
+    /// ONNX: j < lengths[b], (B, 1.., m) (mask_onnx).
+    template <class B>
+    static std::string onnx_visible(mask_onnx<B>& o) {
+        const std::string len = o.b.emit("Unsqueeze", {o.x(0), o.b.ints({1})});
+        return o.per_batch(o.b.emit("Less", {o.keys(), len}), 2);
+    }
     /// The mask's name in to_text() and messages.
     static std::string describe() { return "key padding"; }
 };
@@ -262,6 +346,11 @@ struct key_padding_mask : mask_base {
     static bool visible(const mask_args& a, std::size_t b, std::size_t, std::size_t j) {
         return a.x[0].as<index_t>()[b * a.m + j] == 0;
     }
+    /// ONNX: pad[b][j] == 0, (B, 1.., m) (mask_onnx).
+    template <class B>
+    static std::string onnx_visible(mask_onnx<B>& o) {
+        return o.per_batch(o.b.emit("Equal", {o.x(0), o.b.ints({0})}), 2);
+    }
     /// The mask's name in to_text() and messages.
     static std::string describe() { return "key padding mask"; }
 };
@@ -304,6 +393,12 @@ struct mask_matrix : mask_base {
         const std::size_t base = a.x[0].shape.rank == 3 ? b * a.n * a.m : 0;
         return v[base + i * a.m + j] != 0;
     }
+    /// ONNX: M != 0, (n, m) or (B, 1.., n, m) (mask_onnx).
+    template <class B>
+    static std::string onnx_visible(mask_onnx<B>& o) {
+        const std::string v = o.b.emit("Not", {o.b.emit("Equal", {o.x(0), o.b.ints({0})})});
+        return o.xrank(0) == 3 ? o.per_batch(v, 3) : v;
+    }
     /// The mask's name in to_text() and messages.
     static std::string describe() { return "matrix"; }
 };
@@ -341,6 +436,17 @@ struct mask_and : mask_base {
     /// Whether key j is visible to query i of batch b (inside cols()' range).
     static bool visible(const mask_args& a, std::size_t b, std::size_t i, std::size_t j) {
         return A::visible(a, b, i, j) && B::visible(second(a), b, i, j);
+    }
+    /// ONNX: both visibility tensors, And-ed (mask_onnx).
+    template <class Bd>
+    static std::string onnx_visible(mask_onnx<Bd>& o) {
+        const std::string a = A::onnx_visible(o);
+        mask_onnx<Bd> ob{o.b, o.scores, o.rank, o.first + na, o.queries_, o.keys_};
+        const std::string v = B::onnx_visible(ob);
+        o.queries_ = ob.queries_, o.keys_ = ob.keys_;
+        if (a.empty()) return v;
+        if (v.empty()) return a;
+        return o.b.emit("And", {a, v});
     }
     /// The mask's name in to_text() and messages.
     static std::string describe() { return A::describe() + " && " + B::describe(); }

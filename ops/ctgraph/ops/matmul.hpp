@@ -65,6 +65,11 @@ struct matmul_op {
         return {a.size() / (M * K), M, K, N, M * K, K * N, M * N};
     }
 
+    // ONNX: MatMul has NumPy's rule, which covers every accepted shape (a vector operand drops
+    // the last axis there as here).
+    template <class B>
+    static void onnx(B& b) { b.emit_y("MatMul", {b.x(0), b.x(1)}); }
+
     template <class T>
     static void forward(op_io<T, 2>& c) {
         using ctg::detail::offset_or_null;

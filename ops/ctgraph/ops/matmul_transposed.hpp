@@ -18,6 +18,13 @@ namespace ctg {
 namespace ops {
 struct matmul_transposed_op {
     static constexpr std::string_view name = "matmul_transposed";
+    // ONNX: a 2-D product is Gemm with transB (no transposed copy); otherwise MatMul by the
+    // transpose, which ONNX Runtime folds once when b is an initializer (a tied head).
+    template <class B>
+    static void onnx(B& b) {
+        if (b.xshape(0).rank == 2) b.emit_y("Gemm", {b.x(0), b.x(1)}, {{"transB", 1}});
+        else b.emit_y("MatMul", {b.x(0), b.emit("Transpose", {b.x(1)}, {{"perm", std::vector<long long>{1, 0}}})});
+    }
     static constexpr flop_rule flops = flop_rule::matmul_transposed;  // how summaries count it (op.hpp)
     template <class A, class B>
     static consteval bool rows_independent() { return true; }  // row r of a gives row r (see op.hpp)

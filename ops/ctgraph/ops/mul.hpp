@@ -7,6 +7,7 @@ namespace ctg {
 namespace ops {
 struct mul_fn {
     static constexpr std::string_view name = "mul";
+    static constexpr std::string_view onnx_op = "Mul";  // its ONNX operator (binary_op::onnx)
     template <class V> static V f(V a, V b) { return a * b; }
     template <class V> static V da(V, V b, V) { return b; }
     template <class V> static V db(V a, V, V) { return a; }

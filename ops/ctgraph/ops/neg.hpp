@@ -6,6 +6,8 @@ namespace ctg {
 namespace ops {
 struct neg_fn {
     static constexpr std::string_view name = "neg";
+    template <class B>  // ONNX (detail/unary.hpp)
+    static void onnx(B& b, const std::string& x, const std::string& y) { b.emit_to("Neg", {x}, y); }
     template <class V>
     static V f(V x) { return -x; }
     template <class V>

@@ -70,6 +70,28 @@ template <int MaxLen, int D, bool Learned, class Round = void, bool Offset = fal
 struct positions_op {
     static constexpr std::string_view name = Learned ? "learned_positions" : "sinusoidal_positions";
     static std::string describe() { return "max " + std::to_string(MaxLen); }
+    // ONNX: x + rows of the table (the sinusoidal one as a float32 constant, or operand 1): rows
+    // 0 .. T-1 (a Slice), or start[o] + t per sequence (a Gather of Range + start).
+    template <class B>
+    static void onnx(B& b) {
+        std::string table;
+        if constexpr (Learned) {
+            table = b.x(1);
+        } else {
+            const std::vector<float>& t = sinusoidal_table<float, MaxLen, D, Round>();
+            table = b.tensor("sinusoidal_table", {MaxLen, D}, std::vector<float>(t.begin(), t.end()));
+        }
+        const std::string len = b.extent(0, -2);  // T, (1)
+        std::string rows;
+        if constexpr (Offset) {
+            const std::string t = b.emit("Range", {b.int_scalar(0), b.emit("Squeeze", {len}), b.int_scalar(1)});
+            const std::string start = b.emit("Unsqueeze", {b.x(b.arity() - 1), b.ints({-1})});
+            rows = b.emit("Gather", {table, b.emit("Add", {start, t})}, {{"axis", 0}});  // (..., T, D)
+        } else {
+            rows = b.emit("Slice", {table, b.ints({0}), len, b.ints({0})});  // (T, D)
+        }
+        b.emit_y("Add", {b.x(0), rows});
+    }
 
     template <class X, class... Rest>
     static consteval bool check() {

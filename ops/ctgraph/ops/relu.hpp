@@ -6,6 +6,8 @@ namespace ctg {
 namespace ops {
 struct relu_fn {
     static constexpr std::string_view name = "relu";
+    template <class B>  // ONNX (detail/unary.hpp)
+    static void onnx(B& b, const std::string& x, const std::string& y) { b.emit_to("Relu", {x}, y); }
     static constexpr bool df_reads_y = false;  // (detail/unary.hpp)
     template <class V>
     static V f(V x) { return kernels::vmax(x, V(0)); }

@@ -9,6 +9,8 @@ namespace ops {
 template <cval C>
 struct scale_fn {
     static constexpr std::string_view name = "scale";
+    template <class B>  // ONNX (detail/unary.hpp)
+    static void onnx(B& b, const std::string& x, const std::string& y) { b.emit_to("Mul", {x, b.scalar(C.value())}, y); }
     template <class V>
     static V f(V x) { return x * V(C.value()); }
     template <class V>

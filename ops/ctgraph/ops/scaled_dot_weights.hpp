@@ -112,6 +112,28 @@ struct scaled_dot_weights_op {
     static constexpr std::string_view name = "scaled_dot_weights";
     static constexpr flop_rule flops = flop_rule::scaled_dot;  // how summaries count it (op.hpp)
     static constexpr double c = Scale.value();
+    // ONNX: S = c Q K^T (heads split from the rows by Reshape and Transpose), then the masked
+    // softmax (masked_softmax_onnx).
+    template <class B>
+    static void onnx(B& b) {
+        std::string q = b.x(0), k;
+        std::size_t rank = b.xshape(0).rank;
+        if constexpr (Heads > 0) {
+            const long long d = b.xshape(0)[-1].n / Heads;
+            const std::string split = b.ints({0, 0, Heads, d});
+            q = b.emit("Transpose", {b.emit("Reshape", {q, split})}, {{"perm", std::vector<long long>{0, 2, 1, 3}}});
+            k = b.emit("Transpose", {b.emit("Reshape", {b.x(1), split})}, {{"perm", std::vector<long long>{0, 2, 3, 1}}});
+            rank = 4;
+        } else {
+            std::vector<long long> perm;
+            for (std::size_t a = 0; a < rank; ++a) perm.push_back((long long)a);
+            std::swap(perm[rank - 1], perm[rank - 2]);
+            k = b.emit("Transpose", {b.x(1)}, {{"perm", perm}});
+        }
+        std::string s = b.emit("MatMul", {q, k});
+        if (c != 1.0) s = b.emit("Mul", {s, b.scalar(c)});
+        masked_softmax_onnx<Mask>(b, s, rank, 2);
+    }
     static constexpr bool assigns_adjoints = true;
     static constexpr std::uint32_t bf16_operands = 0b11;  // q and k: their bf16 shadows, io.xb (see op.hpp)
     static constexpr std::uint32_t bf16_operands_only = 0b11;  // read nowhere but in the products (see op.hpp)

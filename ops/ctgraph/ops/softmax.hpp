@@ -8,6 +8,8 @@ namespace ctg {
 namespace ops {
 struct softmax_fn {
     static constexpr std::string_view name = "softmax";
+    template <class B>  // ONNX: over the last axis (detail/rowwise.hpp)
+    static void onnx(B& b, const std::string& x, const std::string& y) { b.emit_to("Softmax", {x}, y, {{"axis", -1}}); }
     template <class T>
     static void forward_row(std::size_t n, const T* x, T* y) { kernels::softmax_row(n, x, y); }
     template <class T>

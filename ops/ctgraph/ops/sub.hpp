@@ -6,6 +6,7 @@ namespace ctg {
 namespace ops {
 struct sub_fn {
     static constexpr std::string_view name = "sub";
+    static constexpr std::string_view onnx_op = "Sub";  // its ONNX operator (binary_op::onnx)
     static constexpr bool constant_derivatives = true;  // backward reads no value
     static constexpr std::uint32_t identity_vjp_operands = 0b01;  // dy/da = 1: a's adjoint is gy (op.hpp)
     template <class V> static V f(V a, V b) { return a - b; }

@@ -58,6 +58,9 @@ struct binary_op {
     static consteval bool check() { return broadcastable<A, B>(); }
     template <class A, class B>
     static consteval auto dims() { return broadcast_dims<A, B>(); }
+    // ONNX: Add, Sub, Mul, Div broadcast as this family does (aligned from the last axis).
+    template <class B>
+    static void onnx(B& b) { b.emit_y(std::string(Fn::onnx_op), {b.x(0), b.x(1)}); }
 
     // Where one operand's shape is a trailing part of the other's: the larger one is walked in
     // blocks of m = size of the smaller one.

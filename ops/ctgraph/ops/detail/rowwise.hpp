@@ -5,6 +5,7 @@
 //   template <class T> static void backward_row(std::size_t n, const T* x, const T* y, const T* gy, T* gx);  // adds into gx
 // rowwise_op<Fn> supplies the shape rule (same shape, rank >= 1) and the loops over rows.
 #pragma once
+#include <string>
 #include <string_view>
 
 #include "ctgraph/graph/node.hpp"
@@ -21,6 +22,10 @@ struct rowwise_op {
     static consteval auto dims() { return A::dims; }
     template <class A>
     static consteval bool rows_independent() { return A::rank >= 2; }  // along the last axis (see op.hpp)
+    // ONNX: the function's own lowering of a row (the last axis), Fn::onnx(b, x, y) (op.hpp).
+    template <class B>
+        requires requires(B& b, const std::string& s) { Fn::onnx(b, s, s); }
+    static void onnx(B& b) { Fn::onnx(b, b.x(0), b.y()); }
     template <class T>
     static void forward(op_io<T, 1>& c) {
         const std::size_t n = c.y.shape.cols(), rows = c.y.shape.rows();

@@ -34,6 +34,10 @@ struct unary_op {
     static constexpr bool assigns_adjoints = true;
     template <class S>
     static consteval bool rows_independent() { return true; }  // element-wise (see op.hpp)
+    // ONNX: the function's own lowering, Fn::onnx(b, x, y), writing the value named y (op.hpp).
+    template <class B>
+        requires requires(B& b, const std::string& s) { Fn::onnx(b, s, s); }
+    static void onnx(B& b) { Fn::onnx(b, b.x(0), b.y()); }
     // Whether the VJP reads y: unless Fn says its df ignores it (Fn::df_reads_y = false: GELU).
     static constexpr bool vjp_reads_result = [] {
         if constexpr (requires { Fn::df_reads_y; }) return bool(Fn::df_reads_y); else return true;

@@ -1,0 +1,87 @@
+// ONNX export (ctgraph/onnx.hpp): each program exported, run in ONNX Runtime (onnxruntime-node),
+// its outputs against ctgraph's (tests/onnx_check.hpp); the file's structure (inputs, dynamic axes,
+// initializers); the error paths.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "onnx_check.hpp"
+
+using namespace ctg;
+using ctg::testing::check_export;
+using ctg::testing::ids;
+using ctg::testing::onnx_feed;
+using ctg::testing::wave;
+
+namespace {
+inline constexpr dim B = dyn('B');
+inline constexpr dim T = dyn('T');
+constexpr options infer{.inference = true};
+}  // namespace
+
+TEST_CASE("an MLP with every element-wise function exports and runs in ONNX Runtime", "[onnx]") {
+    using X = input<"x", B, 12>;
+    auto h1 = relu(affine(X{}, param<"fc1.weight", 12, 16>{}, param<"fc1.bias", 16>{}));
+    auto h2 = tanh(h1 * param<"w2", 16, 16>{}) + sigmoid(h1) - exp(scale<-0.5>(mul(h1, h1)));
+    auto h3 = gelu(h2) + gelu_erf(h2) + div(neg(h2), exp(h2) + constant<2.0>{}) + log(exp(h2) + constant<1.0>{});
+    auto out = log_softmax(affine_gelu(h3, param<"fc3.weight", 16, 10>{}, param<"fc3.bias", 10>{}));
+    auto prob = softmax(affine_relu(h3, param<"fc4.weight", 16, 10>{}, param<"fc4.bias", 10>{}) + l2_normalize(h3 * param<"w5", 16, 10>{}));
+    auto prog = compile<float, infer>(out, prob);
+    prog.params().init(3);
+    check_export(prog, {{"x", rshape{2, {5, 12}}, wave(60, 2.0)}}, "onnx_mlp", 1e-5, {.output_names = {"log_probs", "probs"}});
+    // The batch is a dynamic axis of the file: another batch size runs from the same file.
+    check_export(prog, {{"x", rshape{2, {3, 12}}, wave(36, 1.5, 2)}}, "onnx_mlp_b3");
+}
+
+TEST_CASE("the file names its inputs, dynamic axes, outputs and parameters", "[onnx]") {
+    using X = input<"x", B, 4>;
+    auto prog = compile<float, infer>(affine(X{}, param<"lin.weight", 4, 3>{}, param<"lin.bias", 3>{}));
+    prog.params().init(1);
+    const onnx::model_ir m = onnx::to_model(prog, {.output_names = {"y"}});
+    REQUIRE(m.inputs.size() == 1);
+    CHECK(m.inputs[0].name == "x");
+    REQUIRE(m.inputs[0].dims.size() == 2);
+    CHECK(m.inputs[0].dims[0].sym == 'B');
+    CHECK(m.inputs[0].dims[1].n == 4);
+    REQUIRE(m.outputs.size() == 1);
+    CHECK(m.outputs[0].name == "y");
+    const auto w = std::find_if(m.initializers.begin(), m.initializers.end(), [](auto& t) { return t.name == "lin.weight"; });
+    REQUIRE(w != m.initializers.end());
+    CHECK(w->dims == std::vector<long long>{4, 3});
+    CHECK(w->f32[5] == prog.params().value(prog.params().slot("lin.weight"))[5]);
+    CHECK(onnx::serialize_model(m).size() > 12 * 4);
+}
+
+TEST_CASE("a small GPT (repeat unrolled, fused attention, positions) exports and runs in ONNX Runtime", "[onnx]") {
+    using model = nn::gpt<17, 16, 32, 4, 2>;
+    using Tok = index_input<"tokens", B, T>;
+    auto prog = compile<float, infer>(model::logits(Tok{}));
+    prog.params().init(7);
+    check_export(prog, {{"tokens", rshape{2, {2, 9}}, ids(18, 17), true}}, "onnx_gpt", 1e-5, {.output_names = {"logits"}});
+    check_export(prog, {{"tokens", rshape{2, {1, 16}}, ids(16, 17, 3), true}}, "onnx_gpt_t16");
+    // Layer l's parameters are initializers of their own, named as a PyTorch export names them.
+    const onnx::model_ir m = onnx::to_model(prog);
+    auto has = [&](std::string_view n) {
+        return std::any_of(m.initializers.begin(), m.initializers.end(), [&](auto& t) { return t.name == n; });
+    };
+    CHECK(has("blocks.0.q.weight"));
+    CHECK(has("blocks.1.fc2.bias"));
+    CHECK(!has("blocks.q.weight"));
+}
+
+TEST_CASE("export refuses a path it cannot write and leaves the old file", "[onnx]") {
+    using X = input<"x", B, 4>;
+    auto prog = compile<float, infer>(relu(X{}));
+    CHECK_THROWS_AS(onnx::save(prog, "/nonexistent-dir/model.onnx"), io_error);
+    {
+        std::ofstream("onnx_keep.onnx") << "previous";
+    }
+    // A directory where the file should go: the write fails, the previous file is untouched.
+    std::filesystem::create_directories("onnx_dir.onnx");
+    CHECK_THROWS_AS(onnx::save(prog, "onnx_dir.onnx"), io_error);
+    std::ifstream in("onnx_keep.onnx");
+    std::string s;
+    in >> s;
+    CHECK(s == "previous");
+}
