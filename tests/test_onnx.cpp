@@ -85,3 +85,37 @@ TEST_CASE("export refuses a path it cannot write and leaves the old file", "[onn
     in >> s;
     CHECK(s == "previous");
 }
+
+TEST_CASE("a scan exports as ONNX Scan: zero, learned and fed initial states, variable lengths", "[onnx]") {
+    constexpr int X = 5, H = 6;
+    using Xs = input<"xs", T, B, X>;
+    using Len = index_input<"lengths", B>;
+    constexpr auto elman = [](auto h, auto x) {
+        return tanh(h * param<"W_h", H, H>{} + x * param<"W_x", X, H>{} + param<"b", H>{});
+    };
+    const std::vector<onnx_feed> xs{{"xs", rshape{3, {7, 3, X}}, wave(7 * 3 * X, 1.2)}};
+    auto lengths = [] { return onnx_feed{"lengths", rshape{1, {3}}, {7, 2, 5}, true}; };
+    {
+        auto prog = compile<float, infer>(scan<H>(elman, Xs{}));
+        prog.params().init(2);
+        check_export(prog, xs, "onnx_scan_zero");
+    }
+    {
+        auto prog = compile<float, infer>(scan<H>(elman, Xs{}, param<"h0", H>{}, Len{}));
+        prog.params().init(3);
+        for (std::size_t k = 0; k < H; ++k) prog.params().value(prog.params().slot("h0"))[k] = 0.1f * float(k + 1);
+        auto feeds = xs;
+        feeds.push_back(lengths());
+        check_export(prog, feeds, "onnx_scan_h0_lengths");
+    }
+    {
+        // A built-in cell (the input projected outside the loop) from a fed h0, read through a head.
+        auto hs = nn::elman<"rnn", X, H>::run(Xs{}, input<"h0", B, H>{}, Len{});
+        auto prog = compile<float, infer>(softmax(hs * param<"head", H, 4>{}));
+        prog.params().init(4);
+        auto feeds = xs;
+        feeds.push_back({"h0", rshape{2, {3, H}}, wave(3 * H, 0.5, 5)});
+        feeds.push_back(lengths());
+        check_export(prog, feeds, "onnx_scan_cell");
+    }
+}

@@ -44,6 +44,8 @@ concept lowerable = requires(op_lowering& b) { Op::onnx(b); };
 
 template <class Op>
 inline constexpr bool is_scan = false;
+template <class C, bool H0, bool Len, bool Rows>
+inline constexpr bool is_scan<ops::scan_op<C, H0, Len, Rows>> = true;
 template <class Op>
 concept repeat_like = ctg::detail::is_repeat<Op>;
 
@@ -118,6 +120,8 @@ struct graph_lowering {
         b.set_origin(std::string(Op::name));
         if constexpr (repeat_like<Op>) {
             names[I] = lower_repeat<Op>(I, x);
+        } else if constexpr (is_scan<Op>) {
+            names[I] = lower_scan<Op>(I, x, xs);
         } else {
             static_assert(op_has_onnx_lowering<lowerable<Op>, Op, OutputShapes>::value,
                           "ctg::onnx::save: this program has an op with no ONNX lowering (the first template argument "
@@ -130,6 +134,74 @@ struct graph_lowering {
                 names[I] = std::move(y);
             }
         }
+    }
+
+    /// A scan as ONNX Scan: the cell is the body (its loop invariants read from the outer graph by
+    /// name); the state starts from h0 (its rows expanded over the batch) or zeros; with lengths,
+    /// the step index is scanned too and a row past its length keeps its state (Where).
+    template <class Op>
+    std::string lower_scan(std::size_t self, const std::vector<std::string>& x, const std::vector<shape_ir>& xs) {
+        using info = typename Op::info;
+        using BG = typename info::G;
+        constexpr bool has_h0 = Op::len_index == 2, has_len = Op::first_hoisted > Op::len_index;
+        const shape_ir ys = shape_of<G>(self);  // (T, B, state...)
+        const std::size_t state_rank = ys.rank - 1;
+        // The state's shape at run time: the batch from xs, the rest static.
+        auto state_shape = [&] {
+            std::vector<std::string> parts{b.emit("Shape", {x[0]}, {{"start", 1}, {"end", 2}})};
+            for (std::size_t a = 2; a < ys.rank; ++a) {
+                if (!ys.d[a].is_static()) throw error("ctg::onnx::save: a scan state with a dynamic axis besides the batch cannot be exported");
+                parts.push_back(b.ints({ys.d[a].n}));
+            }
+            return b.emit("Concat", parts, {{"axis", 0}});
+        };
+        std::string h0;
+        if constexpr (has_h0) h0 = xs[1].rank < state_rank ? b.emit("Expand", {x[1], state_shape()}) : x[1];
+        else h0 = b.emit("Expand", {b.scalar(0.0), state_shape()});
+        std::vector<std::string> scanned{x[0]};
+        if constexpr (has_len) {
+            const std::string t = b.emit("Squeeze", {b.emit("Shape", {x[0]}, {{"start", 0}, {"end", 1}})});
+            scanned.push_back(b.emit("Range", {b.int_scalar(0), t, b.int_scalar(1)}));
+        }
+        auto body = std::make_shared<graph_ir>();
+        body->name = b.fresh("scan_body");
+        const std::string state_in = b.fresh("state_in"), x_in = b.fresh("x_in"), t_in = b.fresh("t_in");
+        value_ir sv{state_in, dtype::f32, {}}, xv{x_in, G::is_index[std::size_t(G::operands[self][0])] ? dtype::i64 : dtype::f32, {}};
+        for (std::size_t a = 1; a < ys.rank; ++a) sv.dims.push_back(ys.d[a]);
+        for (std::size_t a = 1; a < xs[0].rank; ++a) xv.dims.push_back(xs[0].d[a]);
+        body->inputs = {sv, xv};
+        if constexpr (has_len) body->inputs.push_back({t_in, dtype::i64, {}});
+        std::vector<node_ir>* outer = b.set_target(&body->nodes);
+        graph_lowering<BG, T, OutputShapes> cell{b, store, {}};
+        cell.leaf = [&](std::size_t i) -> std::string {
+            if (int(i) == Op::state_node) return state_in;
+            if (int(i) == Op::input_node) return x_in;
+            if (BG::kind[i] == leaf_kind::constant) return b.scalar(BG::constant_value[i]);
+            for (std::size_t j = 0; j < info::num_hoisted; ++j)
+                if (info::hoisted[j] == i) return x[Op::first_hoisted + j];
+            throw error("ctg::onnx::save: a scan's cell reads a value the export cannot name: " + std::string(BG::label[i]));
+        };
+        for (std::size_t j = 0; j < info::num_hoisted; ++j) cell.names[info::hoisted[j]] = x[Op::first_hoisted + j];
+        cell.run([](std::size_t i) { return info::computed[i]; });
+        std::string next = cell.names[info::out];
+        if constexpr (has_len) {  // rows past their length keep their state
+            std::vector<long long> axes;
+            for (std::size_t a = 1; a < state_rank; ++a) axes.push_back((long long)a);
+            std::string len = x[Op::len_index];
+            if (!axes.empty()) len = b.emit("Unsqueeze", {len, b.ints(axes)});
+            next = b.emit("Where", {b.emit("Less", {t_in, len}), next, state_in});
+        }
+        const std::string state_out = b.fresh("state_out"), step_out = b.fresh("step_out");
+        b.node("Identity", {next}, {state_out});
+        b.node("Identity", {next}, {step_out});
+        body->outputs = {{state_out, dtype::f32, sv.dims}, {step_out, dtype::f32, sv.dims}};
+        b.set_target(outer);
+        const std::string y = b.fresh("scan");
+        std::vector<std::string> inputs{h0};
+        inputs.insert(inputs.end(), scanned.begin(), scanned.end());
+        b.node("Scan", inputs, {b.fresh("scan_final_state"), y},
+               {{"body", std::shared_ptr<const graph_ir>(body)}, {"num_scan_inputs", (long long)scanned.size()}});
+        return y;
     }
 
     /// A repeat, unrolled: the block's nodes once per layer, its parameters sliced per layer.

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -36,10 +37,13 @@ namespace ctg::onnx {
 /// Element types of the exported tensors (values of ONNX's TensorProto.DataType).
 enum class dtype : int { f32 = 1, i32 = 6, i64 = 7, boolean = 9, f64 = 11 };
 
-/// One attribute of a node: an integer, a float, a list of integers, a list of floats, a string.
+struct graph_ir;
+
+/// One attribute of a node: an integer, a float, a list of integers, a list of floats, a string,
+/// or a graph (the body of a Scan).
 struct attribute {
     std::string name;  ///< the attribute's name ("axis", "perm")
-    std::variant<long long, double, std::vector<long long>, std::vector<float>, std::string> value;  ///< its value
+    std::variant<long long, double, std::vector<long long>, std::vector<float>, std::string, std::shared_ptr<const graph_ir>> value;  ///< its value
     attribute(std::string n, int v) : name(std::move(n)), value(static_cast<long long>(v)) {}  ///< an integer
     attribute(std::string n, long v) : name(std::move(n)), value(static_cast<long long>(v)) {}  ///< an integer
     attribute(std::string n, long long v) : name(std::move(n)), value(v) {}  ///< an integer
@@ -48,6 +52,7 @@ struct attribute {
     attribute(std::string n, std::vector<float> v) : name(std::move(n)), value(std::move(v)) {}  ///< floats
     attribute(std::string n, const char* v) : name(std::move(n)), value(std::string(v)) {}  ///< a string
     attribute(std::string n, std::string v) : name(std::move(n)), value(std::move(v)) {}  ///< a string
+    attribute(std::string n, std::shared_ptr<const graph_ir> g) : name(std::move(n)), value(std::move(g)) {}  ///< a graph
 };
 
 /// One node: an operator of the default domain (opset 17) applied to named values.
@@ -73,6 +78,15 @@ struct value_ir {
     std::string name;        ///< the name a runtime feeds or returns it by
     dtype type = dtype::f32;  ///< its element type
     std::vector<dim> dims;   ///< its axes: static extents, or dynamic ones named by letter ("B", "T")
+};
+
+/// A subgraph (a Scan's body): its inputs, outputs and nodes; it reads the outer graph's values
+/// (initializers, the loop invariants) by name.
+struct graph_ir {
+    std::string name;              ///< GraphProto.name
+    std::vector<value_ir> inputs;  ///< its formal inputs (a Scan body: the states, then one slice of each scanned input)
+    std::vector<value_ir> outputs;  ///< its outputs (a Scan body: the new states, then the per-step outputs)
+    std::vector<node_ir> nodes;    ///< its nodes, in topological order
 };
 
 /// A whole model, ready to be written (write_model, ctgraph::onnx).
@@ -104,7 +118,7 @@ struct shape_ir {
 /// Adds nodes and constants to a model_ir, naming what it adds so that no two values clash.
 class graph_builder {
 public:
-    explicit graph_builder(model_ir& m) : m_(m) {}
+    explicit graph_builder(model_ir& m) : m_(m), nodes_(&m.nodes) {}
 
     /// A fresh value name: hint + "_" + a counter.
     std::string fresh(std::string_view hint) { return std::string(hint) + "_" + std::to_string(counter_++); }
@@ -113,9 +127,9 @@ public:
     std::string node(std::string op_type, std::vector<std::string> inputs, std::vector<std::string> outputs,
                      std::vector<attribute> attrs = {}) {
         node_ir n{std::move(op_type), std::move(inputs), std::move(outputs), std::move(attrs), {}};
-        n.name = (origin_.empty() ? n.op_type : origin_) + "_" + std::to_string(nodes_++);
-        m_.nodes.push_back(std::move(n));
-        return m_.nodes.back().outputs.empty() ? std::string() : m_.nodes.back().outputs[0];
+        n.name = (origin_.empty() ? n.op_type : origin_) + "_" + std::to_string(node_count_++);
+        nodes_->push_back(std::move(n));
+        return nodes_->back().outputs.empty() ? std::string() : nodes_->back().outputs[0];
     }
     /// Adds a node with one fresh output; returns its name.
     std::string emit(std::string op_type, std::vector<std::string> inputs, std::vector<attribute> attrs = {}) {
@@ -160,10 +174,13 @@ public:
     model_ir& model() { return m_; }
     /// Names the nodes added next after the ctgraph node they lower ("layer_norm_12").
     void set_origin(std::string o) { origin_ = std::move(o); }
+    /// Adds the next nodes to `nodes` (a subgraph's) instead; returns the previous target.
+    std::vector<node_ir>* set_target(std::vector<node_ir>* nodes) { return std::exchange(nodes_, nodes); }
 
 private:
     model_ir& m_;
-    std::size_t counter_ = 0, nodes_ = 0;
+    std::vector<node_ir>* nodes_;
+    std::size_t counter_ = 0, node_count_ = 0;
     std::string origin_;
     std::map<std::uint32_t, std::string> scalars_;
     std::map<std::vector<long long>, std::string> int_vectors_;

@@ -26,6 +26,9 @@ void set_type(::onnx::ValueInfoProto& v, const value_ir& in) {
     }
 }
 
+void fill_graph(::onnx::GraphProto& g, const std::string& name, const std::vector<value_ir>& inputs,
+                const std::vector<value_ir>& outputs, const std::vector<node_ir>& nodes);
+
 void set_attribute(::onnx::AttributeProto& a, const attribute& in) {
     a.set_name(in.name);
     std::visit(
@@ -43,9 +46,12 @@ void set_attribute(::onnx::AttributeProto& a, const attribute& in) {
             } else if constexpr (std::is_same_v<V, std::vector<float>>) {
                 a.set_type(::onnx::AttributeProto::FLOATS);
                 for (float x : v) a.add_floats(x);
-            } else {
+            } else if constexpr (std::is_same_v<V, std::string>) {
                 a.set_type(::onnx::AttributeProto::STRING);
                 a.set_s(v);
+            } else {
+                a.set_type(::onnx::AttributeProto::GRAPH);
+                fill_graph(*a.mutable_g(), v->name, v->inputs, v->outputs, v->nodes);
             }
         },
         in.value);
@@ -60,6 +66,21 @@ void set_tensor(::onnx::TensorProto& t, const tensor_ir& in) {
     else t.set_raw_data(in.i64.data(), in.i64.size() * sizeof(long long));
 }
 
+void fill_graph(::onnx::GraphProto& g, const std::string& name, const std::vector<value_ir>& inputs,
+                const std::vector<value_ir>& outputs, const std::vector<node_ir>& nodes) {
+    g.set_name(name);
+    for (const value_ir& v : inputs) set_type(*g.add_input(), v);
+    for (const value_ir& v : outputs) set_type(*g.add_output(), v);
+    for (const node_ir& n : nodes) {
+        auto* pn = g.add_node();
+        pn->set_op_type(n.op_type);
+        pn->set_name(n.name);
+        for (const std::string& s : n.inputs) pn->add_input(s);
+        for (const std::string& s : n.outputs) pn->add_output(s);
+        for (const attribute& a : n.attributes) set_attribute(*pn->add_attribute(), a);
+    }
+}
+
 ::onnx::ModelProto to_proto(const model_ir& m) {
     ::onnx::ModelProto p;
     p.set_ir_version(m.ir_version);
@@ -70,18 +91,8 @@ void set_tensor(::onnx::TensorProto& t, const tensor_ir& in) {
     op->set_domain("");
     op->set_version(m.opset);
     auto* g = p.mutable_graph();
-    g->set_name(m.graph_name);
-    for (const value_ir& v : m.inputs) set_type(*g->add_input(), v);
-    for (const value_ir& v : m.outputs) set_type(*g->add_output(), v);
+    fill_graph(*g, m.graph_name, m.inputs, m.outputs, m.nodes);
     for (const tensor_ir& t : m.initializers) set_tensor(*g->add_initializer(), t);
-    for (const node_ir& n : m.nodes) {
-        auto* pn = g->add_node();
-        pn->set_op_type(n.op_type);
-        pn->set_name(n.name);
-        for (const std::string& s : n.inputs) pn->add_input(s);
-        for (const std::string& s : n.outputs) pn->add_output(s);
-        for (const attribute& a : n.attributes) set_attribute(*pn->add_attribute(), a);
-    }
     return p;
 }
 
