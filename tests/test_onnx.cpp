@@ -119,3 +119,66 @@ TEST_CASE("a scan exports as ONNX Scan: zero, learned and fed initial states, va
         check_export(prog, feeds, "onnx_scan_cell");
     }
 }
+
+namespace {
+int argmax(const float* z, std::size_t n) { return int(std::max_element(z, z + n) - z); }
+const onnx::fetched_tensor& named(const std::vector<onnx::fetched_tensor>& r, const std::string& n) {
+    for (const auto& t : r)
+        if (t.name == n) return t;
+    FAIL("no output " << n);
+    return r.front();
+}
+}  // namespace
+
+TEST_CASE("the KV-cache prefill and step programs export with the caches as inputs and outputs; ONNX Runtime decodes "
+          "32 tokens greedily as gpt_generator does", "[onnx]") {
+    constexpr std::size_t V = 17, D = 32, L = 2, C = 48;
+    using model = nn::gpt<int(V), 64, int(D), 4, int(L)>;
+    using gen = nn::gpt_generator<model, float>;
+    auto store = std::make_shared<parameter_store<float>>();
+    gen g(store, 1, C);
+    store->init(11);
+    const std::vector<int> prompt{1, 5, 3, 9, 2, 7};
+    std::vector<std::vector<float>> our_logits;
+    const auto ours = g.generate({prompt}, 32, &our_logits);
+    typename gen::prefill_program prefill(store);
+    typename gen::step_program step(store);
+    onnx::save(prefill, "onnx_prefill.onnx", {.output_names = {"logits"}});
+    onnx::save(step, "onnx_step.onnx", {.output_names = {"logits"}});
+    const onnx::model_ir m = onnx::to_model(step);
+    REQUIRE(m.outputs.size() == 3);
+    CHECK(m.outputs[1].name == "cache_k_out");
+    CHECK(m.outputs[2].name == "cache_v_out");
+    if (!ctg::testing::onnxruntime_here()) return;
+
+    std::vector<float> kc(L * D * C, 0.0f), vc(L * C * D, 0.0f);
+    const std::vector<long long> kdims{L, 1, D, C}, vdims{L, 1, C, D};
+    auto r = onnx::run_onnxruntime("onnx_prefill.onnx",
+                                   {onnx::feed_tensor::index_ids("prompt", {1, (long long)prompt.size()}, prompt.begin(), prompt.end()),
+                                    onnx::feed_tensor::floats("cache_k", kdims, kc.begin(), kc.end()),
+                                    onnx::feed_tensor::floats("cache_v", vdims, vc.begin(), vc.end())});
+    const auto& z = named(r.outputs, "logits");
+    std::vector<int> theirs{argmax(z.values.data() + (prompt.size() - 1) * V, V)};
+    double worst = 0;
+    auto compare_logits = [&](const float* got, std::size_t t) {
+        for (std::size_t k = 0; k < V; ++k) worst = std::max(worst, double(std::abs(got[k] - our_logits[0][t * V + k])));
+    };
+    compare_logits(z.values.data() + (prompt.size() - 1) * V, 0);
+    kc = named(r.outputs, "cache_k_out").values;
+    vc = named(r.outputs, "cache_v_out").values;
+    for (std::size_t t = 1; t < 32; ++t) {
+        const long long token = theirs.back(), pos = (long long)(prompt.size() + t - 1);
+        r = onnx::run_onnxruntime("onnx_step.onnx", {onnx::feed_tensor::index_ids("token", {1, 1}, &token, &token + 1),
+                                                     onnx::feed_tensor::index_ids("pos", {1}, &pos, &pos + 1),
+                                                     onnx::feed_tensor::floats("cache_k", kdims, kc.begin(), kc.end()),
+                                                     onnx::feed_tensor::floats("cache_v", vdims, vc.begin(), vc.end())});
+        const auto& zs = named(r.outputs, "logits");
+        theirs.push_back(argmax(zs.values.data(), V));
+        compare_logits(zs.values.data(), t);
+        kc = named(r.outputs, "cache_k_out").values;
+        vc = named(r.outputs, "cache_v_out").values;
+    }
+    CHECK(theirs == ours[0]);
+    INFO("max |logit difference| over 32 steps: " << worst);
+    CHECK(worst < 1e-4);
+}

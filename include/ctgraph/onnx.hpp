@@ -15,6 +15,7 @@
 #pragma once
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -80,6 +81,14 @@ struct graph_lowering {
     const parameter_store<T>& store;
     std::function<std::string(std::size_t)> leaf;
     std::vector<std::string> names = std::vector<std::string>(G::size);
+    /// State written in place (KV caches): node -> its value after the last writer.
+    std::map<std::size_t, std::string> updates{};
+
+    /// Node j (state) now holds `value`: later readers get it, and the export its final value.
+    void update(std::size_t j, const std::string& value) {
+        updates[j] = value;
+        names[j] = value;
+    }
 
     const std::string& name(std::size_t i) {
         if (names[i].empty()) {
@@ -131,6 +140,7 @@ struct graph_lowering {
                 std::string y = b.fresh(Op::name);
                 op_lowering ctx(b, std::move(x), std::move(xs), y, shape_of<G>(I));
                 Op::onnx(ctx);
+                for (const auto& [k, value] : ctx.states()) update(std::size_t(G::operands[I][k]), value);
                 names[I] = std::move(y);
             }
         }
@@ -210,6 +220,8 @@ struct graph_lowering {
         using info = typename Op::info;
         using BG = typename info::G;
         std::string state = x[0];
+        std::vector<std::string> extra(x.begin() + 1, x.begin() + 1 + std::ptrdiff_t(Op::extra_nodes.size() - 1));
+        std::vector<std::vector<std::string>> written(extra.size());  // a sliced extra's layers, once one is written
         for (int l = 0; l < Op::layers; ++l) {
             graph_lowering<BG, T, OutputShapes> body{b, store, {}};
             body.leaf = [&, l](std::size_t i) -> std::string {
@@ -218,8 +230,8 @@ struct graph_lowering {
                         if (int(i) == Op::state_node) return state;
                         for (std::size_t e = 0; e + 1 < Op::extra_nodes.size(); ++e)
                             if (Op::extra_nodes[e] == int(i)) {
-                                if (!Op::sliced(e)) return x[1 + e];
-                                return b.emit("Gather", {x[1 + e], b.int_scalar(l)}, {{"axis", 0}});
+                                if (!Op::sliced(e)) return extra[e];
+                                return b.emit("Gather", {extra[e], b.int_scalar(l)}, {{"axis", 0}});
                             }
                         break;
                     }
@@ -247,6 +259,32 @@ struct graph_lowering {
             for (std::size_t j = 0; j < info::num_hoisted; ++j) body.names[info::hoisted[j]] = x[Op::first_hoisted + j];
             body.run([](std::size_t i) { return info::computed[i]; });
             state = body.names[info::out];
+            // State the layer wrote (its KV cache): a whole extra is the next layer's to read; a
+            // sliced one's layers are stacked again below.
+            for (std::size_t e = 0; e < extra.size(); ++e) {
+                const int node = Op::extra_nodes[e];
+                if (node < 0) continue;
+                const auto it = body.updates.find(std::size_t(node));
+                if (!Op::sliced(e)) {
+                    if (it != body.updates.end()) extra[e] = it->second, written[e].push_back(it->second);
+                    continue;
+                }
+                const std::string now = it != body.updates.end() ? it->second : body.names[std::size_t(node)];
+                if (it != body.updates.end() && written[e].empty())  // the layers before this one, unchanged
+                    for (int k = 0; k < l; ++k) written[e].push_back(b.emit("Gather", {extra[e], b.int_scalar(k)}, {{"axis", 0}}));
+                if (!written[e].empty() || it != body.updates.end()) written[e].push_back(now);
+            }
+        }
+        for (std::size_t e = 0; e < extra.size(); ++e) {
+            if (written[e].empty()) continue;
+            const std::size_t outer = std::size_t(G::operands[self][1 + e]);
+            if (!Op::sliced(e)) {
+                update(outer, extra[e]);
+                continue;
+            }
+            std::vector<std::string> rows;
+            for (const std::string& v : written[e]) rows.push_back(b.emit("Unsqueeze", {v, b.ints({0})}));
+            update(outer, b.emit("Concat", rows, {{"axis", 0}}));
         }
         return state;
     }
@@ -276,8 +314,8 @@ model_ir to_model(const Prog& prog, const export_options& opt = {}) {
     detail::graph_lowering<G, T, typename detail::output_shapes<Prog>::type> g{b, store, {}};
     // Graph inputs, in the program's order.
     for (std::size_t i : G::input_nodes) {
+        // (a bf16_input, a KV cache kept in bfloat16, is a float32 input of the file)
         value_ir v{std::string(G::label[i]), G::is_index[i] ? dtype::i64 : dtype::f32, {}};
-        if (G::is_bf16[i]) throw error("ctg::onnx::save: bf16_input \"" + v.name + "\" (a KV cache in bf16) cannot be exported yet");
         for (std::size_t a = 0; a < G::rank[i]; ++a) v.dims.push_back(G::dims[i][a]);
         m.inputs.push_back(v);
         g.names[i] = v.name;
@@ -305,6 +343,14 @@ model_ir to_model(const Prog& prog, const export_options& opt = {}) {
         for (std::size_t a = 0; a < G::rank[i]; ++a) v.dims.push_back(G::dims[i][a]);
         b.set_origin("output");
         b.node("Identity", {g.name(i)}, {name});
+        m.outputs.push_back(v);
+    }
+    // State inputs written in place (KV caches): their new values are outputs, "<input>_out".
+    for (const auto& [i, value] : g.updates) {
+        if (G::kind[i] != leaf_kind::input) throw error("ctg::onnx::save: state written in place that is not an input: " + std::string(G::label[i]));
+        value_ir v{std::string(G::label[i]) + "_out", dtype::f32, {}};
+        for (std::size_t a = 0; a < G::rank[i]; ++a) v.dims.push_back(G::dims[i][a]);
+        b.node("Identity", {value}, {v.name});
         m.outputs.push_back(v);
     }
     return m;

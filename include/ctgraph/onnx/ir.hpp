@@ -254,6 +254,12 @@ public:
         return emit("Concat", parts, {{"axis", 0}});
     }
     graph_builder& builder() { return b_; }  ///< the builder (for what the helpers above do not cover)
+    /// Operand k is state this op writes in place (a KV cache): `value` is its content after the
+    /// op. The export makes it an output of the graph (its input's name + "_out") and later nodes
+    /// read the new value.
+    void set_state(std::size_t k, std::string value) { states_.emplace_back(k, std::move(value)); }
+    /// The state writes set_state recorded.
+    const std::vector<std::pair<std::size_t, std::string>>& states() const { return states_; }
 
 private:
     graph_builder& b_;
@@ -261,6 +267,7 @@ private:
     std::vector<shape_ir> xs_;
     std::string y_;
     shape_ir ys_;
+    std::vector<std::pair<std::size_t, std::string>> states_;
 };
 
 /// Writes the model as an ONNX file (protobuf, through libonnx), atomically: to a temporary file

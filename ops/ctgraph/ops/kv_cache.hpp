@@ -25,6 +25,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -98,6 +99,17 @@ struct cache_store_op {
     }
     template <class T>
     static void backward(op_io<T, 2>&) { inference_only(name); }
+    // ONNX: the cache is state, an input and an output of the exported graph (onnx.hpp, as
+    // "decoder with past" models have it): its new value is k at positions 0 .. T-1 followed by
+    // the old positions T ..; the result is k.
+    template <class B>
+    static void onnx(B& b) {
+        constexpr long long axis = FeatureMajor ? 2 : 1;
+        const std::string k = FeatureMajor ? b.emit("Transpose", {b.x(0)}, {{"perm", std::vector<long long>{0, 2, 1}}}) : b.x(0);
+        const std::string rest = b.emit("Slice", {b.x(1), b.extent(0, 1), b.ints({std::numeric_limits<long long>::max()}), b.ints({axis})});
+        b.set_state(1, b.emit("Concat", {k, rest}, {{"axis", axis}}));
+        b.emit_y("Identity", {b.x(0)});
+    }
 };
 
 // cached_attention_op's forward, templated on the scalar and the cache's element only (the head
@@ -166,6 +178,29 @@ struct cached_attention_op {
     static void forward(op_io<T, 6>& c) { cached_attention_forward<T, Bf16>(c, std::size_t(Heads)); }
     template <class T>
     static void backward(op_io<T, 6>&) { inference_only(name); }
+    // ONNX: the caches are state (see cache_store_op): position pos[b] of each set to k, v (Where
+    // on a one-hot of the positions), then attention of q over positions 0 .. pos[b] of the new
+    // caches, heads split by Reshape.
+    template <class B>
+    static void onnx(B& b) {
+        const long long D = b.xshape(0)[-1].n, dh = D / Heads;
+        const std::string positions = b.emit("Range", {b.int_scalar(0), b.emit("Squeeze", {b.extent(4, 1)}), b.int_scalar(1)});  // (C)
+        const std::string at = b.emit("Equal", {positions, b.emit("Unsqueeze", {b.x(5), b.ints({1})})});  // (B, C)
+        const std::string kc = b.emit("Where", {b.emit("Unsqueeze", {at, b.ints({1})}),
+                                                b.emit("Transpose", {b.x(1)}, {{"perm", std::vector<long long>{0, 2, 1}}}), b.x(3)});
+        const std::string vc = b.emit("Where", {b.emit("Unsqueeze", {at, b.ints({2})}), b.x(2), b.x(4)});
+        b.set_state(3, kc);
+        b.set_state(4, vc);
+        const std::vector<long long> p0213{0, 2, 1, 3};
+        const std::string q = b.emit("Transpose", {b.emit("Reshape", {b.x(0), b.ints({0, 1, Heads, dh})})}, {{"perm", p0213}});
+        const std::string k = b.emit("Reshape", {kc, b.ints({0, Heads, dh, -1})});  // (B, H, dh, C)
+        const std::string s = b.emit("Mul", {b.emit("MatMul", {q, k}), b.scalar(1.0 / std::sqrt(double(dh)))});  // (B, H, 1, C)
+        const std::string visible = b.emit("LessOrEqual", {positions, b.emit("Reshape", {b.x(5), b.ints({-1, 1, 1, 1})})});
+        const std::string w = b.emit("Softmax", {b.emit("Where", {visible, s, b.scalar(-3.0e38)})}, {{"axis", -1}});
+        const std::string v = b.emit("Transpose", {b.emit("Reshape", {vc, b.ints({0, 0, Heads, dh})})}, {{"perm", p0213}});
+        const std::string o = b.emit("Transpose", {b.emit("MatMul", {b.emit("Where", {visible, w, b.scalar(0.0)}), v})}, {{"perm", p0213}});
+        b.emit_y("Reshape", {o, b.ints({0, 1, D})});
+    }
 };
 
 /// The kernels compiled once (include/ctgraph/compiled.cpp): one decoding step in float and double
