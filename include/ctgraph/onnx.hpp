@@ -53,7 +53,9 @@ concept repeat_like = ctg::detail::is_repeat<Op>;
 /// Shown in the error of a program with an op that cannot be exported: the op, then the program's
 /// outputs' shapes.
 template <bool Ok, class Op, class... OutputShapes>
-struct op_has_onnx_lowering : std::bool_constant<Ok> {};
+struct op_has_onnx_lowering {
+    static constexpr bool value = Ok;
+};
 
 template <class G>
 shape_ir shape_of(std::size_t i) {
