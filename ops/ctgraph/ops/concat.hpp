@@ -2,7 +2,9 @@
 // leading dimensions: (..., n_1), ..., (..., n_K) -> (..., n_1 + ... + n_K). The VJP hands each
 // operand its columns of the adjoint.
 #pragma once
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "ctgraph/graph/node.hpp"
 #include "ctgraph/kernels/simd.hpp"
@@ -32,6 +34,13 @@ struct concat_op {
         auto r = A::dims;
         r[A::rank - 1] = dim(A::dims[A::rank - 1].n + (R::dims[R::rank - 1].n + ... + 0));
         return r;
+    }
+    // ONNX: Concat of the operands along the last axis.
+    template <class B>
+    static void onnx(B& b) {
+        std::vector<std::string> xs;
+        for (std::size_t k = 0; k < b.arity(); ++k) xs.push_back(b.x(k));
+        b.emit_y("Concat", xs, {{"axis", -1}});
     }
     template <class T, std::size_t K>
     static void forward(op_io<T, K>& c) {

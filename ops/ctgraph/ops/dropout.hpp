@@ -35,6 +35,10 @@ struct dropout_op {
         const std::uint64_t bits = detail::sub_stream(run.seed ^ run.stream, i);
         return double(bits >> 11) * 0x1.0p-53 >= rate;  // uniform in [0, 1) from the top 53 bits
     }
+    // ONNX: Identity. Only inference programs are exported, and there forward copies x (run.training
+    // is false): no mask, no scaling.
+    template <class B>
+    static void onnx(B& b) { b.emit_y("Identity", {b.x(0)}); }
     template <class T>
     static void forward(op_io<T, 1>& c) {
         const std::size_t n = c.y.size();

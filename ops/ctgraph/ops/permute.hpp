@@ -8,6 +8,7 @@
 #include <array>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ctgraph/graph/node.hpp"
 #include "ctgraph/kernels/bf16.hpp"
@@ -76,6 +77,10 @@ struct permute_op {
             }
         });
     }
+
+    // ONNX: Transpose with perm = P (the same convention: output axis k is input axis P[k]).
+    template <class B>
+    static void onnx(B& b) { b.emit_y("Transpose", {b.x(0)}, {{"perm", std::vector<long long>{P...}}}); }
 
     template <class T>
     static void forward(op_io<T, 1>& c) {

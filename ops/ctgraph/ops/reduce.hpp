@@ -9,6 +9,7 @@
 #include <climits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ctgraph/graph/node.hpp"
 #include "ctgraph/kernels/simd.hpp"
@@ -52,6 +53,32 @@ struct reduce_op {
             for (std::size_t i = 0; i < a; ++i) outer *= x.d[i];
             for (std::size_t i = a + 1; i < x.rank; ++i) inner *= x.d[i];
             return {outer, x.d[a], inner};
+        }
+    }
+    // ONNX: ReduceSum, keepdims 0 (opset 17: the axes an input; none for every axis). The mean is
+    // that sum times 1/n, as here: a constant for a static n, else n read at run time (Shape, or
+    // Size for every axis), with a count of 0 giving 0 as here (the sum is 0: times 1/max(n, 1)).
+    template <class B>
+    static void onnx(B& b) {
+        const auto& s = b.xshape(0);
+        if (s.rank == 0) return b.emit_y("Identity", {b.x(0)});  // one element: its sum and mean
+        std::vector<std::string> in{b.x(0)};
+        if constexpr (Axis != all_axes) in.push_back(b.ints({Axis}));
+        if constexpr (!Mean) {
+            b.emit_y("ReduceSum", in, {{"keepdims", 0}});
+        } else {
+            const std::string total = b.emit("ReduceSum", in, {{"keepdims", 0}});
+            bool is_static = true;
+            long long n = 1;
+            for (std::size_t a = 0; a < s.rank; ++a)
+                if (Axis == all_axes || long(a) == (Axis < 0 ? long(s.rank) + Axis : long(Axis))) {
+                    is_static = is_static && s.d[a].is_static();
+                    n *= s.d[a].n;
+                }
+            if (is_static) return b.emit_y("Mul", {total, b.scalar(n ? 1.0 / double(n) : 0.0)});
+            const std::string count = Axis == all_axes ? b.emit("Size", {b.x(0)}) : b.emit("Squeeze", {b.extent(0, Axis)});
+            const std::string nf = b.emit("Max", {b.emit("Cast", {count}, {{"to", 1}}), b.scalar(1.0)});
+            b.emit_y("Mul", {total, b.emit("Reciprocal", {nf})});
         }
     }
     template <class T>

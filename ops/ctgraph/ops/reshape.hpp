@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "ctgraph/graph/node.hpp"
 #include "ctgraph/kernels/simd.hpp"
@@ -51,6 +53,24 @@ struct reshape_op {
     template <class A>
     static consteval auto dims() { return target; }
 
+    // ONNX: Reshape to D... (allowzero 1: every entry is an extent, as here): static extents as
+    // constants, a dynamic letter's read at run time from the operand's axis of that letter (the
+    // check above: the target's letters are the operand's).
+    template <class B>
+    static void onnx(B& b) {
+        const auto& s = b.xshape(0);
+        std::vector<std::pair<long long, long>> axes;
+        for (const dim d : target) {
+            if (d.is_static()) {
+                axes.push_back({d.n, -1});
+                continue;
+            }
+            std::size_t a = 0;
+            while (a + 1 < s.rank && s.d[a].sym != d.sym) ++a;
+            axes.push_back({-1, long(a)});
+        }
+        b.emit_y("Reshape", {b.x(0), b.shape_of(0, axes)}, {{"allowzero", 1}});
+    }
     template <class T>
     static void forward(op_io<T, 1>& c) {
         if (c.y.ptr != c.x[0].ptr) std::copy(c.x_data(0), c.x_data(0) + c.y.size(), c.y_data());  // a cell's result

@@ -26,6 +26,9 @@ struct slice_op {
         r[A::rank - 1] = dim(End - Begin);
         return r;
     }
+    // ONNX: Slice of [Begin, End) on the last axis (starts, ends and axes as inputs).
+    template <class B>
+    static void onnx(B& b) { b.emit_y("Slice", {b.x(0), b.ints({Begin}), b.ints({End}), b.ints({-1})}); }
     template <class T>
     static void forward(op_io<T, 1>& c) {
         const std::size_t rows = c.y.shape.rows(), n = c.x[0].shape.cols(), w = End - Begin;

@@ -26,6 +26,9 @@ struct stop_gradient_op {
     static consteval bool check() { return true; }
     template <class A>
     static consteval auto dims() { return A::dims; }
+    // ONNX: Identity (forward is the operand; there is no backward in an exported graph).
+    template <class B>
+    static void onnx(B& b) { b.emit_y("Identity", {b.x(0)}); }
     template <class T>
     static void forward(op_io<T, 1>& c) {
         if (c.y.ptr != c.x[0].ptr) std::copy(c.x_data(0), c.x_data(0) + c.y.size(), c.y_data());  // a cell's result

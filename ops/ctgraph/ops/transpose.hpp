@@ -2,6 +2,8 @@
 // transpose of the adjoint, added.
 #pragma once
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "ctgraph/graph/node.hpp"
 #include "ctgraph/kernels/register_gemm.hpp"
@@ -19,6 +21,15 @@ struct transpose_op {
         r[A::rank - 1] = A::dims[A::rank - 2];
         r[A::rank - 2] = A::dims[A::rank - 1];
         return r;
+    }
+    // ONNX: Transpose with the identity permutation but for the last two axes, swapped.
+    template <class B>
+    static void onnx(B& b) {
+        const std::size_t r = b.xshape(0).rank;
+        std::vector<long long> perm;
+        for (std::size_t a = 0; a < r; ++a) perm.push_back((long long)a);
+        std::swap(perm[r - 1], perm[r - 2]);
+        b.emit_y("Transpose", {b.x(0)}, {{"perm", perm}});
     }
     // dst (n x m) = or += src (m x n), per batch (kernels::transpose).
     template <class T, bool Accumulate>
