@@ -9,6 +9,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <string_view>
 
 #include "ctgraph/graph/node.hpp"
@@ -76,6 +77,15 @@ struct additive_scores_op {
             if (gk) gk[c] += u;
             if (gw) gw[c] += g * t;
         }
+    }
+
+    // ONNX: the composed form, S = Tanh(Qp[..., :, None, :] + Kp[..., None, :, :]) w: Unsqueeze,
+    // a broadcast Add to (..., n, m, a), Tanh, and MatMul with the vector w, which drops the last axis.
+    template <class B>
+    static void onnx(B& b) {
+        const std::string q = b.emit("Unsqueeze", {b.x(0), b.ints({-2})});  // (..., n, 1, a)
+        const std::string k = b.emit("Unsqueeze", {b.x(1), b.ints({-3})});  // (..., 1, m, a)
+        b.emit_y("MatMul", {b.emit("Tanh", {b.emit("Add", {q, k})}), b.x(2)});
     }
 
     // Work below this many tanh evaluations stays on one thread (a split costs about a microsecond).

@@ -36,6 +36,10 @@ struct at_time_op {
                               " steps (operand '" + std::string(c.x_name[0]) + "')");
         return std::size_t(t);
     }
+    // ONNX: Gather on axis 0 with the 0-d index I, which drops the axis (a negative I counts from
+    // the end there too; one outside the axis is an error in both).
+    template <class B>
+    static void onnx(B& b) { b.emit_y("Gather", {b.x(0), b.int_scalar(I)}, {{"axis", 0}}); }
     template <class T>
     static void forward(op_io<T, 1>& c) {
         const std::size_t n = c.y.size(), t = step_of(c);

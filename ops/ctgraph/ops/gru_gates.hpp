@@ -14,6 +14,7 @@
 // (tests/test_cells.cpp); nn::gru uses it, and the GRU keeps its parity with PyTorch.
 #pragma once
 #include <cmath>
+#include <string>
 #include <string_view>
 
 #include "ctgraph/graph/node.hpp"
@@ -35,6 +36,18 @@ struct gru_gates_op {
     /// r, z and n of every element, for backward.
     static std::size_t scratch_size(const rshape& y, const std::array<rshape, 3>&) { return 3 * y.size(); }
 
+    // ONNX: the gate math node by node: p and q split into r, z, n (Split of the last axis in three
+    // equal parts), r = Sigmoid(p_r + q_r), z = Sigmoid(p_z + q_z), n = Tanh(p_n + r q_n),
+    // h' = (1 - z) n + z h.
+    template <class B>
+    static void onnx(B& b) {
+        const auto p = b.emit_n("Split", {b.x(0)}, 3, {{"axis", -1}});
+        const auto q = b.emit_n("Split", {b.x(1)}, 3, {{"axis", -1}});
+        const std::string r = b.emit("Sigmoid", {b.emit("Add", {p[0], q[0]})});
+        const std::string z = b.emit("Sigmoid", {b.emit("Add", {p[1], q[1]})});
+        const std::string n = b.emit("Tanh", {b.emit("Add", {p[2], b.emit("Mul", {r, q[2]})})});
+        b.emit_y("Add", {b.emit("Mul", {b.emit("Sub", {b.scalar(1.0), z}), n}), b.emit("Mul", {z, b.x(2)})});
+    }
     template <class T>
     static void forward(op_io<T, 3>& c) {
         const std::size_t H = c.y.shape.cols(), rows = c.y.shape.rows(), n_all = c.y.size();

@@ -15,6 +15,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <string_view>
 
 #include "ctgraph/graph/node.hpp"
@@ -36,6 +37,19 @@ struct lstm_gates_op {
     /// i, f, g, o and tanh(c') of every element (5 per state feature), for backward.
     static std::size_t scratch_size(const rshape& y, const std::array<rshape, 3>&) { return 5 * (y.size() / 2); }
 
+    // ONNX: the gate math node by node: a = p + q split into i, f, g, o and s into h, c (Split of
+    // the last axis in equal parts), c' = Sigmoid(a_f) c + Sigmoid(a_i) Tanh(a_g),
+    // h' = Sigmoid(a_o) Tanh(c'), then Concat [h'; c'].
+    template <class B>
+    static void onnx(B& b) {
+        const auto a = b.emit_n("Split", {b.emit("Add", {b.x(0), b.x(1)})}, 4, {{"axis", -1}});
+        const auto s = b.emit_n("Split", {b.x(2)}, 2, {{"axis", -1}});
+        const std::string i = b.emit("Sigmoid", {a[0]}), f = b.emit("Sigmoid", {a[1]}), g = b.emit("Tanh", {a[2]}),
+                          o = b.emit("Sigmoid", {a[3]});
+        const std::string c2 = b.emit("Add", {b.emit("Mul", {f, s[1]}), b.emit("Mul", {i, g})});
+        const std::string h2 = b.emit("Mul", {o, b.emit("Tanh", {c2})});
+        b.emit_y("Concat", {h2, c2}, {{"axis", -1}});
+    }
     template <class T>
     static void forward(op_io<T, 3>& c) {
         const std::size_t H = c.y.shape.cols() / 2, rows = c.y.shape.rows(), n_all = rows * H;

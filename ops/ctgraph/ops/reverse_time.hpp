@@ -5,6 +5,7 @@
 // Used for the backward half of a bidirectional encoder. The VJP is the same permutation of the
 // adjoint (a permutation's transpose is its inverse, and these are involutions).
 #pragma once
+#include <limits>
 #include <string_view>
 
 #include "ctgraph/graph/node.hpp"
@@ -45,6 +46,16 @@ struct reverse_time_op {
                                       "' is outside [0, " + std::to_string(steps) + "]");
             }
         }
+    }
+    // ONNX: with lengths, ReverseSequence (time_axis 0, batch_axis 1; the lengths are int64), which
+    // reverses the first len_b steps of sequence b and copies the rest in place, as here; without,
+    // Slice of axis 0 from the last step backwards (step -1).
+    template <class B>
+    static void onnx(B& b) {
+        if constexpr (HasLengths)
+            b.emit_y("ReverseSequence", {b.x(0), b.x(1)}, {{"time_axis", 0}, {"batch_axis", 1}});
+        else
+            b.emit_y("Slice", {b.x(0), b.ints({-1}), b.ints({std::numeric_limits<long long>::min()}), b.ints({0}), b.ints({-1})});
     }
     template <class T, std::size_t K>
     static void forward(op_io<T, K>& c) {
