@@ -1,6 +1,7 @@
 // ctgraph/ops/mse_loss.hpp: mean squared error, a scalar.
 //   L = (1/n) sum_i (p_i - t_i)^2;   VJP: gp += gy 2 (p - t) / n,  gt -= gy 2 (p - t) / n
 #pragma once
+#include <string>
 #include <string_view>
 
 #include "ctgraph/graph/node.hpp"
@@ -23,6 +24,25 @@ struct mse_loss_op {
     }
     template <class P, class Tg>
     static consteval auto dims() { return std::array<dim, 0>{}; }
+    // ONNX: as here, d = p - t, ReduceSum(d d) over every axis (keepdims 0), divided by the element
+    // count n: a constant when static, else Size(p) at run time, a count of 0 giving 0 as here (the
+    // sum is 0: divided by max(n, 1)).
+    template <class B>
+    static void onnx(B& b) {
+        const auto& s = b.xshape(0);
+        const std::string d = b.emit("Sub", {b.x(0), b.x(1)});
+        const std::string sq = b.emit("Mul", {d, d});
+        if (s.rank == 0) return b.emit_y("Identity", {sq});  // one element
+        const std::string total = b.emit("ReduceSum", {sq}, {{"keepdims", 0}});
+        if (s.is_static()) {
+            long long n = 1;
+            for (std::size_t a = 0; a < s.rank; ++a) n *= s.d[a].n;
+            if (n == 0) return b.emit_y("Identity", {b.scalar(0.0)});
+            return b.emit_y("Div", {total, b.scalar(double(n))});
+        }
+        const std::string n = b.emit("Max", {b.emit("Cast", {b.emit("Size", {b.x(0)})}, {{"to", 1}}), b.scalar(1.0)});
+        b.emit_y("Div", {total, n});
+    }
     template <class T>
     static void forward(op_io<T, 2>& c) {
         const std::size_t n = c.x[0].size();

@@ -39,6 +39,26 @@ struct softmax_cross_entropy_op {
     // depend on the thread count (an rnn step's 1024 x 65 logits: 60 us of serial work before).
     static constexpr std::size_t block_rows = 64, min_parallel_elems = std::size_t(1) << 15;
 
+    // ONNX: decomposed as computed here (not SoftmaxCrossEntropyLoss, whose mean over no kept row is
+    // 0/0): LogSoftmax over the classes, each row's entry at its target (GatherElements on the last
+    // axis; an ignored row reads class 0, then Where drops it), minus their sum (ReduceSum over every
+    // axis) divided by the count of kept rows, or by 1 when there is none (the sum is 0: L = 0). The
+    // targets are int64.
+    template <class B>
+    static void onnx(B& b) {
+        const std::string lp = b.emit("LogSoftmax", {b.x(0)}, {{"axis", -1}});
+        const std::string ignored = b.emit("Equal", {b.x(1), b.int_scalar(IgnoreIndex)});
+        const std::string t = b.emit("Where", {ignored, b.int_scalar(0), b.x(1)});
+        const std::string at = b.emit("GatherElements", {lp, b.emit("Unsqueeze", {t, b.ints({-1})})}, {{"axis", -1}});
+        const std::string picked = b.emit("Squeeze", {at, b.ints({-1})});
+        std::string total = b.emit("Where", {ignored, b.scalar(0.0), b.emit("Neg", {picked})});
+        std::string count = b.emit("Cast", {b.emit("Not", {ignored})}, {{"to", 1}});
+        if (b.xshape(1).rank > 0) {  // (one row: the values themselves)
+            total = b.emit("ReduceSum", {total}, {{"keepdims", 0}});
+            count = b.emit("ReduceSum", {count}, {{"keepdims", 0}});
+        }
+        b.emit_y("Div", {total, b.emit("Max", {count, b.scalar(1.0)})});
+    }
     template <class T>
     static void forward(op_io<T, 2>& c) {
         const std::size_t V = c.x[0].shape.cols(), rows = c.x[0].shape.rows();
