@@ -71,10 +71,12 @@ struct mlp : workload_base<mlp<P>> {
     static constexpr std::size_t batch = 64;
     using X = input<"x", B, 784>;
     using Y = index_input<"y", B>;
-    static constexpr auto loss() {
+    /// The logits (B, 10): what an inference program of the model computes (ctg-onnx-bench).
+    static constexpr auto forward() {
         auto h = relu(affine(X{}, param<"fc1_weight", 784, 256>{}, param<"fc1_bias", 256>{}));
-        return softmax_cross_entropy(affine(h, param<"fc2_weight", 256, 10>{}, param<"fc2_bias", 10>{}), Y{});
+        return affine(h, param<"fc2_weight", 256, 10>{}, param<"fc2_bias", 10>{});
     }
+    static constexpr auto loss() { return softmax_cross_entropy(forward(), Y{}); }
     decltype(compile<T, options_of<P>>(loss())) prog = compile<T, options_of<P>>(loss());
     optim::sgd<T> opt{{.lr = 0.1}};
 
@@ -116,12 +118,14 @@ struct rnn : workload_base<rnn<P>> {
     static constexpr dim Tm = dyn('T');
     using X = index_input<"x", Tm, B>;
     using Y = index_input<"y", Tm, B>;
-    static constexpr auto loss() {
+    /// The logits (T, B, V).
+    static constexpr auto forward() {
         // x_t W_x + b for every t at once (one GEMM), then h_t = tanh(h_{t-1} W_h + that).
         auto xw = affine(embedding(param<"embed", V, E>{}, X{}), param<"W_x", E, H>{}, param<"b", H>{});
         auto hs = scan<H>([](auto h, auto p) { return tanh(h * param<"W_h", H, H>{} + p); }, xw);
-        return softmax_cross_entropy(affine(hs, param<"W_y", H, V>{}, param<"c", V>{}), Y{});
+        return affine(hs, param<"W_y", H, V>{}, param<"c", V>{});
     }
+    static constexpr auto loss() { return softmax_cross_entropy(forward(), Y{}); }
     decltype(compile<T, options_of<P>>(loss())) prog = compile<T, options_of<P>>(loss());
     optim::adam<T> opt{{.lr = 1e-3}};
 
@@ -176,12 +180,13 @@ struct s2s : workload_base<s2s<P>> {
     using encoder = nn::gru<"enc", E, H>;
     using score = additive_score_of<param<"attn_W_s", H, A>, param<"attn_W_h", H, A>, param<"attn_b_a", A>, param<"attn_w", A>>;
     using decoder = nn::attention_decoder<nn::gru<"dec", E + H, H>, H, score>;
-    static constexpr auto loss() {
+    /// The logits (T, B, Vt) under teacher forcing.
+    static constexpr auto forward() {
         auto hs = encoder::run(embedding(param<"src_embed", Vs, E>{}, Src{}));   // (S, B, H)
         auto outs = decoder::run(embedding(param<"tgt_embed", Vt, E>{}, TgtIn{}), permute<1, 0, 2>(hs), at_time<-1>(hs));
-        auto logits = affine(outs, param<"out_W_o", 2 * H, Vt>{}, param<"out_b_o", Vt>{});   // (T, B, Vt)
-        return softmax_cross_entropy(logits, TgtOut{});
+        return affine(outs, param<"out_W_o", 2 * H, Vt>{}, param<"out_b_o", Vt>{});   // (T, B, Vt)
     }
+    static constexpr auto loss() { return softmax_cross_entropy(forward(), TgtOut{}); }
     decltype(compile<T, options_of<P>>(loss())) prog = compile<T, options_of<P>>(loss());
     optim::adam<T> opt{{.lr = 1e-3}};
 
@@ -242,7 +247,9 @@ struct attention_workload : workload_base<attention_workload<P, Name, Score, Mas
     using K = input<"K", B, m, d>;
     using V = input<"V", B, m, d>;
     using G = input<"G", B, n, d>;
-    static constexpr auto loss() { return sum(mul(attention(Q{}, K{}, V{}, Score{}, Mask{}), G{})); }
+    /// The attention's output O (B, n, d).
+    static constexpr auto forward() { return attention(Q{}, K{}, V{}, Score{}, Mask{}); }
+    static constexpr auto loss() { return sum(mul(forward(), G{})); }
     static constexpr options opts{.precision = numerics<P>::products, .input_grads = true};  // (named: clang 14 misparses options{...} in a member's type)
     decltype(compile<T, opts>(loss())) prog = compile<T, opts>(loss());
     no_update opt;
@@ -331,6 +338,8 @@ struct gpt_workload : workload_base<gpt_workload<P, Name, Vocab, Context, Width,
     using model = nn::gpt<Vocab, Context, Width, Heads, Layers, 4 * Width, float, 0.0, Adapt>;
     using X = index_input<"x", B, Td>;
     using Y = index_input<"y", B, Td>;
+    /// The logits (B, T, V).
+    static constexpr auto forward() { return model::logits(X{}); }
     static constexpr auto loss() { return model::loss(X{}, Y{}); }
     static constexpr options opts = options_with<P, Opts>;  // (named: clang 14 misparses options{...} in a member's type)
     decltype(compile<T, opts>(loss())) prog = compile<T, opts>(loss());
@@ -439,6 +448,8 @@ struct decode_workload {
     generator gen{store, 1, new_tokens + 1};
     static constexpr options full_opts{.precision = numerics<P>::products, .inference = true};
     decltype(compile<T, full_opts>(model::logits(Tokens{}))) full{store};
+    /// What decode-nocache runs per token: the logits of the whole prefix (1, T, V).
+    static constexpr auto forward() { return model::logits(Tokens{}); }
     std::vector<int> tokens;               // the last generation
     std::vector<index_t> seq;              // prompt + tokens so far (full recompute)
     std::vector<std::vector<int>> prompts{{0}}, outs;  // (with the cache) kept: no allocation per generation

@@ -25,6 +25,7 @@
 #include <ctgraph/ctgraph.hpp>
 #include <ctgraph/train.hpp>
 
+#include "char_gpt_model.hpp"
 #include "chars.hpp"
 #include "gpt_text.hpp"
 
@@ -33,9 +34,13 @@ using namespace ctg;
 namespace {
 
 // Vocabulary: '\n' and printable ASCII ' '..'~'. Training text maps other bytes to ' '; a prompt
-// with a character outside the vocabulary is an error.
-constexpr int V = chars::vocab, Context = 128, D = 128, Heads = 4, Layers = 3;
-using model = nn::gpt<V, Context, D, Heads, Layers, 4 * D, void, 0.1>;
+// with a character outside the vocabulary is an error. The model: char_gpt_model.hpp.
+using char_gpt_model::Context;
+using char_gpt_model::D;
+using char_gpt_model::Heads;
+using char_gpt_model::Layers;
+using char_gpt_model::model;
+using char_gpt_model::V;
 inline constexpr dim B = dyn('B'), T = dyn('T');
 using Tokens = index_input<"tokens", B, T>;
 using Targets = index_input<"targets", B, T>;

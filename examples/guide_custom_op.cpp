@@ -4,13 +4,19 @@
 //   1. its forward against the same sum computed by hand;
 //   2. its vector-Jacobian product against central finite differences (float64), for a parameter
 //      and an input that reach it through other ops;
-//   3. it trains: a small model built on it fits a teacher's outputs in float32.
+//   3. it trains: a small model built on it fits a teacher's outputs in float32;
+//   4. where ctgraph::onnx is built: exported to ONNX with its own lowering, ONNX Runtime's output
+//      equals ctgraph's (skipped with a message where Node lacks onnxruntime-node).
 // docs/guide/custom-op.md walks through it.
 #include <cmath>
 #include <cstdio>
 #include <random>
 
 #include <ctgraph/ctgraph.hpp>
+#if defined(CTG_HAVE_ONNX)  // where CMake built ctgraph::onnx (check 4 below)
+#include <ctgraph/onnx.hpp>
+#include <ctgraph/onnx/onnxruntime.hpp>
+#endif
 
 using namespace ctg;
 
@@ -60,6 +66,12 @@ struct rowdot_op {
         if (T* gb = c.gx_data(1))
             for (std::size_t r = 0; r < rows; ++r)
                 for (std::size_t i = 0; i < n; ++i) gb[r * n + i] += gy[r] * a[r * n + i];
+    }
+    // Optional: its ONNX lowering, for ctg::onnx::save (docs/guide/onnx-export.md). B is
+    // ctg::onnx::op_lowering, known only where a program is exported.
+    template <class B>
+    static void onnx(B& b) {
+        b.emit_y("ReduceSum", {b.emit("Mul", {b.x(0), b.x(1)}), b.ints({-1})}, {{"keepdims", 0}});
     }
 };
 
@@ -176,6 +188,28 @@ int main() try {
     std::printf("training: loss %.5f at the first step, %.6f after 300\n", first, last);
     failures += !(last < 0.01f * first);
     // [train]
+
+#if defined(CTG_HAVE_ONNX)
+    // 4. Exported to ONNX with its own lowering, run in ONNX Runtime (where Node has it).
+    // [onnx]
+    onnx::save(teacher, "guide_custom_op.onnx", {.output_names = {"similarity"}});
+    if (auto why = onnx::onnxruntime_missing()) {
+        std::printf("%s\n", why->c_str());
+    } else {
+        const auto xb = random_matrix<float>(7, X, rng), yb = random_matrix<float>(7, H, rng);
+        teacher.feed<"x">(xb);
+        teacher.feed<"y">(yb);
+        teacher.forward();
+        const auto r = onnx::run_onnxruntime("guide_custom_op.onnx", {onnx::feed_tensor::floats("x", {7, X}, xb.begin(), xb.end()),
+                                                                      onnx::feed_tensor::floats("y", {7, H}, yb.begin(), yb.end())});
+        double onnx_error = 0;
+        for (std::size_t r0 = 0; r0 < 7; ++r0)
+            onnx_error = std::max(onnx_error, double(std::abs(r.outputs[0].values[r0] - teacher.output()(r0))));
+        std::printf("ONNX Runtime: largest difference from ctgraph %.2e\n", onnx_error);
+        failures += !(onnx_error < 1e-5);
+    }
+    // [onnx]
+#endif
 
     std::printf("%s", train.to_text().c_str());
     std::printf("%s\n", failures ? "FAILED" : "all checks passed");

@@ -182,3 +182,95 @@ TEST_CASE("the KV-cache prefill and step programs export with the caches as inpu
     INFO("max |logit difference| over 32 steps: " << worst);
     CHECK(worst < 1e-4);
 }
+
+namespace {
+struct even_or_self_onnx {
+    static constexpr bool visible(std::size_t i, std::size_t j) { return j % 2 == 0 || j == i; }
+};
+/// The cosine score of the custom-score guide: a user's score, made of ops that lower themselves.
+struct cosine_score_onnx {
+    static constexpr auto scores(auto q, auto k) {
+        return mul(matmul(l2_normalize(q), transpose(l2_normalize(k))), exp(param<"cos_log_t">{}));
+    }
+};
+/// A user's own op with its own lowering: y = (a - b)^2, element-wise.
+struct squared_difference_op {
+    static constexpr std::string_view name = "squared_difference";
+    template <class A, class B>
+    static consteval bool check() { return std::is_same_v<A, B>; }
+    template <class A, class B>
+    static consteval auto dims() { return A::dims; }
+    template <class T>
+    static void forward(op_io<T, 2>& c) {
+        for (std::size_t i = 0; i < c.y.size(); ++i) {
+            const T d = c.x_data(0)[i] - c.x_data(1)[i];
+            c.y_data()[i] = d * d;
+        }
+    }
+    template <class T>
+    static void backward(op_io<T, 2>&) {}
+    template <class B>
+    static void onnx(B& b) {
+        const std::string d = b.emit("Sub", {b.x(0), b.x(1)});
+        b.emit_y("Mul", {d, d});
+    }
+};
+}  // namespace
+
+TEST_CASE("attention under every mask, with built-in and user scores, exports and runs in ONNX Runtime", "[onnx]") {
+    constexpr int n = 6, d = 8;
+    using Q = input<"Q", B, n, d>;
+    using K = input<"K", B, n, d>;
+    using V = input<"V", B, n, d>;
+    using Len = index_input<"len", B>;
+    using Pad = index_input<"pad", B, n>;
+    using Mat = index_input<"mat", n, n>;
+    using Mat3 = index_input<"mat3", B, n, n>;
+    const std::size_t b = 3, e = b * n * d;
+    const std::vector<onnx_feed> qkv{{"Q", rshape{3, {b, n, d}}, wave(e, 1.0, 1)},
+                                     {"K", rshape{3, {b, n, d}}, wave(e, 1.0, 2)},
+                                     {"V", rshape{3, {b, n, d}}, wave(e, 1.0, 3)}};
+    std::vector<double> pad(b * n, 0.0), mat(n * n), mat3(b * n * n);
+    pad[1 * n + 2] = pad[1 * n + 5] = 1, pad[2 * n + 0] = 1;  // padding anywhere in a row
+    for (std::size_t k = 0; k < mat.size(); ++k) mat[k] = (k * 7) % 3 != 0;
+    for (std::size_t k = 0; k < mat3.size(); ++k) mat3[k] = (k * 5) % 4 != 1;
+    for (std::size_t k = 0; k < n; ++k) mat3[n * n + 2 * n + k] = 0;  // a query that sees nothing: zeros
+    auto with = [&](std::vector<onnx_feed> extra) {
+        auto f = qkv;
+        f.insert(f.end(), extra.begin(), extra.end());
+        return f;
+    };
+    const onnx_feed len{"len", rshape{1, {b}}, {6, 2, 4}, true};
+    auto run = [&](auto out, const std::vector<onnx_feed>& feeds, const std::string& name) {
+        auto prog = compile<float, infer>(out);
+        prog.params().init(5);
+        check_export(prog, feeds, name);
+    };
+    run(attention(Q{}, K{}, V{}), qkv, "onnx_attn_sdp");
+    run(attention(Q{}, K{}, V{}, scaled_dot_score{}, causal{}), qkv, "onnx_attn_causal");
+    run(attention(Q{}, K{}, V{}, dot_score{}, local_window<1>{}), qkv, "onnx_attn_window");
+    run(attention(Q{}, K{}, V{}, scaled_dot_score{}, local_window<2, window::past>{}), qkv, "onnx_attn_past_window");
+    run(attention(Q{}, K{}, V{}, scaled_dot_score{}, visible_if<even_or_self_onnx>{}), qkv, "onnx_attn_visible_if");
+    run(attention(Q{}, K{}, V{}, scaled_dot_score{}, key_padding(Len{})), with({len}), "onnx_attn_key_padding");
+    run(attention(Q{}, K{}, V{}, scaled_dot_score{}, causal{} && key_padding(Len{})), with({len}), "onnx_attn_causal_padding");
+    run(attention(Q{}, K{}, V{}, scaled_dot_score{}, key_padding_mask(Pad{})), with({{"pad", rshape{2, {b, n}}, pad, true}}),
+        "onnx_attn_padding_mask");
+    run(attention(Q{}, K{}, V{}, scaled_dot_score{}, mask_matrix(Mat{})), with({{"mat", rshape{2, {n, n}}, mat, true}}),
+        "onnx_attn_matrix");
+    run(attention(Q{}, K{}, V{}, scaled_dot_score{}, local_window<3>{} && mask_matrix(Mat3{})),
+        with({{"mat3", rshape{3, {b, n, n}}, mat3, true}}), "onnx_attn_matrix3");
+    run(attention(Q{}, K{}, V{}, bilinear_score<"W", d, d>{}, causal{}), qkv, "onnx_attn_bilinear");
+    run(attention(Q{}, K{}, V{}, additive_score<"att_", d, d, 5>{}), qkv, "onnx_attn_additive");
+    run(attention(Q{}, K{}, V{}, cosine_score_onnx{}, key_padding(Len{})), with({len}), "onnx_attn_user_score");
+    // Multi-head self-attention (heads side by side in the rows) under causal and padding masks.
+    using mha = nn::multi_head_attention<"mha.", d, 2>;
+    run(mha::self(Q{}, causal{} && key_padding(Len{})), {qkv[0], len}, "onnx_mha");
+}
+
+TEST_CASE("a user's own op exports through the lowering it declares", "[onnx]") {
+    using X = input<"x", B, 5>;
+    auto y = make_float_node<squared_difference_op>(tanh(X{} * param<"w", 5, 5>{}), X{});
+    auto prog = compile<float, infer>(sum(y));
+    prog.params().init(9);
+    check_export(prog, {{"x", rshape{2, {4, 5}}, wave(20, 1.3)}}, "onnx_user_op");
+}
