@@ -4,6 +4,11 @@ ctg-bench on the same workload, one after the other in one run, as a table of me
 
   bench/compare.py [--workloads mlp ... | --all] [--threads 1 2] [--steps 20] [--reps 3]
                    [--precision f32|bf16] [--ctg-bench build/bench/ctg-bench] [--no-bound]
+  bench/compare.py --onnx [--workloads gpt-s ... | --all] [--steps 20] [--reps 3]
+
+--onnx: ONNX Runtime instead of PyTorch as the peer, for inference: ctg-onnx-bench exports each
+workload's inference program, times ctgraph and ONNX Runtime (onnxruntime-node, one thread, every
+graph optimisation) on the same inputs, and checks that their outputs agree.
 
 Each (workload, threads) pair runs PyTorch then ctgraph, --reps times alternately; the table shows
 the median over the repetitions of each side's median step time. ratio = PyTorch / ctgraph (above 1:
@@ -41,6 +46,27 @@ ALL = ["mlp", "rnn", "s2s", "attn-sdp", "attn-sdp-causal", "attn-dot", "attn-bil
        "decode-gpt2-cache"]
 
 
+# The inference workloads of the ONNX Runtime comparison (ctg-onnx-bench: the forward of the
+# training workloads, decoding steps, GPT-2's prefill and cached step).
+ONNX = ["mlp", "rnn", "s2s", "attn-sdp", "attn-sdp-causal", "attn-dot", "attn-bilinear", "attn-additive", "gpt-s",
+        "gpt-m", "decode-cache", "decode-nocache", "gpt2-124m", "gpt2-124m-prefill", "decode-gpt2-cache"]
+
+
+def onnx_table(args):
+    """--onnx: ctgraph and ONNX Runtime on the same exported model, one thread, medians over
+    --reps rounds of --steps runs each (ctg-onnx-bench); ratio = ONNX Runtime / ctgraph."""
+    workloads = ONNX if args.all else args.workloads
+    cmd = [args.onnx_bench, "--workloads"] + workloads + ["--reps", str(args.steps), "--rounds", str(max(args.reps, 1))]
+    out = subprocess.run(cmd, env=thread_env(1), check=True, capture_output=True, text=True).stdout
+    rows = json.loads([l for l in out.splitlines() if l.startswith("[")][-1])
+    head = ("workload", "threads", "ONNX Runtime ms", "ctgraph ms", "ratio", "max |diff| / scale")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for x in rows:
+        print("| %s | 1 | %.3f | %.3f | %.2f | %.1e |" % (x["workload"], x["ort_ms"], x["ctg_ms"], x["ort_ms"] / x["ctg_ms"],
+                                                       x["max_diff"]))
+
+
 def run_json(cmd, env):
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     lines = [l for l in out.splitlines() if l.startswith("{") or l.startswith("[")]
@@ -71,7 +97,13 @@ def main():
                     help="bf16: PyTorch under autocast bf16, ctgraph with bf16 products")
     ap.add_argument("--ctg-bench", default=os.path.join(HERE, "..", "build", "bench", "ctg-bench"))
     ap.add_argument("--torch-ref", default=os.path.join(HERE, "torch_ref.py"))
+    ap.add_argument("--onnx", action="store_true",
+                    help="ctgraph's inference against ONNX Runtime on the exported model (ctg-onnx-bench), "
+                         "for the inference workloads: " + " ".join(ONNX))
+    ap.add_argument("--onnx-bench", default=os.path.join(HERE, "..", "build", "bench", "ctg-onnx-bench"))
     args = ap.parse_args()
+    if args.onnx:
+        return onnx_table(args)
     workloads = ALL if args.all else args.workloads
 
     # The machine's sgemm rate per thread count, from the same run.

@@ -9,7 +9,7 @@
 // one cached step at position 128 (64 for GPT-2) of the generator's step program, the KV caches
 // explicit inputs and outputs of the ONNX model; decode-nocache one full forward of a 128-token
 // prefix (what each of its tokens costs); gpt2-124m-prefill the generator's prefill of a 64-token
-// prompt. Parameters are random (init), inputs random and fixed.
+// prompt. Parameters are random (init, plus N(0, 0.02^2) on every element), inputs random and fixed.
 //
 // Each round times `reps` forward passes of ctgraph (after two warm-up passes), then the exported
 // model in ONNX Runtime (onnxruntime-node through Node, scripts/onnx/run_model.js: one thread,
@@ -64,6 +64,10 @@ template <class Prog>
 result measure(const std::string& name, Prog& prog, const std::vector<input_spec>& feeds, const settings& s) {
     std::mt19937_64 rng(42);
     std::normal_distribution<float> n01;
+    // Parameters as init() made them, plus a small random part: biases and gains are not 0 and 1.
+    auto& store = prog.params();
+    for (std::size_t slot = 0; slot < store.size(); ++slot)
+        for (std::size_t k = 0; k < store.at(slot).shape.size(); ++k) store.value(slot)[k] += 0.02f * n01(rng);
     std::vector<onnx::feed_tensor> ort_in;
     for (const input_spec& f : feeds) {
         rshape shape{f.shape.size(), {}};
