@@ -124,6 +124,13 @@
 //     static constexpr ctg::flop_rule flops = ctg::flop_rule::matmul;  // matmul, attention_values
 //     // optional: extra text for printing (an axis, a constant).
 //     static std::string describe();
+//     // optional: its ONNX lowering, for ctg::onnx::save (include/ctgraph/onnx.hpp). B is
+//     // ctg::onnx::op_lowering (include/ctgraph/onnx/ir.hpp): the operands' value names b.x(k)
+//     // and static shapes b.xshape(k), the result's name b.y(); b.emit(...) adds ONNX nodes,
+//     // b.emit_y(...) the one that writes the result, b.set_state(k, v) says the op writes
+//     // operand k in place (a KV cache). A member template: instantiated only where a program
+//     // is exported. Exporting a program with an op that lacks it is a compile error naming it.
+//     template <class B> static void onnx(B& b);
 //   };
 //
 // Elements of index operands (token ids) are ctg::index_t; everything else is the program's T.
