@@ -109,4 +109,15 @@ inline std::vector<double> ids(std::size_t n, std::size_t vocab, unsigned seed =
     return v;
 }
 
+/// What the ONNX tests share: dynamic batch and time, and the inference option.
+namespace onnx_test {
+inline constexpr dim B = dyn('B');
+inline constexpr dim T = dyn('T');
+inline constexpr options infer{.inference = true};
+using ctg::testing::check_export;
+using ctg::testing::ids;
+using ctg::testing::onnx_feed;
+using ctg::testing::wave;
+}  // namespace onnx_test
+
 }  // namespace ctg::testing

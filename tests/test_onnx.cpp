@@ -9,16 +9,7 @@
 #include "onnx_check.hpp"
 
 using namespace ctg;
-using ctg::testing::check_export;
-using ctg::testing::ids;
-using ctg::testing::onnx_feed;
-using ctg::testing::wave;
-
-namespace {
-inline constexpr dim B = dyn('B');
-inline constexpr dim T = dyn('T');
-constexpr options infer{.inference = true};
-}  // namespace
+using namespace ctg::testing::onnx_test;
 
 TEST_CASE("an MLP with every element-wise function exports and runs in ONNX Runtime", "[onnx]") {
     using X = input<"x", B, 12>;

@@ -7,17 +7,11 @@
 #include "onnx_check.hpp"
 
 using namespace ctg;
-using ctg::testing::check_export;
-using ctg::testing::ids;
-using ctg::testing::onnx_feed;
-using ctg::testing::wave;
+using namespace ctg::testing::onnx_test;
 
 namespace {
-inline constexpr dim B = dyn('B');
-inline constexpr dim T = dyn('T');
 inline constexpr dim N = dyn('N');
 inline constexpr dim M = dyn('M');
-constexpr options infer{.inference = true};
 }  // namespace
 
 TEST_CASE("concat exports as Concat on the last axis", "[onnx]") {
