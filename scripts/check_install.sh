@@ -14,3 +14,5 @@ cmake -S "$here/tests/install_consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH=
 cmake --build "$work/consumer" > "$work/build.log"
 "$work/consumer/consumer"
 "$work/consumer/consumer_headers"
+# ctgraph::onnx, where it was installed and found (Debian's libonnx-dev).
+if [ -x "$work/consumer/consumer_onnx" ]; then (cd "$work/consumer" && ./consumer_onnx); fi

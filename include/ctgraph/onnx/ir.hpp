@@ -118,6 +118,7 @@ struct shape_ir {
 /// Adds nodes and constants to a model_ir, naming what it adds so that no two values clash.
 class graph_builder {
 public:
+    /// A builder adding to `m` (its nodes, then a subgraph's while set_target says so).
     explicit graph_builder(model_ir& m) : m_(m), nodes_(&m.nodes) {}
 
     /// A fresh value name: hint + "_" + a counter.
@@ -190,6 +191,7 @@ private:
 /// What an op's lowering receives: its operands' and result's names and shapes, and the builder.
 class op_lowering {
 public:
+    /// The lowering of one node: its operands' names and shapes, its result's name and shape.
     op_lowering(graph_builder& b, std::vector<std::string> x, std::vector<shape_ir> xs, std::string y, shape_ir ys)
         : b_(b), x_(std::move(x)), xs_(std::move(xs)), y_(std::move(y)), ys_(ys) {}
 

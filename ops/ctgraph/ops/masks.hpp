@@ -74,10 +74,12 @@ struct mask_onnx {
     std::string scores;           ///< the score tensor's value name
     std::size_t rank = 0;         ///< its rank (>= 2)
     std::size_t first = 0;        ///< the index of the mask's first operand among the node's
-    std::string queries_, keys_;  ///< made once: query positions (n, 1) and keys (m), int64
+    std::string queries_;         ///< made once: the query positions (n, 1), int64
+    std::string keys_;            ///< made once: the keys (m), int64
 
-    /// Operand k of the mask (an int64 tensor) and its rank.
+    /// Operand k of the mask (an int64 tensor).
     const std::string& x(std::size_t k) const { return b.x(first + k); }
+    /// The rank of operand k of the mask.
     std::size_t xrank(std::size_t k) const { return b.xshape(first + k).rank; }
     /// The extent of the scores' axis a (from the end: -1 keys, -2 queries) as a 0-d int64.
     std::string extent(long a) {
