@@ -121,7 +121,7 @@ const onnx::fetched_tensor& named(const std::vector<onnx::fetched_tensor>& r, co
 }
 }  // namespace
 
-TEST_CASE("the KV-cache prefill and step programs export with the caches as inputs and outputs; ONNX Runtime decodes "
+TEST_CASE("the KV-cache prefill and step programs export with the caches as inputs and outputs, and ONNX Runtime decodes "
           "32 tokens greedily as gpt_generator does", "[onnx]") {
     constexpr std::size_t V = 17, D = 32, L = 2, C = 48;
     using model = nn::gpt<int(V), 64, int(D), 4, int(L)>;

@@ -1,0 +1,464 @@
+// ctgraph/kernels/quant.hpp: weight-only quantised matrices and their products by a few rows, the
+// kernels of a decoding step whose weights are read as int8 or 4-bit.
+//
+// A decoding step reads every weight once per token: its time is the bytes of its weights over the
+// memory's read bandwidth. Fewer bytes per weight is the way up. Two formats, both for a weight W
+// (K, N) read as y = x W (+ b) with x a few rows (K):
+//
+//   q8_matrix  int8, one scale per output column, symmetric: s[n] = max_k |W[k][n]| / 127,
+//              q[n][k] = round(W[k][n] / s[n]) (ties to even) in [-127, 127]. 1 byte a weight (+ 4
+//              bytes a column). Stored column-major (q[n] is column n of W, contiguous along K,
+//              padded with zeros to a multiple of 64) so that a column's dot product streams.
+//   q4_matrix  4-bit in groups of 32 along K, one float16 scale a group: ggml's Q4_0 rule and bit
+//              layout (d = m / -8 with m the group's value of largest magnitude, q = round(w / d) + 8
+//              clamped to [0, 15]; a group's 16 bytes hold q[j] in the low nibble of byte j and
+//              q[j + 16] in the high one), 4.5 bits a weight. Chosen over a float32 scale (5 bits) for
+//              the bytes, and over Q4_K's super-blocks for a kernel with one scale per group; the
+//              value -8 d is used, so the extreme weight of each group is exact. K must be a
+//              multiple of 32 (every product of the reference models is).
+//
+// Products y = x W for M rows of x, two ways each (choose_quant_path picks the fastest the CPU has):
+//   * float activations: the weights are widened to float in registers and multiplied by x
+//     (AVX-512: vpmovsxbd + vcvtdq2ps + FMA; accumulated in float, 16 lanes, then summed);
+//   * int8 activations (VNNI: vpdpbusd): each row of x quantised symmetrically, per row for q8
+//     (sx = max |x| / 127) and per group of 32 for q4 (as ggml's Q8_0), and the integer dot products
+//     accumulated exactly in int32 (|x| as u8 times w with x's sign: vpdpbusd multiplies unsigned
+//     by signed bytes), then scaled: y = sx s[n] sum_k xq[k] q[n][k].
+// Each has a scalar reference (quant_path::scalar), which is also the portable path. The rule for
+// the tests: the int8-activation paths' integer sums equal the scalar integer sums exactly
+// (int8_dot_q8 / int8_dot_q4 expose them); the float paths agree with a float64 product of the
+// dequantised weights to K * 2^-24 relative to sum_k |x_k w_k| (float accumulation).
+// CTG_QUANT_ISA=scalar|avx512 restricts the choice (to test every path on any host).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CTG_QUANT_X86 1
+#else
+#define CTG_QUANT_X86 0
+#endif
+
+#include "ctgraph/error.hpp"
+#include "ctgraph/memory.hpp"
+
+namespace ctg::kernels {
+
+/// float -> IEEE half (round to nearest even), and back: the q4 group scales.
+inline std::uint16_t to_half(float f) {
+    std::uint32_t x;
+    std::memcpy(&x, &f, 4);
+    const std::uint32_t sign = (x >> 16) & 0x8000u;
+    const std::int32_t exp = std::int32_t((x >> 23) & 0xff) - 127 + 15;
+    std::uint32_t man = x & 0x7fffffu;
+    if (((x >> 23) & 0xff) == 0xff) return std::uint16_t(sign | 0x7c00u | (man ? 0x200u : 0u));  // inf, NaN
+    if (exp >= 31) return std::uint16_t(sign | 0x7c00u);                                        // overflow: inf
+    if (exp <= 0) {                                                                            // subnormal or zero
+        if (exp < -10) return std::uint16_t(sign);
+        man |= 0x800000u;
+        const int shift = 14 - exp;
+        std::uint32_t h = man >> shift;
+        const std::uint32_t rest = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rest > half || (rest == half && (h & 1))) ++h;
+        return std::uint16_t(sign | h);
+    }
+    std::uint32_t h = (std::uint32_t(exp) << 10) | (man >> 13);
+    const std::uint32_t rest = man & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) ++h;  // may carry into the exponent: right
+    return std::uint16_t(sign | h);
+}
+/// IEEE half -> float (exact).
+inline float from_half(std::uint16_t h) {
+    const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
+    std::uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ffu, x;
+    if (exp == 0x1f) {
+        x = sign | 0x7f800000u | (man << 13);
+    } else if (exp == 0) {
+        if (man == 0) {
+            x = sign;
+        } else {  // subnormal: normalise
+            int e = -1;
+            do {
+                ++e;
+                man <<= 1;
+            } while (!(man & 0x400u));
+            x = sign | (std::uint32_t(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    } else {
+        x = sign | ((exp - 15 + 127) << 23) | (man << 13);
+    }
+    float f;
+    std::memcpy(&f, &x, 4);
+    return f;
+}
+
+/// int8 weights, one scale per output column (see the file comment).
+struct q8_matrix {
+    std::size_t K = 0, N = 0, Kp = 0;    ///< rows and columns of W; K padded to a multiple of 64
+    aligned_vector<std::int8_t> q;       ///< N columns of Kp values, column n at n Kp
+    std::vector<float> scale;            ///< N scales
+    /// Bytes a product reads.
+    std::size_t bytes() const { return q.size() + scale.size() * sizeof(float); }
+    /// The dequantised weight (k, n) as a double.
+    double at(std::size_t k, std::size_t n) const { return double(scale[n]) * double(q[n * Kp + k]); }
+};
+
+/// 4-bit weights in groups of 32 along K (ggml's Q4_0; see the file comment).
+struct q4_matrix {
+    static constexpr std::size_t group = 32;  ///< weights per scale
+    std::size_t K = 0, N = 0, G = 0;          ///< rows and columns of W; groups per column (K / 32)
+    aligned_vector<std::uint8_t> nibbles;     ///< N columns of G groups of 16 bytes
+    std::vector<std::uint16_t> scale;         ///< N G float16 scales, column-major as the groups
+    /// Bytes a product reads.
+    std::size_t bytes() const { return nibbles.size() + scale.size() * sizeof(std::uint16_t); }
+    /// The 4-bit value (k, n), in [-8, 7].
+    int value(std::size_t k, std::size_t n) const {
+        const std::size_t g = k / group, j = k % group;
+        const std::uint8_t b = nibbles[(n * G + g) * 16 + (j % 16)];
+        return int(j < 16 ? (b & 0x0f) : (b >> 4)) - 8;
+    }
+    /// The dequantised weight (k, n) as a double.
+    double at(std::size_t k, std::size_t n) const { return double(from_half(scale[n * G + k / group])) * value(k, n); }
+};
+
+/// W (K, N), row-major with leading dimension ldw, quantised to int8 per column.
+inline q8_matrix quantize_q8(const float* w, std::size_t K, std::size_t N, std::size_t ldw) {
+    q8_matrix m;
+    m.K = K, m.N = N, m.Kp = (K + 63) / 64 * 64;
+    m.q.assign(N * m.Kp, 0);
+    m.scale.assign(N, 0.0f);
+    for (std::size_t n = 0; n < N; ++n) {
+        float amax = 0;
+        for (std::size_t k = 0; k < K; ++k) {
+            const float v = w[k * ldw + n];
+            if (!std::isfinite(v)) throw numeric_error("ctg::kernels::quantize_q8: weight (" + std::to_string(k) + ", " + std::to_string(n) + ") is not finite");
+            amax = std::max(amax, std::abs(v));
+        }
+        const float s = amax / 127.0f;
+        m.scale[n] = s;
+        if (s == 0) continue;
+        for (std::size_t k = 0; k < K; ++k)
+            m.q[n * m.Kp + k] = std::int8_t(std::clamp(std::nearbyint(w[k * ldw + n] / s), -127.0f, 127.0f));
+    }
+    return m;
+}
+
+/// W (K, N), row-major with leading dimension ldw, quantised to 4 bits in groups of 32 along K.
+inline q4_matrix quantize_q4(const float* w, std::size_t K, std::size_t N, std::size_t ldw) {
+    if (K % q4_matrix::group != 0)
+        throw shape_error("ctg::kernels::quantize_q4: the input size " + std::to_string(K) + " is not a multiple of 32");
+    q4_matrix m;
+    m.K = K, m.N = N, m.G = K / q4_matrix::group;
+    m.nibbles.assign(N * m.G * 16, 0);
+    m.scale.assign(N * m.G, 0);
+    for (std::size_t n = 0; n < N; ++n)
+        for (std::size_t g = 0; g < m.G; ++g) {
+            float mx = 0, amax = 0;  // the value of largest magnitude, with its sign
+            for (std::size_t j = 0; j < 32; ++j) {
+                const float v = w[(g * 32 + j) * ldw + n];
+                if (!std::isfinite(v)) throw numeric_error("ctg::kernels::quantize_q4: weight (" + std::to_string(g * 32 + j) + ", " + std::to_string(n) + ") is not finite");
+                if (std::abs(v) > amax) amax = std::abs(v), mx = v;
+            }
+            const std::uint16_t dh = to_half(mx / -8.0f);
+            m.scale[n * m.G + g] = dh;
+            const float d = from_half(dh), id = d != 0 ? 1.0f / d : 0.0f;
+            std::uint8_t* out = &m.nibbles[(n * m.G + g) * 16];
+            for (std::size_t j = 0; j < 16; ++j) {
+                auto code = [&](std::size_t jj) {
+                    return std::uint8_t(std::clamp(std::nearbyint(w[(g * 32 + jj) * ldw + n] * id) + 8.0f, 0.0f, 15.0f));
+                };
+                out[j] = std::uint8_t(code(j) | (code(j + 16) << 4));
+            }
+        }
+    return m;
+}
+
+/// How a quantised product runs.
+enum class quant_path {
+    scalar,       ///< the portable reference: float activations, one weight at a time
+    avx512,       ///< AVX-512 (F, BW): float activations, weights widened in registers
+    avx512_vnni,  ///< AVX-512 VNNI: int8 activations, exact int32 dot products (vpdpbusd)
+};
+/// The path's name, as CTG_QUANT_ISA and the benchmarks spell it.
+inline std::string_view quant_path_name(quant_path p) {
+    return p == quant_path::scalar ? "scalar" : p == quant_path::avx512 ? "avx512" : "avx512_vnni";
+}
+/// Whether this CPU runs a path.
+inline bool quant_path_supported(quant_path p) {
+#if CTG_QUANT_X86
+    switch (p) {
+        case quant_path::scalar: return true;
+        case quant_path::avx512: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+        case quant_path::avx512_vnni:
+            return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                   __builtin_cpu_supports("avx512vnni");
+    }
+    return false;
+#else
+    return p == quant_path::scalar;
+#endif
+}
+/// The fastest path this CPU runs, at most CTG_QUANT_ISA's (scalar, avx512, avx512_vnni) when set.
+inline quant_path choose_quant_path() {
+    quant_path best = quant_path::scalar;
+    for (quant_path p : {quant_path::avx512, quant_path::avx512_vnni})
+        if (quant_path_supported(p)) best = p;
+    if (const char* cap = std::getenv("CTG_QUANT_ISA")) {
+        const std::string_view c(cap);
+        for (quant_path p : {quant_path::scalar, quant_path::avx512, quant_path::avx512_vnni})
+            if (c == quant_path_name(p) && int(p) < int(best)) best = p;
+    }
+    return best;
+}
+
+namespace detail {
+
+// ---------------------------------------------------------------- scalar (portable) paths
+inline void gemv_q8_scalar(std::size_t M, const float* x, std::size_t ldx, const q8_matrix& w, const float* bias, float* y,
+                           std::size_t ldy) {
+    for (std::size_t m = 0; m < M; ++m)
+        for (std::size_t n = 0; n < w.N; ++n) {
+            const std::int8_t* q = &w.q[n * w.Kp];
+            float acc = 0;
+            for (std::size_t k = 0; k < w.K; ++k) acc += x[m * ldx + k] * float(q[k]);
+            y[m * ldy + n] = acc * w.scale[n] + (bias ? bias[n] : 0.0f);
+        }
+}
+inline void gemv_q4_scalar(std::size_t M, const float* x, std::size_t ldx, const q4_matrix& w, const float* bias, float* y,
+                           std::size_t ldy) {
+    for (std::size_t m = 0; m < M; ++m)
+        for (std::size_t n = 0; n < w.N; ++n) {
+            float acc = 0;
+            for (std::size_t g = 0; g < w.G; ++g) {
+                const std::uint8_t* b = &w.nibbles[(n * w.G + g) * 16];
+                const float* xg = x + m * ldx + g * 32;
+                float s = 0;
+                for (std::size_t j = 0; j < 16; ++j)
+                    s += xg[j] * float(int(b[j] & 0x0f) - 8) + xg[j + 16] * float(int(b[j] >> 4) - 8);
+                acc += s * from_half(w.scale[n * w.G + g]);
+            }
+            y[m * ldy + n] = acc + (bias ? bias[n] : 0.0f);
+        }
+}
+
+/// A row of x quantised symmetrically to int8 (scale max |x| / 127): into xq (padded with zeros to
+/// `padded`); returns the scale.
+inline float quantize_row_q8(const float* x, std::size_t K, std::int8_t* xq, std::size_t padded) {
+    float amax = 0;
+    for (std::size_t k = 0; k < K; ++k) amax = std::max(amax, std::abs(x[k]));
+    const float s = amax / 127.0f, is = s != 0 ? 1.0f / s : 0.0f;
+    for (std::size_t k = 0; k < K; ++k) xq[k] = std::int8_t(std::clamp(std::nearbyint(x[k] * is), -127.0f, 127.0f));
+    std::fill(xq + K, xq + padded, std::int8_t(0));
+    return s;
+}
+
+#if CTG_QUANT_X86
+// ---------------------------------------------------------------- AVX-512, float activations
+__attribute__((target("avx512f,avx512bw"))) inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+__attribute__((target("avx512f,avx512bw"))) inline void gemv_q8_avx512(std::size_t M, const float* x, std::size_t ldx,
+                                                                       const q8_matrix& w, const float* bias, float* y,
+                                                                       std::size_t ldy) {
+    const std::size_t K16 = w.K / 16 * 16;
+    for (std::size_t m = 0; m < M; ++m) {
+        const float* xr = x + m * ldx;
+        std::size_t n = 0;
+        for (; n + 4 <= w.N; n += 4) {  // four columns share each load of x
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            const std::int8_t* q = &w.q[n * w.Kp];
+            for (std::size_t k = 0; k < K16; k += 16) {
+                const __m512 xv = _mm512_loadu_ps(xr + k);
+                auto col = [&](std::size_t c) {
+                    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c * w.Kp + k))));
+                };
+                a0 = _mm512_fmadd_ps(xv, col(0), a0);
+                a1 = _mm512_fmadd_ps(xv, col(1), a1);
+                a2 = _mm512_fmadd_ps(xv, col(2), a2);
+                a3 = _mm512_fmadd_ps(xv, col(3), a3);
+            }
+            float s[4] = {hsum(a0), hsum(a1), hsum(a2), hsum(a3)};
+            for (std::size_t k = K16; k < w.K; ++k)
+                for (std::size_t c = 0; c < 4; ++c) s[c] += xr[k] * float(q[c * w.Kp + k]);
+            for (std::size_t c = 0; c < 4; ++c) y[m * ldy + n + c] = s[c] * w.scale[n + c] + (bias ? bias[n + c] : 0.0f);
+        }
+        {  // the last columns, one at a time
+            for (; n < w.N; ++n) {
+                const std::int8_t* q = &w.q[n * w.Kp];
+                __m512 a = _mm512_setzero_ps();
+                for (std::size_t k = 0; k < K16; k += 16)
+                    a = _mm512_fmadd_ps(_mm512_loadu_ps(xr + k),
+                                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k)))), a);
+                float s = hsum(a);
+                for (std::size_t k = K16; k < w.K; ++k) s += xr[k] * float(q[k]);
+                y[m * ldy + n] = s * w.scale[n] + (bias ? bias[n] : 0.0f);
+            }
+        }
+    }
+}
+
+/// 32 bytes of 4-bit values (a group's 16 bytes) as 32 int8 in [-8, 7], in order j = 0..31.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m256i unpack_q4(const std::uint8_t* b) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+    const __m128i lo = _mm_and_si128(raw, _mm_set1_epi8(0x0f)), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
+    return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void gemv_q4_avx512(std::size_t M, const float* x, std::size_t ldx,
+                                                                                const q4_matrix& w, const float* bias, float* y,
+                                                                                std::size_t ldy) {
+    for (std::size_t m = 0; m < M; ++m) {
+        const float* xr = x + m * ldx;
+        for (std::size_t n = 0; n < w.N; ++n) {
+            __m512 acc = _mm512_setzero_ps();
+            const std::uint8_t* b = &w.nibbles[n * w.G * 16];
+            const std::uint16_t* d = &w.scale[n * w.G];
+            for (std::size_t g = 0; g < w.G; ++g) {
+                const __m256i v = unpack_q4(b + g * 16);
+                const __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(v)));
+                const __m512 w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(v, 1)));
+                const __m512 s = _mm512_fmadd_ps(_mm512_loadu_ps(xr + g * 32), w0, _mm512_mul_ps(_mm512_loadu_ps(xr + g * 32 + 16), w1));
+                acc = _mm512_fmadd_ps(s, _mm512_set1_ps(from_half(d[g])), acc);
+            }
+            y[m * ldy + n] = hsum(acc) + (bias ? bias[n] : 0.0f);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- AVX-512 VNNI, int8 activations
+/// sum_k a[k] b[k] over Kp bytes (a multiple of 64), exactly: |a| as u8 times b with a's sign.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline __m512i dot_s8_512(__m512i acc, __m512i a, __m512i b) {
+    const __mmask64 neg = _mm512_movepi8_mask(a);
+    const __m512i abs_a = _mm512_abs_epi8(a);
+    const __m512i sb = _mm512_mask_sub_epi8(b, neg, _mm512_setzero_si512(), b);
+    return _mm512_dpbusd_epi32(acc, abs_a, sb);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline std::int32_t dot_q8_vnni(const std::int8_t* xq, const std::int8_t* q,
+                                                                                         std::size_t Kp) {
+    __m512i acc = _mm512_setzero_si512();
+    for (std::size_t k = 0; k < Kp; k += 64)
+        acc = dot_s8_512(acc, _mm512_load_si512(xq + k), _mm512_load_si512(q + k));
+    return _mm512_reduce_add_epi32(acc);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void gemv_q8_vnni(std::size_t M, const float* x, std::size_t ldx,
+                                                                                 const q8_matrix& w, const float* bias, float* y,
+                                                                                 std::size_t ldy, std::int8_t* xq) {
+    for (std::size_t m = 0; m < M; ++m) {
+        const float sx = quantize_row_q8(x + m * ldx, w.K, xq, w.Kp);
+        std::size_t n = 0;
+        for (; n + 4 <= w.N; n += 4) {
+            __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+            const std::int8_t* q = &w.q[n * w.Kp];
+            for (std::size_t k = 0; k < w.Kp; k += 64) {
+                const __m512i xv = _mm512_load_si512(xq + k);
+                const __mmask64 neg = _mm512_movepi8_mask(xv);
+                const __m512i ax = _mm512_abs_epi8(xv), zero = _mm512_setzero_si512();
+                auto col = [&](std::size_t c) {
+                    const __m512i b = _mm512_load_si512(q + c * w.Kp + k);
+                    return _mm512_mask_sub_epi8(b, neg, zero, b);
+                };
+                a0 = _mm512_dpbusd_epi32(a0, ax, col(0));
+                a1 = _mm512_dpbusd_epi32(a1, ax, col(1));
+                a2 = _mm512_dpbusd_epi32(a2, ax, col(2));
+                a3 = _mm512_dpbusd_epi32(a3, ax, col(3));
+            }
+            const std::int32_t s[4] = {_mm512_reduce_add_epi32(a0), _mm512_reduce_add_epi32(a1), _mm512_reduce_add_epi32(a2),
+                                       _mm512_reduce_add_epi32(a3)};
+            for (std::size_t c = 0; c < 4; ++c) y[m * ldy + n + c] = float(s[c]) * (sx * w.scale[n + c]) + (bias ? bias[n + c] : 0.0f);
+        }
+        for (; n < w.N; ++n)
+            y[m * ldy + n] = float(dot_q8_vnni(xq, &w.q[n * w.Kp], w.Kp)) * (sx * w.scale[n]) + (bias ? bias[n] : 0.0f);
+    }
+}
+
+/// A row of x quantised per group of 32 (ggml's Q8_0: scale max |x_g| / 127 per group).
+inline void quantize_row_q8_groups(const float* x, std::size_t K, std::int8_t* xq, float* sx) {
+    for (std::size_t g = 0; g < K / 32; ++g) sx[g] = quantize_row_q8(x + g * 32, 32, xq + g * 32, 32);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void gemv_q4_vnni(std::size_t M, const float* x,
+                                                                                          std::size_t ldx, const q4_matrix& w,
+                                                                                          const float* bias, float* y, std::size_t ldy,
+                                                                                          std::int8_t* xq, float* sx) {
+    for (std::size_t m = 0; m < M; ++m) {
+        quantize_row_q8_groups(x + m * ldx, w.K, xq, sx);
+        for (std::size_t n = 0; n < w.N; ++n) {
+            const std::uint8_t* b = &w.nibbles[n * w.G * 16];
+            const std::uint16_t* d = &w.scale[n * w.G];
+            __m256 acc = _mm256_setzero_ps();
+            for (std::size_t g = 0; g < w.G; ++g) {
+                const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + g * 32));
+                const __m256i wv = _mm256_sign_epi8(unpack_q4(b + g * 16), xv);  // w with x's sign (0 where x is 0)
+                const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xv), wv);
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sx[g] * from_half(d[g])), acc);
+            }
+            const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+            const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
+            y[m * ldy + n] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1))) + (bias ? bias[n] : 0.0f);
+        }
+    }
+}
+#endif
+
+}  // namespace detail
+
+/// y (M, N) = x (M, K) W + bias (optional), W quantised to int8 (see the file comment); `path`
+/// must be supported here (choose_quant_path()).
+inline void gemv_q8(std::size_t M, const float* x, std::size_t ldx, const q8_matrix& w, const float* bias, float* y, std::size_t ldy,
+                    quant_path path = choose_quant_path()) {
+    if (!quant_path_supported(path)) throw error("ctg::kernels::gemv_q8: this CPU does not run the path " + std::string(quant_path_name(path)));
+#if CTG_QUANT_X86
+    if (path == quant_path::avx512) return detail::gemv_q8_avx512(M, x, ldx, w, bias, y, ldy);
+    if (path == quant_path::avx512_vnni) {
+        aligned_vector<std::int8_t> xq(w.Kp);
+        return detail::gemv_q8_vnni(M, x, ldx, w, bias, y, ldy, xq.data());
+    }
+#endif
+    detail::gemv_q8_scalar(M, x, ldx, w, bias, y, ldy);
+}
+
+/// y (M, N) = x (M, K) W + bias (optional), W quantised to 4 bits (see the file comment).
+inline void gemv_q4(std::size_t M, const float* x, std::size_t ldx, const q4_matrix& w, const float* bias, float* y, std::size_t ldy,
+                    quant_path path = choose_quant_path()) {
+    if (!quant_path_supported(path)) throw error("ctg::kernels::gemv_q4: this CPU does not run the path " + std::string(quant_path_name(path)));
+#if CTG_QUANT_X86
+    if (path == quant_path::avx512) return detail::gemv_q4_avx512(M, x, ldx, w, bias, y, ldy);
+    if (path == quant_path::avx512_vnni) {
+        aligned_vector<std::int8_t> xq(w.K);
+        std::vector<float> sx(w.G);
+        return detail::gemv_q4_vnni(M, x, ldx, w, bias, y, ldy, xq.data(), sx.data());
+    }
+#endif
+    detail::gemv_q4_scalar(M, x, ldx, w, bias, y, ldy);
+}
+
+/// The integer dot products of the int8-activation q8 path for one row x: xq[k] = round(x[k] / sx),
+/// out[n] = sum_k xq[k] q[n][k] (exact); returns sx. The VNNI path's sums, computed on `path`
+/// (scalar: plain int64 arithmetic), for the tests' bit-exact rule.
+inline float int8_dot_q8(const float* x, const q8_matrix& w, std::int64_t* out, quant_path path) {
+    aligned_vector<std::int8_t> xq(w.Kp);
+    const float sx = detail::quantize_row_q8(x, w.K, xq.data(), w.Kp);
+    for (std::size_t n = 0; n < w.N; ++n) {
+#if CTG_QUANT_X86
+        if (path == quant_path::avx512_vnni) {
+            out[n] = detail::dot_q8_vnni(xq.data(), &w.q[n * w.Kp], w.Kp);
+            continue;
+        }
+#endif
+        std::int64_t s = 0;
+        for (std::size_t k = 0; k < w.Kp; ++k) s += std::int64_t(xq[k]) * std::int64_t(w.q[n * w.Kp + k]);
+        out[n] = s;
+    }
+    return sx;
+}
+
+}  // namespace ctg::kernels
