@@ -22,8 +22,11 @@
 //     (AVX-512: vpmovsxbd + vcvtdq2ps + FMA; accumulated in float, 16 lanes, then summed);
 //   * int8 activations (VNNI: vpdpbusd): each row of x quantised symmetrically, per row for q8
 //     (sx = max |x| / 127) and per group of 32 for q4 (as ggml's Q8_0), and the integer dot products
-//     accumulated exactly in int32 (|x| as u8 times w with x's sign: vpdpbusd multiplies unsigned
-//     by signed bytes), then scaled: y = sx s[n] sum_k xq[k] q[n][k].
+//     accumulated exactly in int32, then scaled: y = sx s[n] sum_k xq[k] q[n][k]. vpdpbusd multiplies
+//     unsigned by signed bytes: q8 feeds xq + 128 (u8) against q and subtracts 128 times the
+//     column's sum of codes (kept with the matrix); q4 feeds its codes q + 8 (u8, 0..15) against xq
+//     and subtracts 8 times each group's sum of xq (once per row, for every column); two groups of
+//     32 per 512-bit product, their 16 lanes scaled by the two groups' scales.
 // Each has a scalar reference (quant_path::scalar), which is also the portable path. The rule for
 // the tests: the int8-activation paths' integer sums equal the scalar integer sums exactly
 // (int8_dot_q8 / int8_dot_q4 expose them); the float paths agree with a float64 product of the
@@ -105,8 +108,9 @@ struct q8_matrix {
     std::size_t K = 0, N = 0, Kp = 0;    ///< rows and columns of W; K padded to a multiple of 64
     aligned_vector<std::int8_t> q;       ///< N columns of Kp values, column n at n Kp
     std::vector<float> scale;            ///< N scales
+    std::vector<std::int32_t> column_sum;  ///< N sums of the codes (the VNNI path's offset correction)
     /// Bytes a product reads.
-    std::size_t bytes() const { return q.size() + scale.size() * sizeof(float); }
+    std::size_t bytes() const { return q.size() + scale.size() * sizeof(float) + column_sum.size() * sizeof(std::int32_t); }
     /// The dequantised weight (k, n) as a double.
     double at(std::size_t k, std::size_t n) const { return double(scale[n]) * double(q[n * Kp + k]); }
 };
@@ -135,6 +139,7 @@ inline q8_matrix quantize_q8(const float* w, std::size_t K, std::size_t N, std::
     m.K = K, m.N = N, m.Kp = (K + 63) / 64 * 64;
     m.q.assign(N * m.Kp, 0);
     m.scale.assign(N, 0.0f);
+    m.column_sum.assign(N, 0);
     for (std::size_t n = 0; n < N; ++n) {
         float amax = 0;
         for (std::size_t k = 0; k < K; ++k) {
@@ -145,8 +150,10 @@ inline q8_matrix quantize_q8(const float* w, std::size_t K, std::size_t N, std::
         const float s = amax / 127.0f;
         m.scale[n] = s;
         if (s == 0) continue;
-        for (std::size_t k = 0; k < K; ++k)
+        for (std::size_t k = 0; k < K; ++k) {
             m.q[n * m.Kp + k] = std::int8_t(std::clamp(std::nearbyint(w[k * ldw + n] / s), -127.0f, 127.0f));
+            m.column_sum[n] += m.q[n * m.Kp + k];
+        }
     }
     return m;
 }
@@ -185,7 +192,7 @@ inline q4_matrix quantize_q4(const float* w, std::size_t K, std::size_t N, std::
 enum class quant_path {
     scalar,       ///< the portable reference: float activations, one weight at a time
     avx512,       ///< AVX-512 (F, BW): float activations, weights widened in registers
-    avx512_vnni,  ///< AVX-512 VNNI: int8 activations, exact int32 dot products (vpdpbusd)
+    avx512_vnni,  ///< AVX-512 VNNI (and F16C): int8 activations, exact int32 dot products (vpdpbusd)
 };
 /// The path's name, as CTG_QUANT_ISA and the benchmarks spell it.
 inline std::string_view quant_path_name(quant_path p) {
@@ -199,7 +206,7 @@ inline bool quant_path_supported(quant_path p) {
         case quant_path::avx512: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
         case quant_path::avx512_vnni:
             return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                   __builtin_cpu_supports("avx512vnni");
+                   __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c");
     }
     return false;
 #else
@@ -333,50 +340,49 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void gemv_q4_avx512(
 }
 
 // ---------------------------------------------------------------- AVX-512 VNNI, int8 activations
-/// sum_k a[k] b[k] over Kp bytes (a multiple of 64), exactly: |a| as u8 times b with a's sign.
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline __m512i dot_s8_512(__m512i acc, __m512i a, __m512i b) {
-    const __mmask64 neg = _mm512_movepi8_mask(a);
-    const __m512i abs_a = _mm512_abs_epi8(a);
-    const __m512i sb = _mm512_mask_sub_epi8(b, neg, _mm512_setzero_si512(), b);
-    return _mm512_dpbusd_epi32(acc, abs_a, sb);
-}
-
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline std::int32_t dot_q8_vnni(const std::int8_t* xq, const std::int8_t* q,
-                                                                                         std::size_t Kp) {
+/// sum_k u[k] q[k] over Kp bytes (a multiple of 64), u unsigned and q signed bytes, exactly.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline std::int32_t dot_u8s8_vnni(const std::int8_t* u, const std::int8_t* q,
+                                                                                           std::size_t Kp) {
     __m512i acc = _mm512_setzero_si512();
-    for (std::size_t k = 0; k < Kp; k += 64)
-        acc = dot_s8_512(acc, _mm512_load_si512(xq + k), _mm512_load_si512(q + k));
+    for (std::size_t k = 0; k < Kp; k += 64) acc = _mm512_dpbusd_epi32(acc, _mm512_load_si512(u + k), _mm512_load_si512(q + k));
     return _mm512_reduce_add_epi32(acc);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void gemv_q8_vnni(std::size_t M, const float* x, std::size_t ldx,
                                                                                  const q8_matrix& w, const float* bias, float* y,
                                                                                  std::size_t ldy, std::int8_t* xq) {
+    const __m512i offset = _mm512_set1_epi8(char(0x80));
     for (std::size_t m = 0; m < M; ++m) {
         const float sx = quantize_row_q8(x + m * ldx, w.K, xq, w.Kp);
+        for (std::size_t k = 0; k < w.Kp; k += 64)  // xq + 128 as u8 (flipping the sign bit)
+            _mm512_store_si512(xq + k, _mm512_xor_si512(_mm512_load_si512(xq + k), offset));
+        const auto* xu = xq;
+        auto finish = [&](std::size_t n, std::int32_t dot) {
+            const std::int32_t exact = dot - 128 * w.column_sum[n];
+            y[m * ldy + n] = float(exact) * (sx * w.scale[n]) + (bias ? bias[n] : 0.0f);
+        };
         std::size_t n = 0;
         for (; n + 4 <= w.N; n += 4) {
             __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
             const std::int8_t* q = &w.q[n * w.Kp];
             for (std::size_t k = 0; k < w.Kp; k += 64) {
-                const __m512i xv = _mm512_load_si512(xq + k);
-                const __mmask64 neg = _mm512_movepi8_mask(xv);
-                const __m512i ax = _mm512_abs_epi8(xv), zero = _mm512_setzero_si512();
-                auto col = [&](std::size_t c) {
-                    const __m512i b = _mm512_load_si512(q + c * w.Kp + k);
-                    return _mm512_mask_sub_epi8(b, neg, zero, b);
-                };
-                a0 = _mm512_dpbusd_epi32(a0, ax, col(0));
-                a1 = _mm512_dpbusd_epi32(a1, ax, col(1));
-                a2 = _mm512_dpbusd_epi32(a2, ax, col(2));
-                a3 = _mm512_dpbusd_epi32(a3, ax, col(3));
+                const __m512i xv = _mm512_load_si512(xu + k);
+                a0 = _mm512_dpbusd_epi32(a0, xv, _mm512_load_si512(q + k));
+                a1 = _mm512_dpbusd_epi32(a1, xv, _mm512_load_si512(q + w.Kp + k));
+                a2 = _mm512_dpbusd_epi32(a2, xv, _mm512_load_si512(q + 2 * w.Kp + k));
+                a3 = _mm512_dpbusd_epi32(a3, xv, _mm512_load_si512(q + 3 * w.Kp + k));
             }
-            const std::int32_t s[4] = {_mm512_reduce_add_epi32(a0), _mm512_reduce_add_epi32(a1), _mm512_reduce_add_epi32(a2),
-                                       _mm512_reduce_add_epi32(a3)};
-            for (std::size_t c = 0; c < 4; ++c) y[m * ldy + n + c] = float(s[c]) * (sx * w.scale[n + c]) + (bias ? bias[n + c] : 0.0f);
+            finish(n, _mm512_reduce_add_epi32(a0));
+            finish(n + 1, _mm512_reduce_add_epi32(a1));
+            finish(n + 2, _mm512_reduce_add_epi32(a2));
+            finish(n + 3, _mm512_reduce_add_epi32(a3));
         }
-        for (; n < w.N; ++n)
-            y[m * ldy + n] = float(dot_q8_vnni(xq, &w.q[n * w.Kp], w.Kp)) * (sx * w.scale[n]) + (bias ? bias[n] : 0.0f);
+        for (; n < w.N; ++n) {
+            __m512i a = _mm512_setzero_si512();
+            for (std::size_t k = 0; k < w.Kp; k += 64)
+                a = _mm512_dpbusd_epi32(a, _mm512_load_si512(xu + k), _mm512_load_si512(&w.q[n * w.Kp + k]));
+            finish(n, _mm512_reduce_add_epi32(a));
+        }
     }
 }
 
@@ -385,25 +391,53 @@ inline void quantize_row_q8_groups(const float* x, std::size_t K, std::int8_t* x
     for (std::size_t g = 0; g < K / 32; ++g) sx[g] = quantize_row_q8(x + g * 32, 32, xq + g * 32, 32);
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) inline void gemv_q4_vnni(std::size_t M, const float* x,
-                                                                                          std::size_t ldx, const q4_matrix& w,
-                                                                                          const float* bias, float* y, std::size_t ldy,
-                                                                                          std::int8_t* xq, float* sx) {
+/// A float16 scale as float, in one instruction (F16C).
+__attribute__((target("f16c"))) inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) inline void gemv_q4_vnni(std::size_t M, const float* x,
+                                                                                               std::size_t ldx, const q4_matrix& w,
+                                                                                               const float* bias, float* y,
+                                                                                               std::size_t ldy, std::int8_t* xq, float* sx,
+                                                                                               float* correction) {
+    const std::size_t G = w.G;
     for (std::size_t m = 0; m < M; ++m) {
         quantize_row_q8_groups(x + m * ldx, w.K, xq, sx);
+        for (std::size_t g = 0; g < G; ++g) {  // 8 sx_g sum_j xq: the codes' offset, once per row
+            std::int32_t t = 0;
+            for (std::size_t j = 0; j < 32; ++j) t += xq[g * 32 + j];
+            correction[g] = 8.0f * sx[g] * float(t);
+        }
+        const __m256i low4 = _mm256_set1_epi8(0x0f);
         for (std::size_t n = 0; n < w.N; ++n) {
-            const std::uint8_t* b = &w.nibbles[n * w.G * 16];
-            const std::uint16_t* d = &w.scale[n * w.G];
-            __m256 acc = _mm256_setzero_ps();
-            for (std::size_t g = 0; g < w.G; ++g) {
-                const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + g * 32));
-                const __m256i wv = _mm256_sign_epi8(unpack_q4(b + g * 16), xv);  // w with x's sign (0 where x is 0)
-                const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xv), wv);
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sx[g] * from_half(d[g])), acc);
+            const std::uint8_t* b = &w.nibbles[n * G * 16];
+            const std::uint16_t* d = &w.scale[n * G];
+            __m512 acc = _mm512_setzero_ps();
+            float corr = 0;
+            std::size_t g = 0;
+            for (; g + 2 <= G; g += 2) {  // two groups: 32 bytes of nibbles, 64 codes, 64 values of x
+                const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + g * 16));
+                const __m256i lo = _mm256_and_si256(r, low4), hi = _mm256_and_si256(_mm256_srli_epi16(r, 4), low4);
+                const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(lo, hi, 0x20)),
+                                                         _mm256_permute2x128_si256(lo, hi, 0x31), 1);
+                const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, _mm512_loadu_si512(xq + g * 32));
+                const float d0 = half_to_float(d[g]), d1 = half_to_float(d[g + 1]);
+                const __m512 sc = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(d0 * sx[g]), _mm512_set1_ps(d1 * sx[g + 1]));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc);
+                corr += d0 * correction[g] + d1 * correction[g + 1];
             }
-            const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-            const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
-            y[m * ldy + n] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1))) + (bias ? bias[n] : 0.0f);
+            float tail = 0;
+            for (; g < G; ++g) {  // an odd last group
+                const __m256i v = _mm256_add_epi8(unpack_q4(b + g * 16), _mm256_set1_epi8(8));
+                const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + g * 32)));
+                alignas(32) std::int32_t lanes[8];
+                _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), dot);
+                std::int32_t t = 0;
+                for (std::int32_t v8 : lanes) t += v8;
+                const float dg = half_to_float(d[g]);
+                tail += float(t) * dg * sx[g];
+                corr += dg * correction[g];
+            }
+            y[m * ldy + n] = _mm512_reduce_add_ps(acc) + tail - corr + (bias ? bias[n] : 0.0f);
         }
     }
 }
@@ -434,8 +468,8 @@ inline void gemv_q4(std::size_t M, const float* x, std::size_t ldx, const q4_mat
     if (path == quant_path::avx512) return detail::gemv_q4_avx512(M, x, ldx, w, bias, y, ldy);
     if (path == quant_path::avx512_vnni) {
         aligned_vector<std::int8_t> xq(w.K);
-        std::vector<float> sx(w.G);
-        return detail::gemv_q4_vnni(M, x, ldx, w, bias, y, ldy, xq.data(), sx.data());
+        std::vector<float> sx(w.G), correction(w.G);
+        return detail::gemv_q4_vnni(M, x, ldx, w, bias, y, ldy, xq.data(), sx.data(), correction.data());
     }
 #endif
     detail::gemv_q4_scalar(M, x, ldx, w, bias, y, ldy);
@@ -449,8 +483,10 @@ inline float int8_dot_q8(const float* x, const q8_matrix& w, std::int64_t* out, 
     const float sx = detail::quantize_row_q8(x, w.K, xq.data(), w.Kp);
     for (std::size_t n = 0; n < w.N; ++n) {
 #if CTG_QUANT_X86
-        if (path == quant_path::avx512_vnni) {
-            out[n] = detail::dot_q8_vnni(xq.data(), &w.q[n * w.Kp], w.Kp);
+        if (path == quant_path::avx512_vnni) {  // as gemv_q8_vnni computes it: (xq + 128) q, less 128 sum q
+            aligned_vector<std::int8_t> xu(xq);
+            for (auto& v : xu) v = std::int8_t(std::uint8_t(v) ^ 0x80u);
+            out[n] = detail::dot_u8s8_vnni(xu.data(), &w.q[n * w.Kp], w.Kp) - 128 * std::int64_t(w.column_sum[n]);
             continue;
         }
 #endif
