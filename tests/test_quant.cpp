@@ -129,7 +129,7 @@ TEST_CASE("int8 products on every path of this CPU against float64, the int8 dot
 }
 
 TEST_CASE("4-bit products on every path of this CPU against float64", "[quant]") {
-    for (auto [K, N, M] : {std::array<std::size_t, 3>{768, 48, 1}, {64, 5, 3}, {3072, 9, 1}}) {
+    for (auto [K, N, M] : {std::array<std::size_t, 3>{768, 48, 1}, {64, 5, 3}, {3072, 9, 1}, {96, 5, 2}, {160, 3, 1}, {544, 4, 1}}) {
         const auto w = normal(K * N, 8, 0.05f), x = normal(M * K, 9);
         const q4_matrix q = quantize_q4(w.data(), K, N, N);
         for (quant_path p : paths_here()) {

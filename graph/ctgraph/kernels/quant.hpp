@@ -206,7 +206,7 @@ inline bool quant_path_supported(quant_path p) {
         case quant_path::avx512: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
         case quant_path::avx512_vnni:
             return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                   __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c");
+                   __builtin_cpu_supports("avx512vnni");  // (and F16C, which every AVX-512 CPU has; clang 14 cannot ask)
     }
     return false;
 #else
@@ -398,8 +398,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) inline void
                                                                                                std::size_t ldx, const q4_matrix& w,
                                                                                                const float* bias, float* y,
                                                                                                std::size_t ldy, std::int8_t* xq, float* sx,
-                                                                                               float* correction) {
-    const std::size_t G = w.G;
+                                                                                               float* correction, std::int8_t* xp,
+                                                                                               float* ds) {
+    const std::size_t G = w.G, pairs = G / 2;
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    // The two groups' scales over the 16 lanes of a pair's product (see below): lanes 0-3 and 8-11
+    // are group g's, 4-7 and 12-15 group g + 1's.
+    const __m512i pick = _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
     for (std::size_t m = 0; m < M; ++m) {
         quantize_row_q8_groups(x + m * ldx, w.K, xq, sx);
         for (std::size_t g = 0; g < G; ++g) {  // 8 sx_g sum_j xq: the codes' offset, once per row
@@ -407,37 +412,63 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) inline void
             for (std::size_t j = 0; j < 32; ++j) t += xq[g * 32 + j];
             correction[g] = 8.0f * sx[g] * float(t);
         }
-        const __m256i low4 = _mm256_set1_epi8(0x0f);
+        // x in the order of a pair's codes: the 32 bytes of nibbles of groups g and g + 1 give
+        // [low nibbles of g, of g + 1 | high nibbles of g, of g + 1], values j < 16 then j >= 16.
+        for (std::size_t p = 0; p < pairs; ++p) {
+            const std::int8_t* a = xq + p * 64;
+            std::int8_t* o = xp + p * 64;
+            std::memcpy(o, a, 16), std::memcpy(o + 16, a + 32, 16), std::memcpy(o + 32, a + 16, 16), std::memcpy(o + 48, a + 48, 16);
+        }
         for (std::size_t n = 0; n < w.N; ++n) {
             const std::uint8_t* b = &w.nibbles[n * G * 16];
             const std::uint16_t* d = &w.scale[n * G];
-            __m512 acc = _mm512_setzero_ps();
-            float corr = 0;
+            // The column's scales times x's, and the offset's correction, 16 groups at a time.
+            __m512 corr16 = _mm512_setzero_ps();
             std::size_t g = 0;
-            for (; g + 2 <= G; g += 2) {  // two groups: 32 bytes of nibbles, 64 codes, 64 values of x
-                const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + g * 16));
-                const __m256i lo = _mm256_and_si256(r, low4), hi = _mm256_and_si256(_mm256_srli_epi16(r, 4), low4);
-                const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(lo, hi, 0x20)),
-                                                         _mm256_permute2x128_si256(lo, hi, 0x31), 1);
-                const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, _mm512_loadu_si512(xq + g * 32));
-                const float d0 = half_to_float(d[g]), d1 = half_to_float(d[g + 1]);
-                const __m512 sc = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(d0 * sx[g]), _mm512_set1_ps(d1 * sx[g + 1]));
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc);
-                corr += d0 * correction[g] + d1 * correction[g + 1];
+            for (; g + 16 <= G; g += 16) {
+                const __m512 dg = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + g)));
+                _mm512_storeu_ps(ds + g, _mm512_mul_ps(dg, _mm512_loadu_ps(sx + g)));
+                corr16 = _mm512_fmadd_ps(dg, _mm512_loadu_ps(correction + g), corr16);
+            }
+            float corr = _mm512_reduce_add_ps(corr16);
+            for (; g < G; ++g) {
+                const float dg = half_to_float(d[g]);
+                ds[g] = dg * sx[g];
+                corr += dg * correction[g];
+            }
+            __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+            std::size_t p = 0;
+            for (; p + 2 <= pairs; p += 2) {  // two pairs a step: two independent sums
+                const __m256i r0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + p * 32));
+                const __m256i r1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + p * 32 + 32));
+                const __m512i c0 = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(r0), _mm256_srli_epi16(r0, 4), 1), low4);
+                const __m512i c1 = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(r1), _mm256_srli_epi16(r1, 4), 1), low4);
+                const __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c0, _mm512_load_si512(xp + p * 64));
+                const __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c1, _mm512_load_si512(xp + p * 64 + 64));
+                const __m512 s0 = _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(ds + 2 * p)))));
+                const __m512 s1 = _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(ds + 2 * p + 2)))));
+                acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), s0, acc0);
+                acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), s1, acc1);
+            }
+            for (; p < pairs; ++p) {
+                const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + p * 32));
+                const __m512i c = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(r), _mm256_srli_epi16(r, 4), 1), low4);
+                const __m512i dt = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c, _mm512_load_si512(xp + p * 64));
+                const __m512 sc = _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(ds + 2 * p)))));
+                acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dt), sc, acc0);
             }
             float tail = 0;
-            for (; g < G; ++g) {  // an odd last group
-                const __m256i v = _mm256_add_epi8(unpack_q4(b + g * 16), _mm256_set1_epi8(8));
-                const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + g * 32)));
+            if (G % 2) {  // an odd last group, in x's own order
+                const std::size_t gl = G - 1;
+                const __m256i v = _mm256_add_epi8(unpack_q4(b + gl * 16), _mm256_set1_epi8(8));
+                const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + gl * 32)));
                 alignas(32) std::int32_t lanes[8];
                 _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), dot);
                 std::int32_t t = 0;
                 for (std::int32_t v8 : lanes) t += v8;
-                const float dg = half_to_float(d[g]);
-                tail += float(t) * dg * sx[g];
-                corr += dg * correction[g];
+                tail = float(t) * ds[gl];
             }
-            y[m * ldy + n] = _mm512_reduce_add_ps(acc) + tail - corr + (bias ? bias[n] : 0.0f);
+            y[m * ldy + n] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + tail - corr + (bias ? bias[n] : 0.0f);
         }
     }
 }
@@ -467,9 +498,9 @@ inline void gemv_q4(std::size_t M, const float* x, std::size_t ldx, const q4_mat
 #if CTG_QUANT_X86
     if (path == quant_path::avx512) return detail::gemv_q4_avx512(M, x, ldx, w, bias, y, ldy);
     if (path == quant_path::avx512_vnni) {
-        aligned_vector<std::int8_t> xq(w.K);
-        std::vector<float> sx(w.G), correction(w.G);
-        return detail::gemv_q4_vnni(M, x, ldx, w, bias, y, ldy, xq.data(), sx.data(), correction.data());
+        aligned_vector<std::int8_t> xq(w.K), xp(w.K);
+        std::vector<float> sx(w.G), correction(w.G), ds(w.G + 2);
+        return detail::gemv_q4_vnni(M, x, ldx, w, bias, y, ldy, xq.data(), sx.data(), correction.data(), xp.data(), ds.data());
     }
 #endif
     detail::gemv_q4_scalar(M, x, ldx, w, bias, y, ldy);
