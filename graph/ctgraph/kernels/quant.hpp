@@ -512,11 +512,11 @@ inline void gemv_q4(std::size_t M, const float* x, std::size_t ldx, const q4_mat
 inline float int8_dot_q8(const float* x, const q8_matrix& w, std::int64_t* out, quant_path path) {
     aligned_vector<std::int8_t> xq(w.Kp);
     const float sx = detail::quantize_row_q8(x, w.K, xq.data(), w.Kp);
+    aligned_vector<std::int8_t> xu(xq);  // xq + 128 as u8, as gemv_q8_vnni feeds it
+    for (auto& v : xu) v = std::int8_t(std::uint8_t(v) ^ 0x80u);
     for (std::size_t n = 0; n < w.N; ++n) {
 #if CTG_QUANT_X86
         if (path == quant_path::avx512_vnni) {  // as gemv_q8_vnni computes it: (xq + 128) q, less 128 sum q
-            aligned_vector<std::int8_t> xu(xq);
-            for (auto& v : xu) v = std::int8_t(std::uint8_t(v) ^ 0x80u);
             out[n] = detail::dot_u8s8_vnni(xu.data(), &w.q[n * w.Kp], w.Kp) - 128 * std::int64_t(w.column_sum[n]);
             continue;
         }

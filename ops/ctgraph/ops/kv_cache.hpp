@@ -34,6 +34,7 @@
 #include "ctgraph/kernels/gemm.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/op.hpp"
+#include "ctgraph/ops/masks.hpp"
 
 namespace ctg {
 namespace detail {
@@ -196,9 +197,9 @@ struct cached_attention_op {
         const std::string k = b.emit("Reshape", {kc, b.ints({0, Heads, dh, -1})});  // (B, H, dh, C)
         const std::string s = b.emit("Mul", {b.emit("MatMul", {q, k}), b.scalar(1.0 / std::sqrt(double(dh)))});  // (B, H, 1, C)
         const std::string visible = b.emit("LessOrEqual", {positions, b.emit("Reshape", {b.x(5), b.ints({-1, 1, 1, 1})})});
-        const std::string w = b.emit("Softmax", {b.emit("Where", {visible, s, b.scalar(-3.0e38)})}, {{"axis", -1}});
+        const std::string w = onnx_visible_softmax(b, s, visible);  // (masks.hpp)
         const std::string v = b.emit("Transpose", {b.emit("Reshape", {vc, b.ints({0, 0, Heads, dh})})}, {{"perm", p0213}});
-        const std::string o = b.emit("Transpose", {b.emit("MatMul", {b.emit("Where", {visible, w, b.scalar(0.0)}), v})}, {{"perm", p0213}});
+        const std::string o = b.emit("Transpose", {b.emit("MatMul", {w, v})}, {{"perm", p0213}});
         b.emit_y("Reshape", {o, b.ints({0, 1, D})});
     }
 };

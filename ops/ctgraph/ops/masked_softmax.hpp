@@ -179,11 +179,7 @@ struct masked_rows {
 template <class Mask, class B>
 void masked_softmax_onnx(B& b, const std::string& s, std::size_t rank, std::size_t first_mask_operand) {
     mask_onnx<B> o{b, s, rank, first_mask_operand, {}, {}};
-    const std::string visible = Mask::onnx_visible(o);
-    if (visible.empty()) return b.emit_y("Softmax", {s}, {{"axis", -1}});
-    const std::string hidden = b.scalar(-3.0e38);  // finite: a row of hidden keys stays finite, then zeroed
-    const std::string p = b.emit("Softmax", {b.emit("Where", {visible, s, hidden})}, {{"axis", -1}});
-    b.emit_y("Where", {visible, p, b.scalar(0.0)});
+    onnx_visible_softmax(b, s, Mask::onnx_visible(o), b.y());
 }
 
 template <class Mask>

@@ -110,6 +110,24 @@ struct mask_onnx {
     }
 };
 
+/// ONNX: softmax over the last axis of the scores `s` restricted to `visible` (a boolean tensor
+/// that broadcasts against them; "" for every key): hidden keys get 0, a row with nothing visible
+/// all zeros, as masked_softmax computes. Writes the value named `out` (a fresh one when empty)
+/// and returns its name. B: ctg::onnx::op_lowering.
+template <class B>
+std::string onnx_visible_softmax(B& b, const std::string& s, const std::string& visible, const std::string& out = {}) {
+    if (visible.empty()) {
+        if (out.empty()) return b.emit("Softmax", {s}, {{"axis", -1}});
+        b.emit_to("Softmax", {s}, out, {{"axis", -1}});
+        return out;
+    }
+    const std::string hidden = b.scalar(-3.0e38);  // finite: a row of hidden keys stays finite, then zeroed
+    const std::string p = b.emit("Softmax", {b.emit("Where", {visible, s, hidden})}, {{"axis", -1}});
+    if (out.empty()) return b.emit("Where", {visible, p, b.scalar(0.0)});
+    b.emit_to("Where", {visible, p, b.scalar(0.0)}, out);
+    return out;
+}
+
 /// Marks mask types (masks are values of empty types).
 struct mask_base {
     static constexpr bool is_ctg_mask = true;  ///< what the attention_mask concept checks
