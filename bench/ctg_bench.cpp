@@ -76,6 +76,7 @@ struct args {
     std::string step = "plain";  // plain: zero_grad, forward, backward, opt.step; fused: ctg::train_step
     bool rates = false;  // --rates: the machine's product rates (run_rates) instead of a workload
     std::string precision = "f32";  // bf16: the program's products in bf16 (options{.precision = precision::bf16})
+    std::string weights = "f32";  // int8, q4: a decode workload's weights quantised (options{.weights = ...})
 };
 
 template <class Template>
@@ -92,7 +93,7 @@ std::string workload_names() {
 [[noreturn]] void usage(const std::string& why) {
     std::fprintf(stderr,
                  "ctg-bench: %s\nusage: ctg-bench --workload NAME [--threads K] [--steps N] [--warmup W] [--json] [--step plain|fused]\n"
-                 "                 [--precision f32|bf16]\n"
+                 "                 [--precision f32|bf16] [--weights f32|int8|q4 (decode workloads)]\n"
                  "       ctg-bench --workload NAME --check DIR [--dtype float32|float64] [--precision f32|bf16]\n"
                  "       ctg-bench --rates [--threads K]\nworkloads: %s\n",
                  why.c_str(), workload_names().c_str());
@@ -128,6 +129,7 @@ args parse(int argc, char** argv) {
         else if (k == "--step") a.step = value();
         else if (k == "--precision") a.precision = value();
         else if (k == "--rates") a.rates = true;
+        else if (k == "--weights") a.weights = value();
         else usage("unknown option " + k);
     }
     if (a.workload.empty() && !a.rates) usage("--workload is required");
@@ -136,6 +138,9 @@ args parse(int argc, char** argv) {
     if (a.step != "plain" && a.step != "fused") usage("--step is plain or fused");
     if (a.precision != "f32" && a.precision != "bf16") usage("--precision is f32 or bf16");
     if (a.steps < 1) usage("--steps must be at least 1");
+    if (a.weights != "f32" && a.weights != "int8" && a.weights != "q4") usage("--weights is f32, int8 or q4");
+    if (a.weights != "f32" && a.precision != "f32") usage("--weights int8|q4 runs float products (--precision f32)");
+    if (a.weights != "f32" && !a.check_dir.empty()) usage("--check compares float programs with PyTorch's; quantised weights are checked by the tests");
     return a;
 }
 
@@ -230,12 +235,12 @@ int run_timing(const args& a) {
                  ", \"ms_per_token\": " + std::to_string(median / double(W::new_tokens)) +
                  ", \"bytes_per_token\": " + std::to_string(w.bytes_per_token());
     if (a.json) {
-        std::printf("{\"workload\": \"%s\", \"precision\": \"%s\", \"bf16_engine\": \"%s\", \"onednn_isa\": \"%s\", \"step\": \"%s\", \"threads\": %d, \"steps\": %d, \"warmup\": %d, \"median_ms\": %.6f, "
+        std::printf("{\"workload\": \"%s\", \"precision\": \"%s\", \"weights\": \"%s\", \"bf16_engine\": \"%s\", \"onednn_isa\": \"%s\", \"step\": \"%s\", \"threads\": %d, \"steps\": %d, \"warmup\": %d, \"median_ms\": %.6f, "
                     "\"min_ms\": %.6f, \"max_ms\": %.6f, \"gflops\": %.4f, \"flops_per_step\": %.0f, "
                     "\"gemm_flops_per_step\": %.0f, \"peak_rss_mib\": %.2f, \"rss_before_loop_mib\": %.2f, "
                     "\"loss_first\": %.6f, \"loss_last\": %.6f, \"allocations_n\": %ld, \"allocations_2n\": %ld, "
                     "\"onednn_allocations_2n\": %ld%s%s}\n",
-                    W::name, a.precision.c_str(), kernels::bf16_engine_name(kernels::get_bf16_engine()),
+                    W::name, a.precision.c_str(), a.weights.c_str(), kernels::bf16_engine_name(kernels::get_bf16_engine()),
                     kernels::onednn_isa_name().c_str(), a.step.c_str(), a.threads, a.steps, a.warmup, median, sorted.front(), sorted.back(), gflops, W::flops(),
                     gemm_flops, peak_rss_mib(), rss_before, first, last, allocs_n, allocs_2n, onednn_allocs_2n, tokens.c_str(),
                     products_json.c_str());
@@ -646,6 +651,14 @@ int dispatch(const args& a) {
                 rc = run_check<WB>(a);
             }
             else rc = a.dtype == "float64" ? run_check<W64>(a) : run_check<W32>(a);
+        } else if (a.weights != "f32") {
+            if constexpr (requires { W32::new_tokens; }) {
+                using WQ8 = typename Template::template apply<bench::quantised<weight_format::int8>>::type;
+                using WQ4 = typename Template::template apply<bench::quantised<weight_format::q4>>::type;
+                rc = a.weights == "int8" ? run_timing<WQ8>(a) : run_timing<WQ4>(a);
+            } else {
+                usage("--weights int8|q4 is for the decode workloads (inference programs); " + a.workload + " trains");
+            }
         } else {
             rc = a.precision == "bf16" ? run_timing<WB>(a) : run_timing<W32>(a);
         }

@@ -26,16 +26,28 @@ inline constexpr dim B = dyn('B');
 /// The numbers a workload computes with, as its template argument: float or double (products in
 /// the same type), or bf16_mixed: float storage with bf16 products (options{.precision =
 /// precision::bf16}; ctg-bench --precision bf16).
+/// Or quantised<W>: float storage and products, the decoding programs' weights read from int8 or
+/// 4-bit copies (options{.weights = W}; ctg-bench --weights int8|q4; decode workloads only).
 struct bf16_mixed {};
+template <weight_format W>
+struct quantised {};
 template <class P>
 struct numerics {
     using scalar = P;
     static constexpr ctg::precision products = ctg::precision::f32;
+    static constexpr weight_format weights = weight_format::f32;
 };
 template <>
 struct numerics<bf16_mixed> {
     using scalar = float;
     static constexpr ctg::precision products = ctg::precision::bf16;
+    static constexpr weight_format weights = weight_format::f32;
+};
+template <weight_format W>
+struct numerics<quantised<W>> {
+    using scalar = float;
+    static constexpr ctg::precision products = ctg::precision::f32;
+    static constexpr weight_format weights = W;
 };
 template <class P>
 using scalar_of = typename numerics<P>::scalar;
@@ -444,9 +456,10 @@ struct decode_workload {
     using model = nn::gpt<Vocab, int(new_tokens) + 1, Width, Heads, Layers, 4 * Width, float>;
     using Tokens = index_input<"x", 1, Td>;
     std::shared_ptr<parameter_store<T>> store = std::make_shared<parameter_store<T>>();
-    using generator = nn::gpt_generator<model, T, numerics<P>::products>;  // (bf16 products: a bf16 KV cache)
+    static constexpr weight_format weights = numerics<P>::weights;
+    using generator = nn::gpt_generator<model, T, products, products, weights>;  // (bf16 products: a bf16 KV cache)
     generator gen{store, 1, new_tokens + 1};
-    static constexpr options full_opts{.precision = numerics<P>::products, .inference = true};
+    static constexpr options full_opts{.precision = numerics<P>::products, .inference = true, .weights = weights};
     decltype(compile<T, full_opts>(model::logits(Tokens{}))) full{store};
     /// What decode-nocache runs per token: the logits of the whole prefix (1, T, V).
     static constexpr auto forward() { return model::logits(Tokens{}); }
@@ -459,12 +472,16 @@ struct decode_workload {
     parameter_store<T>& params() { return *store; }
     static std::set<std::string> transposed() { return gpt_s<P>::transposed(); }
     /// The bytes one cached token reads from memory, averaged over a generation: every weight once
-    /// (bf16 copies in a bf16 program; of the embedding table one row) and the keys and values
-    /// cached so far (bf16 in a bf16 program). What bounds a cached decoding step once the weights
-    /// outgrow the caches.
+    /// (bf16 copies in a bf16 program, the quantised copies of the product weights with int8 or q4
+    /// weights; of the embedding table one row) and the keys and values cached so far (bf16 in a
+    /// bf16 program). What bounds a cached decoding step once the weights outgrow the caches.
     double bytes_per_token() const {
         const double weight_bytes = products == precision::bf16 ? 2.0 : double(sizeof(T));
-        const double weights = double(store->num_elements()) - double(V) * double(d) + double(d);
+        double quantised_elements = 0;  // (nn::gpt's head is untied: the embedding table stays float)
+        for (std::size_t s = 0; s < store->size(); ++s)
+            if (store->quantized(s)) quantised_elements += double(store->at(s).shape.size());
+        const double float_weights = double(store->num_elements()) - quantised_elements - double(V) * double(d) + double(d);
+        const double weights = float_weights + double(store->quantized_bytes()) / weight_bytes;
         const double mean_cached = (double(new_tokens) + 1.0) / 2.0;  // positions 1..new_tokens
         const double cache_bytes = double(sizeof(typename generator::cache_element));
         return weights * weight_bytes + 2.0 * double(L) * mean_cached * double(d) * cache_bytes;

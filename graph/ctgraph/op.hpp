@@ -93,6 +93,14 @@
 //     // pointer (its shape as always) and the shadow in c.xb[k]: the op must do no arithmetic on
 //     // the null pointer and pass it to gemm as it is (gemm reads A16 / B16 where A / B is null).
 //     static constexpr std::uint32_t bf16_operands_only = 0b011;  // affine
+//     // optional: the operands this op reads as the right operand of its forward product, y = x W
+//     // (bit k: operand k). Where such an operand is a parameter, a program compiled with
+//     // options::weights quantises it in the store (parameter_store::quantize), and forward must
+//     // call kernels::quantized_product(c.run.weights, ...) first, running its float product only
+//     // when that returns false. transposed_weight_operands: of those, the ones read as W^T (a tied
+//     // head's x E^T), whose output columns are the stored rows.
+//     static constexpr std::uint32_t weight_operands = 0b010;  // affine: W
+//     static constexpr std::uint32_t transposed_weight_operands = 0b10;  // matmul_transposed
 //     // optional: whether backward reads the op's own result c.y (absent: as backward_reads says,
 //     // else yes). A value whose producer's VJP does not read it, and which nothing but products
 //     // read, may be kept in bf16 only (layer norm's and GELU's VJPs read their input; softmax's
@@ -175,6 +183,15 @@ enum class flop_rule : unsigned char { elements, matmul, matmul_transposed, affi
 /// The bit of op::backward_reads that stands for the op's own result and scratch (see above).
 inline constexpr std::uint32_t reads_result = 1u << 31;
 
+/// How an inference program's product weights are read (options::weights): float, or weight-only
+/// quantised copies (kernels/quant.hpp): int8 with a scale per output column, or 4-bit in groups of
+/// 32 with a float16 scale per group (ggml's Q4_0 layout).
+enum class weight_format : unsigned char {
+    f32,   ///< the parameters' own values
+    int8,  ///< int8, symmetric, one scale per output column
+    q4,    ///< 4-bit, one float16 scale per group of 32 inputs
+};
+
 /// How a pass runs, for the ops whose result depends on it (dropout): training or inference, and
 /// where its random numbers come from. Counter-based: an op draws element i's number from
 /// (seed, stream, i), so backward sees forward's numbers again without storing them; stream differs
@@ -212,6 +229,9 @@ struct run_info {
     // With bf16_only: values that VJPs read may be kept in bf16 only too, where the op reading them
     // says so (options::bf16_saved; op.hpp, vjp_reads_bf16). Cleared inside a cell.
     bool bf16_saved = false;
+    // Products by a weight read its quantised copy (options::weights; kernels::quantized_product):
+    // ops pass it to kernels::quantized_product before their float product.
+    weight_format weights = weight_format::f32;
 };
 
 /// What a repeat's layer frames keep (its scratch_size's fifth argument, cell_frame::plan's bf16):

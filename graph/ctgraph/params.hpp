@@ -21,12 +21,18 @@
 // stale, and refresh_bf16() - which every mixed-precision program calls before its forward pass -
 // converts the stale ones. (A pointer from value() kept and written through after another step
 // bypasses this: write weights through value() each time.)
+//
+// Quantised copies (float stores; programs with options::weights make them): int8 or 4-bit copies
+// of the parameters that products read as weights (kernels::quantized_weights), kept current the
+// same way: a write marks a copy stale and refresh_quantized(), which such programs call before
+// their forward pass, quantises it again.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <string_view>
@@ -35,6 +41,7 @@
 
 #include "ctgraph/error.hpp"
 #include "ctgraph/kernels/bf16.hpp"
+#include "ctgraph/kernels/quant.hpp"
 #include "ctgraph/memory.hpp"
 #include "ctgraph/names.hpp"
 #include "ctgraph/tensor.hpp"
@@ -80,6 +87,7 @@ public:
         values_.resize(total_, T(0));
         if (!grads_.empty()) grads_.resize(grad_total_, T(0));  // else allocated by the first use (gradients())
         if (bf16_on_) resize_bf16();
+        register_quantized();  // (the values may have moved)
         return entries_.size() - 1;
     }
 
@@ -90,6 +98,7 @@ public:
           zero_pending_(o.zero_pending_) {
         strict_ = o.strict_;
         if (o.bf16_on_) enable_bf16();  // its own copy, registered for its own values
+        copy_quantized(o);
     }
     /// Copies names, values and gradients (and the bf16 copies, if enabled).
     parameter_store& operator=(const parameter_store& o) {
@@ -98,10 +107,12 @@ public:
         zero_pending_ = o.zero_pending_;
         strict_ = o.strict_;
         if (o.bf16_on_ || bf16_on_) enable_bf16(); else resize_bf16();
+        copy_quantized(o);
         return *this;
     }
     ~parameter_store() {
         if (bf16_on_) kernels::bf16_copies::instance().remove(this);
+        if (!quant_.empty()) kernels::quantized_weights::instance().remove(this);
     }
 
     // ---------------------------------------------------------------- bf16 copies
@@ -165,6 +176,83 @@ public:
     T* grad(std::size_t slot) { return settled_grads().data() + grad_offset_of(slot); }
     /// The gradient of a slot, read-only (settles a pending zero_grad() first).
     const T* grad(std::size_t slot) const { return settled_grads().data() + grad_offset_of(slot); }
+
+    // ---------------------------------------------------------------- quantised copies
+    /// Keeps a quantised copy of parameter `slot` for the products that read it as a weight
+    /// (options::weights; float stores): each matrix of its last two axes (each layer's of a stacked
+    /// parameter) in `format`, int8 with a scale per output column or q4 with a float16 scale per
+    /// group of 32 inputs (kernels/quant.hpp). transposed: products read it as x E^T (a tied head
+    /// reading the embedding (vocab, width)), so its output columns are E's rows. The copy is kept
+    /// current: writing the values marks it stale, refresh_quantized() quantises it again. The same
+    /// format and orientation again does nothing; another replaces the copy. Throws ctg::error for
+    /// a double store, a parameter of rank < 2 or format f32, ctg::shape_error for q4 with an input
+    /// size not a multiple of 32, ctg::numeric_error for a weight that is not finite.
+    void quantize(std::size_t slot, weight_format format, bool transposed = false) {
+        const entry& e = entries_.at(slot);
+        if constexpr (!std::is_same_v<T, float>) {
+            throw error("ctg::parameter_store::quantize: quantised copies are of float values ('" + e.name + "' is in a double store)");
+        } else {
+            if (format == weight_format::f32) throw error("ctg::parameter_store::quantize: weight_format::f32 is no quantised format ('" + e.name + "')");
+            if (e.shape.rank < 2) throw error("ctg::parameter_store::quantize: '" + e.name + "' has shape " + to_string(e.shape) + ", not a matrix");
+            if (quant_.size() < entries_.size()) quant_.resize(entries_.size());
+            auto& q = quant_[slot];
+            if (q && q->format == format && q->transposed == transposed && !q->stale) return;
+            const std::size_t r0 = e.shape.d[e.shape.rank - 2], r1 = e.shape.d[e.shape.rank - 1];
+            const std::size_t K = transposed ? r1 : r0, N = transposed ? r0 : r1, count = r0 * r1 != 0 ? e.shape.size() / (r0 * r1) : 0;
+            auto t = std::make_unique<kernels::quantized_tensor>();
+            t->format = format, t->transposed = transposed;
+            t->matrices.reserve(count);
+            try {
+                for (std::size_t m = 0; m < count; ++m)
+                    t->matrices.push_back(kernels::quantize_weight(format, values_.data() + e.offset + m * r0 * r1, K, N, transposed));
+            } catch (const error& x) {
+                rethrow_with_name(x, e.name);
+            }
+            q = std::move(t);
+            register_quantized();
+        }
+    }
+    /// Sets a parameter's quantised copy (ctg::load_quantized): its matrices must have the
+    /// parameter's shape; its values become the dequantised weights (the model the copy stands for).
+    void set_quantized(std::size_t slot, kernels::quantized_tensor t) {
+        const entry& e = entries_.at(slot);
+        if constexpr (!std::is_same_v<T, float>) {
+            throw error("ctg::parameter_store::set_quantized: quantised copies are of float values ('" + e.name + "' is in a double store)");
+        } else {
+            const std::size_t r0 = e.shape.rank >= 2 ? e.shape.d[e.shape.rank - 2] : 0, r1 = e.shape.rank >= 2 ? e.shape.d[e.shape.rank - 1] : 0;
+            const std::size_t K = t.transposed ? r1 : r0, N = t.transposed ? r0 : r1;
+            const bool fits = r0 * r1 > 0 && t.matrices.size() == e.shape.size() / (r0 * r1) &&
+                              std::all_of(t.matrices.begin(), t.matrices.end(), [&](const kernels::quantized_weight& m) {
+                                  return m.K == K && m.N == N && m.format == t.format && m.transposed == t.transposed;
+                              });
+            if (!fits) throw shape_error("ctg::parameter_store::set_quantized: the quantised matrices do not have the shape of '" + e.name + "' " + to_string(e.shape));
+            for (std::size_t m = 0; m < t.matrices.size(); ++m)
+                for (std::size_t k = 0; k < K; ++k)
+                    for (std::size_t n = 0; n < N; ++n)
+                        values_[e.offset + m * r0 * r1 + (t.transposed ? n * K + k : k * N + n)] = float(t.matrices[m].at(k, n));
+            if (quant_.size() < entries_.size()) quant_.resize(entries_.size());
+            t.stale = false;
+            quant_[slot] = std::make_unique<kernels::quantized_tensor>(std::move(t));
+            if (bf16_on_) bf16_stale_[slot] = 1, any_stale_ = true;
+            register_quantized();
+        }
+    }
+    /// The quantised copy of a parameter, or null.
+    const kernels::quantized_tensor* quantized(std::size_t slot) const { return slot < quant_.size() ? quant_[slot].get() : nullptr; }
+    /// Quantises again the copies whose values were written since (programs with options::weights
+    /// call it before their forward pass).
+    void refresh_quantized() {
+        if (!quant_stale_) return;
+        quant_stale_ = false;
+        for (std::size_t s = 0; s < quant_.size(); ++s)
+            if (quant_[s] && quant_[s]->stale) quantize(s, quant_[s]->format, quant_[s]->transposed);
+    }
+    /// Bytes of every quantised copy.
+    std::size_t quantized_bytes() const {
+        std::size_t n = 0;
+        for (const auto& q : quant_) n += q ? q->bytes() : 0;
+        return n;
+    }
 
     // ---------------------------------------------------------------- frozen parameters
     /// Freezes a parameter (or lets it train again): a frozen one has no gradient memory (grads()
@@ -300,9 +388,43 @@ private:
     }
     void mark_stale(std::size_t slot) {
         if (bf16_on_) bf16_stale_[slot] = 1, any_stale_ = true;
+        if (slot < quant_.size() && quant_[slot]) quant_[slot]->stale = true, quant_stale_ = true;
     }
     void mark_all_stale() {
         if (bf16_on_) std::fill(bf16_stale_.begin(), bf16_stale_.end(), 1), any_stale_ = true;
+        for (auto& q : quant_)
+            if (q) q->stale = true, quant_stale_ = true;
+    }
+    [[noreturn]] static void rethrow_with_name(const error& x, const std::string& name) {
+        const std::string what = std::string(x.what()) + " (parameter '" + name + "')";
+        if (dynamic_cast<const shape_error*>(&x)) throw shape_error(what);
+        if (dynamic_cast<const numeric_error*>(&x)) throw numeric_error(what);
+        throw error(what);
+    }
+    // The quantised matrix of this store at `offset` into values(), read transposed or not
+    // (kernels::quantized_weights' lookup): the slot holding it (entries are in offset order), then
+    // its matrix, which must start there.
+    static const kernels::quantized_weight* quantized_at(const void* owner, std::size_t offset, bool transposed) {
+        const auto& s = *static_cast<const parameter_store*>(owner);
+        auto it = std::upper_bound(s.entries_.begin(), s.entries_.end(), offset, [](std::size_t o, const entry& e) { return o < e.offset; });
+        if (it == s.entries_.begin()) return nullptr;
+        const std::size_t slot = std::size_t(it - s.entries_.begin()) - 1;
+        const kernels::quantized_tensor* q = s.quantized(slot);
+        if (!q || q->transposed != transposed || q->matrices.empty()) return nullptr;
+        const std::size_t per = q->matrices[0].K * q->matrices[0].N, rel = offset - s.entries_[slot].offset;
+        if (per == 0 || rel % per || rel / per >= q->matrices.size()) return nullptr;
+        return &q->matrices[rel / per];
+    }
+    void register_quantized() {
+        if constexpr (std::is_same_v<T, float>)
+            if (!quant_.empty()) kernels::quantized_weights::instance().put(this, values_.data(), values_.data() + values_.size(), &quantized_at);
+    }
+    void copy_quantized(const parameter_store& o) {
+        if (!quant_.empty()) kernels::quantized_weights::instance().remove(this);
+        quant_.clear();
+        for (const auto& q : o.quant_) quant_.push_back(q ? std::make_unique<kernels::quantized_tensor>(*q) : nullptr);
+        quant_stale_ = o.quant_stale_;
+        register_quantized();
     }
     void resize_bf16() {
         if (!bf16_on_) {
@@ -351,6 +473,8 @@ private:
     bool strict_ = false;  // programs may not add parameters (strict(bool))
     aligned_vector<kernels::bf16_bits> bf16_;
     std::vector<unsigned char> bf16_stale_;  // per slot
+    std::vector<std::unique_ptr<kernels::quantized_tensor>> quant_;  // per slot, null where none (quantize)
+    bool quant_stale_ = false;  // some quantised copy is stale
 
     // The gradients' memory, allocated (zeroed) by the first use: a store that only inference
     // programs and generators read never holds it (GPT-2 small: 650 MB of a decoder's 1.7 GB).

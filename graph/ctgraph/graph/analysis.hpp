@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "ctgraph/graph/node.hpp"
+#include "ctgraph/op.hpp"
 #include "ctgraph/names.hpp"
 #include "ctgraph/tensor.hpp"
 
@@ -45,6 +46,14 @@ struct options {
     /// floating-point input of the program is a compile error.
     char input_grads_for[96] = {};
     bool inference = false;    ///< forward only: no adjoints at all (predictors, decoders)
+    /// Weight-only quantisation (inference programs of float): weight_format::int8 or q4 runs every
+    /// product whose right operand is a parameter (affine, fused affine and activation, matmul by a
+    /// weight, a tied output head x E^T) on the store's quantised copy of that weight, made when the
+    /// program is constructed (parameter_store::quantize) or loaded with it (ctg::load_quantized).
+    /// A product by a few rows (a decoding step) reads the quantised bytes (VNNI where the CPU has
+    /// it); a larger one (a prefill) dequantises blocks of columns into cache for the float engine.
+    /// Everything else reads the float values. (docs/guide/quantization.md)
+    ctg::weight_format weights = ctg::weight_format::f32;
     /// Inference programs place values and op scratch by lifetime: memory is reused as soon as a
     /// value's last reader has run, and only the outputs' values stay readable after forward().
     /// true keeps every node's value (prog.value_of(node) on any node, at the memory of a training

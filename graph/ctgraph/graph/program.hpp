@@ -37,6 +37,7 @@
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/memory.hpp"
 #include "ctgraph/op.hpp"
+#include "ctgraph/graph/weights.hpp"
 #include "ctgraph/params.hpp"
 
 namespace ctg {
@@ -54,6 +55,9 @@ class program {
                   "ctg::compile: the scalar type must be float or double");
     static_assert(Opt.precision == precision::f32 || std::is_same_v<T, float>,
                   "ctg::compile: options{.precision = precision::bf16} needs a float program (bf16 products accumulate in float)");
+    static_assert(Opt.weights == weight_format::f32 || (std::is_same_v<T, float> && Opt.inference),
+                  "ctg::compile: options{.weights = int8 or q4} is weight-only quantisation for inference: it needs a float "
+                  "program with options{.inference = true}");
 
 public:
     using scalar = T;  ///< the scalar type (float or double)
@@ -164,6 +168,7 @@ public:
     explicit program(std::shared_ptr<parameter_store<T>> store) : store_(std::move(store)) {
         detail::add_parameters(*store_, tables, param_slot_.data());
         if constexpr (Opt.precision == precision::bf16) store_->enable_bf16();  // products read the weights' bf16 copies
+        if constexpr (Opt.weights != weight_format::f32) quantize_weights();  // ... or their quantised copies
         // A training program says which of its parameters train (options::frozen): the store keeps
         // gradients and optimizers keep state for those alone.
         if constexpr (!Opt.inference)
@@ -277,6 +282,7 @@ public:
     auto forward() {
         prepare();
         if constexpr (Opt.precision == precision::bf16) store_->refresh_bf16();  // copies of weights written since
+        if constexpr (Opt.weights != weight_format::f32) store_->refresh_quantized();
         ++passes_;  // a new random stream for dropout; backward() reuses this pass's
         run_forward(std::make_index_sequence<N>{});
         forwarded_ = true;
@@ -704,6 +710,18 @@ private:
         return extent;
     }
 
+    // options::weights: the store keeps a quantised copy of every parameter that a product reads as
+    // its weight (graph/weights.hpp), read as W or, by a tied head, as W^T (one read both ways keeps
+    // the first; the other product reads the float).
+    void quantize_weights() {
+        constexpr auto reads = detail::weight_reads<G>();
+        for (std::size_t p = 0; p < G::num_params; ++p) {
+            const std::uint8_t r = reads[G::param_nodes[p]];
+            if (r & detail::read_as_weight) store_->quantize(param_slot_[p], Opt.weights, false);
+            else if (r & detail::read_as_transposed_weight) store_->quantize(param_slot_[p], Opt.weights, true);
+        }
+    }
+
     // Leaves point into the parameter store and the input buffers (which may have moved since).
     void bind_leaves() {
         detail::bind_leaves(tables, val_.data(), adj_.data(), *store_, param_slot_.data(), inputs_.data(), !Opt.inference);
@@ -718,6 +736,7 @@ private:
                              any_shadowed ? shadow_.data() : nullptr, any_bf16_only ? only_plan.only.data() : nullptr,
                              any_bf16_only ? transient_.data() : nullptr, backward_transient_.data()};
         s.run.bf16_shadows = bf16_shadows;
+        s.run.weights = Opt.weights;
         s.run.bf16_only = bf16_only_on;
         s.run.bf16_saved = bf16_saved_on;
         s.forward_only_without_adjoint = true;  // (scratch_sizes sizes such nodes so)

@@ -39,6 +39,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +53,8 @@
 #endif
 
 #include "ctgraph/error.hpp"
+#include "ctgraph/op.hpp"
+#include "ctgraph/kernels/parallel.hpp"
 #include "ctgraph/memory.hpp"
 
 namespace ctg::kernels {
@@ -103,6 +107,21 @@ inline float from_half(std::uint16_t h) {
     return f;
 }
 
+/// Columns [n0, n0 + N) of a q8_matrix, as the kernels read them (pointers into the matrix).
+struct q8_view {
+    std::size_t K = 0, N = 0, Kp = 0;
+    const std::int8_t* q = nullptr;
+    const float* scale = nullptr;
+    const std::int32_t* column_sum = nullptr;
+};
+
+/// Columns [n0, n0 + N) of a q4_matrix, as the kernels read them.
+struct q4_view {
+    std::size_t K = 0, N = 0, G = 0;
+    const std::uint8_t* nibbles = nullptr;
+    const std::uint16_t* scale = nullptr;
+};
+
 /// int8 weights, one scale per output column (see the file comment).
 struct q8_matrix {
     std::size_t K = 0, N = 0, Kp = 0;    ///< rows and columns of W; K padded to a multiple of 64
@@ -113,6 +132,8 @@ struct q8_matrix {
     std::size_t bytes() const { return q.size() + scale.size() * sizeof(float) + column_sum.size() * sizeof(std::int32_t); }
     /// The dequantised weight (k, n) as a double.
     double at(std::size_t k, std::size_t n) const { return double(scale[n]) * double(q[n * Kp + k]); }
+    /// Columns [n0, n1).
+    q8_view columns(std::size_t n0, std::size_t n1) const { return {K, n1 - n0, Kp, q.data() + n0 * Kp, scale.data() + n0, column_sum.data() + n0}; }
 };
 
 /// 4-bit weights in groups of 32 along K (ggml's Q4_0; see the file comment).
@@ -131,10 +152,15 @@ struct q4_matrix {
     }
     /// The dequantised weight (k, n) as a double.
     double at(std::size_t k, std::size_t n) const { return double(from_half(scale[n * G + k / group])) * value(k, n); }
+    /// Columns [n0, n1).
+    q4_view columns(std::size_t n0, std::size_t n1) const { return {K, n1 - n0, G, nibbles.data() + n0 * G * 16, scale.data() + n0 * G}; }
 };
 
-/// W (K, N), row-major with leading dimension ldw, quantised to int8 per column.
-inline q8_matrix quantize_q8(const float* w, std::size_t K, std::size_t N, std::size_t ldw) {
+/// W (K, N), row-major with leading dimension ldw, quantised to int8 per column. transposed: W is
+/// stored as its transpose (N, K), row-major with leading dimension ldw (a tied head's embedding,
+/// read as x E^T).
+inline q8_matrix quantize_q8(const float* w, std::size_t K, std::size_t N, std::size_t ldw, bool transposed = false) {
+    const std::size_t rs = transposed ? 1 : ldw, cs = transposed ? ldw : 1;  // element (k, n) at k rs + n cs
     q8_matrix m;
     m.K = K, m.N = N, m.Kp = (K + 63) / 64 * 64;
     m.q.assign(N * m.Kp, 0);
@@ -143,7 +169,7 @@ inline q8_matrix quantize_q8(const float* w, std::size_t K, std::size_t N, std::
     for (std::size_t n = 0; n < N; ++n) {
         float amax = 0;
         for (std::size_t k = 0; k < K; ++k) {
-            const float v = w[k * ldw + n];
+            const float v = w[k * rs + n * cs];
             if (!std::isfinite(v)) throw numeric_error("ctg::kernels::quantize_q8: weight (" + std::to_string(k) + ", " + std::to_string(n) + ") is not finite");
             amax = std::max(amax, std::abs(v));
         }
@@ -151,15 +177,17 @@ inline q8_matrix quantize_q8(const float* w, std::size_t K, std::size_t N, std::
         m.scale[n] = s;
         if (s == 0) continue;
         for (std::size_t k = 0; k < K; ++k) {
-            m.q[n * m.Kp + k] = std::int8_t(std::clamp(std::nearbyint(w[k * ldw + n] / s), -127.0f, 127.0f));
+            m.q[n * m.Kp + k] = std::int8_t(std::clamp(std::nearbyint(w[k * rs + n * cs] / s), -127.0f, 127.0f));
             m.column_sum[n] += m.q[n * m.Kp + k];
         }
     }
     return m;
 }
 
-/// W (K, N), row-major with leading dimension ldw, quantised to 4 bits in groups of 32 along K.
-inline q4_matrix quantize_q4(const float* w, std::size_t K, std::size_t N, std::size_t ldw) {
+/// W (K, N), row-major with leading dimension ldw, quantised to 4 bits in groups of 32 along K
+/// (transposed: as quantize_q8).
+inline q4_matrix quantize_q4(const float* w, std::size_t K, std::size_t N, std::size_t ldw, bool transposed = false) {
+    const std::size_t rs = transposed ? 1 : ldw, cs = transposed ? ldw : 1;
     if (K % q4_matrix::group != 0)
         throw shape_error("ctg::kernels::quantize_q4: the input size " + std::to_string(K) + " is not a multiple of 32");
     q4_matrix m;
@@ -170,7 +198,7 @@ inline q4_matrix quantize_q4(const float* w, std::size_t K, std::size_t N, std::
         for (std::size_t g = 0; g < m.G; ++g) {
             float mx = 0, amax = 0;  // the value of largest magnitude, with its sign
             for (std::size_t j = 0; j < 32; ++j) {
-                const float v = w[(g * 32 + j) * ldw + n];
+                const float v = w[(g * 32 + j) * rs + n * cs];
                 if (!std::isfinite(v)) throw numeric_error("ctg::kernels::quantize_q4: weight (" + std::to_string(g * 32 + j) + ", " + std::to_string(n) + ") is not finite");
                 if (std::abs(v) > amax) amax = std::abs(v), mx = v;
             }
@@ -180,7 +208,7 @@ inline q4_matrix quantize_q4(const float* w, std::size_t K, std::size_t N, std::
             std::uint8_t* out = &m.nibbles[(n * m.G + g) * 16];
             for (std::size_t j = 0; j < 16; ++j) {
                 auto code = [&](std::size_t jj) {
-                    return std::uint8_t(std::clamp(std::nearbyint(w[(g * 32 + jj) * ldw + n] * id) + 8.0f, 0.0f, 15.0f));
+                    return std::uint8_t(std::clamp(std::nearbyint(w[(g * 32 + jj) * rs + n * cs] * id) + 8.0f, 0.0f, 15.0f));
                 };
                 out[j] = std::uint8_t(code(j) | (code(j + 16) << 4));
             }
@@ -229,7 +257,7 @@ inline quant_path choose_quant_path() {
 namespace detail {
 
 // ---------------------------------------------------------------- scalar (portable) paths
-inline void gemv_q8_scalar(std::size_t M, const float* x, std::size_t ldx, const q8_matrix& w, const float* bias, float* y,
+inline void gemv_q8_scalar(std::size_t M, const float* x, std::size_t ldx, const q8_view& w, const float* bias, float* y,
                            std::size_t ldy) {
     for (std::size_t m = 0; m < M; ++m)
         for (std::size_t n = 0; n < w.N; ++n) {
@@ -239,7 +267,7 @@ inline void gemv_q8_scalar(std::size_t M, const float* x, std::size_t ldx, const
             y[m * ldy + n] = acc * w.scale[n] + (bias ? bias[n] : 0.0f);
         }
 }
-inline void gemv_q4_scalar(std::size_t M, const float* x, std::size_t ldx, const q4_matrix& w, const float* bias, float* y,
+inline void gemv_q4_scalar(std::size_t M, const float* x, std::size_t ldx, const q4_view& w, const float* bias, float* y,
                            std::size_t ldy) {
     for (std::size_t m = 0; m < M; ++m)
         for (std::size_t n = 0; n < w.N; ++n) {
@@ -272,7 +300,7 @@ inline float quantize_row_q8(const float* x, std::size_t K, std::int8_t* xq, std
 __attribute__((target("avx512f,avx512bw"))) inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
 __attribute__((target("avx512f,avx512bw"))) inline void gemv_q8_avx512(std::size_t M, const float* x, std::size_t ldx,
-                                                                       const q8_matrix& w, const float* bias, float* y,
+                                                                       const q8_view& w, const float* bias, float* y,
                                                                        std::size_t ldy) {
     const std::size_t K16 = w.K / 16 * 16;
     for (std::size_t m = 0; m < M; ++m) {
@@ -319,7 +347,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m256i unpack_q4(co
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void gemv_q4_avx512(std::size_t M, const float* x, std::size_t ldx,
-                                                                                const q4_matrix& w, const float* bias, float* y,
+                                                                                const q4_view& w, const float* bias, float* y,
                                                                                 std::size_t ldy) {
     for (std::size_t m = 0; m < M; ++m) {
         const float* xr = x + m * ldx;
@@ -349,7 +377,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline std::int32_t dot_u
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void gemv_q8_vnni(std::size_t M, const float* x, std::size_t ldx,
-                                                                                 const q8_matrix& w, const float* bias, float* y,
+                                                                                 const q8_view& w, const float* bias, float* y,
                                                                                  std::size_t ldy, std::int8_t* xq) {
     const __m512i offset = _mm512_set1_epi8(char(0x80));
     for (std::size_t m = 0; m < M; ++m) {
@@ -395,7 +423,7 @@ inline void quantize_row_q8_groups(const float* x, std::size_t K, std::int8_t* x
 __attribute__((target("f16c"))) inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) inline void gemv_q4_vnni(std::size_t M, const float* x,
-                                                                                               std::size_t ldx, const q4_matrix& w,
+                                                                                               std::size_t ldx, const q4_view& w,
                                                                                                const float* bias, float* y,
                                                                                                std::size_t ldy, std::int8_t* xq, float* sx,
                                                                                                float* correction, std::int8_t* xp,
@@ -476,34 +504,66 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) inline void
 
 }  // namespace detail
 
+/// Columns per piece of a product by several rows: each piece's weights (48 KiB of int8 at K = 768)
+/// stay in cache while every row reads them, so M rows read the weights once, not M times.
+inline constexpr std::size_t quant_columns_per_piece = 64;
+
+namespace detail {
+// Runs piece(n0, n1) over column pieces of N: on the pool's threads when the product is large
+// enough to share (at least 64 Ki weights a thread), else in order on this thread.
+template <class Piece>
+void quant_pieces(std::size_t M, std::size_t K, std::size_t N, Piece&& piece) {
+    const std::size_t step = M == 1 ? N : quant_columns_per_piece;  // one row reads each weight once anyway
+    const std::size_t P = std::size_t(thread_pool::instance().threads_here());
+    if (P > 1 && K * N >= (std::size_t(1) << 16) * P) {
+        const std::size_t chunk = std::max<std::size_t>(16, (N + 4 * P - 1) / (4 * P) / 16 * 16);  // 4 tasks a thread
+        thread_pool::instance().run((N + chunk - 1) / chunk, [&](std::size_t t) {
+            const std::size_t c0 = t * chunk, c1 = std::min(N, c0 + chunk);
+            for (std::size_t n = c0; n < c1; n += std::min(step, c1 - n)) piece(n, std::min(c1, n + step));
+        });
+        return;
+    }
+    for (std::size_t n = 0; n < N; n += std::min(step, N - n)) piece(n, std::min(N, n + step));
+}
+}  // namespace detail
+
 /// y (M, N) = x (M, K) W + bias (optional), W quantised to int8 (see the file comment); `path`
-/// must be supported here (choose_quant_path()).
+/// must be supported here (choose_quant_path()). Scratch from kernels::scratch; the columns are
+/// shared among the pool's threads when the product is large.
 inline void gemv_q8(std::size_t M, const float* x, std::size_t ldx, const q8_matrix& w, const float* bias, float* y, std::size_t ldy,
                     quant_path path = choose_quant_path()) {
     if (!quant_path_supported(path)) throw error("ctg::kernels::gemv_q8: this CPU does not run the path " + std::string(quant_path_name(path)));
+    detail::quant_pieces(M, w.K, w.N, [&](std::size_t n0, std::size_t n1) {
+        const q8_view v = w.columns(n0, n1);
+        const float* b = bias ? bias + n0 : nullptr;
 #if CTG_QUANT_X86
-    if (path == quant_path::avx512) return detail::gemv_q8_avx512(M, x, ldx, w, bias, y, ldy);
-    if (path == quant_path::avx512_vnni) {
-        aligned_vector<std::int8_t> xq(w.Kp);
-        return detail::gemv_q8_vnni(M, x, ldx, w, bias, y, ldy, xq.data());
-    }
+        if (path == quant_path::avx512) return detail::gemv_q8_avx512(M, x, ldx, v, b, y + n0, ldy);
+        if (path == quant_path::avx512_vnni) {
+            scratch<std::int8_t> xq(w.Kp);
+            return detail::gemv_q8_vnni(M, x, ldx, v, b, y + n0, ldy, xq.data());
+        }
 #endif
-    detail::gemv_q8_scalar(M, x, ldx, w, bias, y, ldy);
+        detail::gemv_q8_scalar(M, x, ldx, v, b, y + n0, ldy);
+    });
 }
 
 /// y (M, N) = x (M, K) W + bias (optional), W quantised to 4 bits (see the file comment).
 inline void gemv_q4(std::size_t M, const float* x, std::size_t ldx, const q4_matrix& w, const float* bias, float* y, std::size_t ldy,
                     quant_path path = choose_quant_path()) {
     if (!quant_path_supported(path)) throw error("ctg::kernels::gemv_q4: this CPU does not run the path " + std::string(quant_path_name(path)));
+    detail::quant_pieces(M, w.K, w.N, [&](std::size_t n0, std::size_t n1) {
+        const q4_view v = w.columns(n0, n1);
+        const float* b = bias ? bias + n0 : nullptr;
 #if CTG_QUANT_X86
-    if (path == quant_path::avx512) return detail::gemv_q4_avx512(M, x, ldx, w, bias, y, ldy);
-    if (path == quant_path::avx512_vnni) {
-        aligned_vector<std::int8_t> xq(w.K), xp(w.K);
-        std::vector<float> sx(w.G), correction(w.G), ds(w.G + 2);
-        return detail::gemv_q4_vnni(M, x, ldx, w, bias, y, ldy, xq.data(), sx.data(), correction.data(), xp.data(), ds.data());
-    }
+        if (path == quant_path::avx512) return detail::gemv_q4_avx512(M, x, ldx, v, b, y + n0, ldy);
+        if (path == quant_path::avx512_vnni) {
+            scratch<std::int8_t> xq(w.K), xp(w.K);
+            scratch<float> sx(w.G), correction(w.G), ds(w.G + 2);
+            return detail::gemv_q4_vnni(M, x, ldx, v, b, y + n0, ldy, xq.data(), sx.data(), correction.data(), xp.data(), ds.data());
+        }
 #endif
-    detail::gemv_q4_scalar(M, x, ldx, w, bias, y, ldy);
+        detail::gemv_q4_scalar(M, x, ldx, v, b, y + n0, ldy);
+    });
 }
 
 /// The integer dot products of the int8-activation q8 path for one row x: xq[k] = round(x[k] / sx),
@@ -527,5 +587,89 @@ inline float int8_dot_q8(const float* x, const q8_matrix& w, std::int64_t* out, 
     }
     return sx;
 }
+
+
+// ---------------------------------------------------------------- quantised copies of parameters
+/// One matrix of a parameter quantised for the products that read it as a weight (options::weights):
+/// y = x W with W (K, N), or, transposed, y = x E^T with E (N, K) as stored (a tied head).
+struct quantized_weight {
+    weight_format format = weight_format::f32;
+    bool transposed = false;
+    std::size_t K = 0, N = 0;  ///< the product's inner and output sizes
+    q8_matrix q8;              ///< format int8
+    q4_matrix q4;              ///< format q4
+    /// Bytes a product reads.
+    std::size_t bytes() const { return format == weight_format::int8 ? q8.bytes() : q4.bytes(); }
+    /// The dequantised weight (k, n) of W as a double.
+    double at(std::size_t k, std::size_t n) const { return format == weight_format::int8 ? q8.at(k, n) : q4.at(k, n); }
+};
+
+/// W quantised in `format` (int8 or q4): W (K, N) row-major, or its transpose (N, K) as stored.
+inline quantized_weight quantize_weight(weight_format format, const float* w, std::size_t K, std::size_t N, bool transposed) {
+    quantized_weight q;
+    q.format = format, q.transposed = transposed, q.K = K, q.N = N;
+    const std::size_t ld = transposed ? K : N;
+    if (format == weight_format::int8) q.q8 = quantize_q8(w, K, N, ld, transposed);
+    else if (format == weight_format::q4) q.q4 = quantize_q4(w, K, N, ld, transposed);
+    else throw error("ctg::kernels::quantize_weight: weight_format::f32 is not a quantised format");
+    return q;
+}
+
+/// A parameter's quantised copy: every matrix of it (its last two axes; one per layer of a stacked
+/// parameter), in one format and orientation. `stale`: its values were written since.
+struct quantized_tensor {
+    weight_format format = weight_format::f32;
+    bool transposed = false;
+    std::vector<quantized_weight> matrices;
+    bool stale = false;
+    /// Bytes of the matrices.
+    std::size_t bytes() const {
+        std::size_t n = 0;
+        for (const auto& m : matrices) n += m.bytes();
+        return n;
+    }
+};
+
+/// Where the quantised copies of parameters are: the float ranges of the stores that keep some, each
+/// with the store's lookup (parameter_store::quantize). A product by a weight asks it for the copy of
+/// its right operand (kernels::quantized_product) in a program with options::weights.
+class quantized_weights {
+public:
+    using lookup_fn = const quantized_weight* (*)(const void* owner, std::size_t offset, bool transposed);
+    static quantized_weights& instance() {
+        static quantized_weights registry;
+        return registry;
+    }
+    /// The quantised matrix that starts at w, read transposed or not; null when there is none.
+    const quantized_weight* find(const float* w, bool transposed) const {
+        std::shared_lock lock(mutex_);
+        for (const auto& r : ranges_)
+            if (w >= r.begin && w < r.end) return r.lookup(r.owner, std::size_t(w - r.begin), transposed);
+        return nullptr;
+    }
+    /// Registers (or, with the same owner, moves) a store's float range.
+    void put(const void* owner, const float* begin, const float* end, lookup_fn lookup) {
+        std::unique_lock lock(mutex_);
+        for (auto& r : ranges_)
+            if (r.owner == owner) {
+                r = {owner, begin, end, lookup};
+                return;
+            }
+        ranges_.push_back({owner, begin, end, lookup});
+    }
+    void remove(const void* owner) {
+        std::unique_lock lock(mutex_);
+        std::erase_if(ranges_, [owner](const range& r) { return r.owner == owner; });
+    }
+
+private:
+    struct range {
+        const void* owner;
+        const float *begin, *end;
+        lookup_fn lookup;
+    };
+    std::vector<range> ranges_;
+    mutable std::shared_mutex mutex_;
+};
 
 }  // namespace ctg::kernels

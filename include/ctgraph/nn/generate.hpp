@@ -12,7 +12,9 @@
 // they are right-padded, each sequence continues from its own last position. The caches (layers,
 // batch, positions, width; keys feature-major) are allocated once; a generation step allocates
 // nothing (tested). With precision::bf16 the caches hold bfloat16 (bf16_input): half the bytes, the
-// keys and values rounded as a bf16 product would read them.
+// keys and values rounded as a bf16 product would read them. With weight_format::int8 or q4 the
+// projections and the head read int8 or 4-bit copies of their weights: a quarter or an eighth of
+// the bytes a token reads.
 // Bad input is refused before anything runs: an empty prompt, a token outside the vocabulary, more
 // prompts than the batch, or a prompt plus new tokens longer than the cache or the positional table.
 #pragma once
@@ -35,7 +37,10 @@ namespace ctg::nn {
 /// Model is an nn::gpt or nn::gpt2 type; T float or double. Products: precision::bf16 runs the two programs'
 /// matrix products on bf16 operands (the program option of the same name), in a float program.
 /// Cache: precision::bf16 keeps the KV cache in bfloat16 (the default with bf16 products).
-template <class Model, class T = float, precision Products = precision::f32, precision Cache = Products>
+/// Weights: weight_format::int8 or q4 reads every projection and the output head from quantised
+/// copies kept in the store (options::weights; docs/guide/quantization.md), float programs only.
+template <class Model, class T = float, precision Products = precision::f32, precision Cache = Products,
+          weight_format Weights = weight_format::f32>
 class gpt_generator {
     static constexpr dim B = dyn('B'), Tp = dyn('T'), C = dyn('C');
     static constexpr std::size_t L = Model::layers, D = Model::width, V = Model::vocab;
@@ -56,7 +61,7 @@ public:
     static constexpr auto prefill_logits() { return Model::prefill_logits(Prompt{}, CacheK{}, CacheV{}); }
     /// The step's output: the next token's logits (B, 1, vocab).
     static constexpr auto step_logits() { return Model::step_logits(Token{}, Pos{}, CacheK{}, CacheV{}); }
-    static constexpr options program_options{.precision = Products, .inference = true};  ///< inference programs, products at Products precision
+    static constexpr options program_options{.precision = Products, .inference = true, .weights = Weights};  ///< inference programs, products at Products precision, weights as Weights
     using prefill_program = decltype(compile<T, program_options>(prefill_logits()));  ///< the prefill program's type
     using step_program = decltype(compile<T, program_options>(step_logits()));  ///< the one-token step program's type
 

@@ -15,6 +15,7 @@
 
 #include "ctgraph/graph/node.hpp"
 #include "ctgraph/kernels/gemm.hpp"
+#include "ctgraph/kernels/quant_product.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/op.hpp"
 
@@ -48,11 +49,13 @@ struct affine_op : affine_shape_rule {
     static constexpr std::uint32_t backward_reads = 0b011;  // x and W (see op.hpp)
     static constexpr std::uint32_t bf16_operands = 0b011;   // x and W: their bf16 shadows, c.xb (see op.hpp)
     static constexpr std::uint32_t bf16_operands_only = 0b011;  // read nowhere but in the products (see op.hpp)
+    static constexpr std::uint32_t weight_operands = 0b010;  // W: read from its quantised copy under options::weights (see op.hpp)
 
     template <class T>
     static void forward(op_io<T, 3>& c) {
         const std::size_t M = c.x[0].shape.rows(), K = c.x[0].shape.cols(), N = c.x[1].shape.d[1];
         const T *x = c.x_data(0), *w = c.x_data(1), *b = c.x_data(2);
+        if (kernels::quantized_product(c.run.weights, false, M, N, K, x, K, w, N, b, c.y_data(), N)) return;
         kernels::gemm(false, false, M, N, K, T(1), x, K, w, N, T(0), c.y_data(), N, b, c.run.bf16, c.xb[0], c.xb[1]);
     }
     template <class T>

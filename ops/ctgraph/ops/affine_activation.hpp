@@ -33,6 +33,7 @@
 
 #include "ctgraph/graph/node.hpp"
 #include "ctgraph/kernels/gemm.hpp"
+#include "ctgraph/kernels/quant_product.hpp"
 #include "ctgraph/kernels/simd.hpp"
 #include "ctgraph/op.hpp"
 #include "ctgraph/ops/affine.hpp"
@@ -65,6 +66,7 @@ struct affine_activation_op : affine_shape_rule {
     static constexpr std::uint32_t backward_reads = 0b011 | reads_result;  // x, W and z in the scratch (see op.hpp)
     static constexpr bool vjp_reads_result = false;  // not y itself
     static constexpr std::uint32_t bf16_operands = 0b011;       // x and W (see op.hpp)
+    static constexpr std::uint32_t weight_operands = 0b010;  // W: read from its quantised copy under options::weights (see op.hpp)
     static constexpr std::uint32_t bf16_operands_only = 0b011;  // read nowhere but in the products
     static constexpr bool writes_bf16_result = true;            // f(z) rounded in the pass that makes it
     // Whether z may be kept rounded for the VJP (see the file comment).
@@ -104,8 +106,9 @@ struct affine_activation_op : affine_shape_rule {
         const bool z_kept = c.scratch && !z16;
         kernels::scratch<T> transient(z_kept ? 0 : M * N, c.transient.ptr, c.transient.size() * sizeof(T));
         T* z = z_kept ? c.scratch.template as<T>() : transient.data();
-        kernels::gemm(false, false, M, N, K, T(1), c.x_data(0), K, c.x_data(1), N, T(0), z, N, c.x_data(2), c.run.bf16, c.xb[0],
-                      c.xb[1]);
+        if (!kernels::quantized_product(c.run.weights, false, M, N, K, c.x_data(0), K, c.x_data(1), N, c.x_data(2), z, N))
+            kernels::gemm(false, false, M, N, K, T(1), c.x_data(0), K, c.x_data(1), N, T(0), z, N, c.x_data(2), c.run.bf16, c.xb[0],
+                          c.xb[1]);
         // Where backward keeps z rounded, the value comes from z rounded too, as the VJP's
         // derivative does (and as the composed GELU computes it from its input's shadow there).
         if constexpr (std::is_same_v<T, float>)

@@ -10,6 +10,7 @@
 
 #include "ctgraph/graph/node.hpp"
 #include "ctgraph/kernels/gemm.hpp"
+#include "ctgraph/kernels/quant_product.hpp"
 #include "ctgraph/op.hpp"
 
 namespace ctg {
@@ -22,6 +23,7 @@ struct matmul_op {
     static constexpr bool weight_adjoint_is_xt_dy = true;  // for a (K, N) operand 1 (see op.hpp)
     static constexpr bool assigns_adjoints = true;
     static constexpr std::uint32_t bf16_operands = 0b11;  // both: their bf16 shadows, c.xb (see op.hpp)
+    static constexpr std::uint32_t weight_operands = 0b10;  // a parameter B: read from its quantised copy under options::weights (see op.hpp)
     static constexpr std::uint32_t bf16_operands_only = 0b11;  // read nowhere but in the products (see op.hpp)
     static constexpr std::uint32_t backward_reads = 0b11;  // a and b, not y (see op.hpp)
 
@@ -79,6 +81,8 @@ struct matmul_op {
         // Batched products (attention heads) as tasks, a block of batches each.
         kernels::for_items(s.batches, s.work(), kernels::parallel_gemm_min_flops, [&](std::size_t i0, std::size_t i1) {
             for (std::size_t i = i0; i < i1; ++i)
+                if (!kernels::quantized_product(c.run.weights, false, s.M, s.N, s.K, offset_or_null(a, i * s.sa), s.K,
+                                                offset_or_null(b, i * s.sb), s.N, static_cast<const T*>(nullptr), y + i * s.sy, s.N))
                 kernels::gemm(false, false, s.M, s.N, s.K, T(1), offset_or_null(a, i * s.sa), s.K, offset_or_null(b, i * s.sb), s.N,
                               T(0), y + i * s.sy, s.N, nullptr, c.run.bf16, offset_or_null(c.xb[0], i * s.sa),
                               offset_or_null(c.xb[1], i * s.sb));

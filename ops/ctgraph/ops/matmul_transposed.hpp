@@ -12,6 +12,7 @@
 
 #include "ctgraph/graph/node.hpp"
 #include "ctgraph/kernels/gemm.hpp"
+#include "ctgraph/kernels/quant_product.hpp"
 #include "ctgraph/op.hpp"
 
 namespace ctg {
@@ -30,6 +31,8 @@ struct matmul_transposed_op {
     static consteval bool rows_independent() { return true; }  // row r of a gives row r (see op.hpp)
     static constexpr bool assigns_adjoints = true;
     static constexpr std::uint32_t bf16_operands = 0b11;  // both: their bf16 shadows, c.xb (see op.hpp)
+    static constexpr std::uint32_t weight_operands = 0b10;  // a parameter B (a tied head's embedding), read as B^T: quantised
+    static constexpr std::uint32_t transposed_weight_operands = 0b10;  // copy under options::weights (see op.hpp)
     static constexpr std::uint32_t bf16_operands_only = 0b11;  // read nowhere but in the products (see op.hpp)
 
     template <class A, class B>
@@ -47,6 +50,7 @@ struct matmul_transposed_op {
     template <class T>
     static void forward(op_io<T, 2>& c) {
         const std::size_t M = c.x[0].shape.rows(), K = c.x[0].shape.cols(), N = c.x[1].shape[0];
+        if (kernels::quantized_product(c.run.weights, true, M, N, K, c.x_data(0), K, c.x_data(1), K, static_cast<const T*>(nullptr), c.y_data(), N)) return;
         kernels::gemm(false, true, M, N, K, T(1), c.x_data(0), K, c.x_data(1), K, T(0), c.y_data(), N, nullptr,
                       c.run.bf16, c.xb[0], c.xb[1]);
     }
