@@ -44,6 +44,7 @@
 
 #include <boost/hana/for_each.hpp>
 
+#include "bandwidth.hpp"
 #include "workloads.hpp"
 
 // Heap allocations, counted for the report (a steady-state step must make none): every operator new
@@ -575,6 +576,9 @@ int run_training_check(const args& a) {
 // after one warm-up; and the memory read bandwidth (the bound of a cached decoding step).
 int run_rates(const args& a) {
     set_num_threads(a.threads);
+    // Memory read bandwidth (bench/bandwidth.hpp), the bound of a cached decoding step: first,
+    // while the process's memory is unfragmented and its gigabyte gets huge pages.
+    const double read_gbps = bench::read_bandwidth_gbps(a.threads);
     constexpr std::size_t n = 2048;
     std::vector<float> A(n * n), B(n * n), C(n * n);
     std::mt19937 rng(1);
@@ -608,26 +612,6 @@ int run_rates(const args& a) {
         }
     }
 #endif
-    // Memory read bandwidth: 1 GiB summed as 64-bit integers (vectorised loads, no arithmetic
-    // bound), split among the pool's threads; best of 5 after a pass that faults the pages in.
-    double read_gbps = 0;
-    {
-        std::vector<std::uint64_t> mem(std::size_t(1) << 27, 1);
-        const std::size_t P = std::size_t(a.threads), part = mem.size() / P;
-        std::vector<std::uint64_t> sums(P * 8);  // one cache line per thread
-        for (int r = 0; r < 6; ++r) {
-            const auto t0 = std::chrono::steady_clock::now();
-            kernels::kernel_pool().run(P, [&](std::size_t p) {
-                std::uint64_t acc = 0;
-                for (std::size_t i = p * part, e = i + part; i < e; ++i) acc += mem[i];
-                sums[p * 8] = acc;
-            });
-            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            if (r > 0) read_gbps = std::max(read_gbps, double(mem.size() * sizeof(std::uint64_t)) / s / 1e9);
-        }
-        if (std::accumulate(sums.begin(), sums.end(), std::uint64_t(0)) != mem.size() / P * P)
-            throw std::logic_error("ctg-bench --rates: the bandwidth pass summed wrong");
-    }
     std::printf("{\"threads\": %d, \"gemm_f32_gflops\": %.2f, \"gemm_bf16_gflops\": %.2f, \"bf16_engine\": \"%s\", "
                 "\"onednn_isa\": \"%s\", \"onednn_f32_1thread_gflops\": %.2f, \"onednn_bf16_1thread_gflops\": %.2f, "
                 "\"f32_policy\": \"%s\", \"read_gbps\": %.2f}\n",

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bandwidth.hpp"
 #include "ctgraph/kernels/gemm.hpp"
 #include "ctgraph/kernels/quant.hpp"
 
@@ -40,22 +41,6 @@ double median_ms(int reps, const std::function<void()>& f) {
     return ms[ms.size() / 2];
 }
 
-/// Read bandwidth as ctg-bench --rates measures it: 1 GiB summed as 64-bit integers, best of 5.
-double read_gbps() {
-    std::vector<std::uint64_t> mem(std::size_t(1) << 27, 1);
-    double best = 0;
-    volatile std::uint64_t sink = 0;
-    for (int r = 0; r < 6; ++r) {
-        const auto t0 = std::chrono::steady_clock::now();
-        std::uint64_t acc = 0;
-        for (std::uint64_t v : mem) acc += v;
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        sink = acc;
-        if (r > 0) best = std::max(best, double(mem.size() * 8) / s / 1e9);
-    }
-    (void)sink;
-    return best;
-}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -88,7 +73,7 @@ int main(int argc, char** argv) {
     }
     std::vector<float> x(widest), y(widest);
     for (float& v : x) v = n01(rng) * 50;
-    const double bw = read_gbps();
+    const double bw = bench::read_bandwidth_gbps(1);
     std::printf("GPT-2 step's products: %zu weight matrices, %.1f M weights; memory read %.1f GB/s\n", shapes.size(),
                 double(bytes32) / 4e6, bw);
     std::printf("%-8s %-12s %10s %10s %9s %8s %9s\n", "weights", "path", "ms/token", "MB read", "GB/s", "% bw", "vs f32");

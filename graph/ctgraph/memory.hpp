@@ -9,6 +9,10 @@
 #include <utility>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 namespace ctg {
 
 /// How many buffers ctgraph has allocated (arena, inputs, parameters, optimizer state) since the
@@ -17,6 +21,9 @@ inline std::atomic<long>& allocation_count() {
     static std::atomic<long> n{0};
     return n;
 }
+
+/// Arrays from this size up are placed on 2 MiB boundaries and advised to use huge pages.
+inline constexpr std::size_t huge_page_min_bytes = std::size_t(4) << 20;
 
 template <class T, std::size_t Align = 64>
 struct aligned_allocator {
@@ -30,7 +37,19 @@ struct aligned_allocator {
     aligned_allocator(const aligned_allocator<U, Align>&) {}
     T* allocate(std::size_t n) {
         std::size_t bytes = (n * sizeof(T) + Align - 1) / Align * Align;
-        void* p = std::aligned_alloc(Align, bytes ? bytes : Align);
+        void* p = nullptr;
+#if defined(__linux__)
+        // A large array (weights, their copies, an arena) on transparent huge pages where the
+        // kernel grants them on request (THP "madvise", Debian's default): a stream through it
+        // then misses the TLB once per 2 MiB instead of once per 4 KiB, which a decoding step,
+        // reading every weight once, pays in bandwidth (measured: docs/benchmarks.md).
+        if (bytes >= huge_page_min_bytes) {
+            const std::size_t huge = std::size_t(2) << 20, rounded = (bytes + huge - 1) / huge * huge;
+            p = std::aligned_alloc(huge, rounded);
+            if (p) ::madvise(p, rounded, MADV_HUGEPAGE);  // (advice: refused or ignored is harmless)
+        }
+#endif
+        if (!p) p = std::aligned_alloc(Align, bytes ? bytes : Align);
         if (!p) throw std::bad_alloc();
         allocation_count().fetch_add(1, std::memory_order_relaxed);
         return static_cast<T*>(p);
