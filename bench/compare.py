@@ -5,6 +5,14 @@ ctg-bench on the same workload, one after the other in one run, as a table of me
   bench/compare.py [--workloads mlp ... | --all] [--threads 1 2] [--steps 20] [--reps 3]
                    [--precision f32|bf16] [--ctg-bench build/bench/ctg-bench] [--no-bound]
   bench/compare.py --onnx [--workloads gpt-s ... | --all] [--steps 20] [--reps 3]
+  bench/compare.py --weights int8|q4 [--workloads decode-gpt2-cache decode-cache] [--steps 5] [--reps 3]
+
+--weights: quantised decoding. For each decode workload, one thread, --reps rounds alternating
+ctgraph in float32, ctgraph with int8 or 4-bit weights (ctg-bench --weights) and, for int8,
+PyTorch's dynamic int8 quantisation of the Linear layers (torch_ref.py --quantize-dynamic); the
+machine's read bandwidth measured in the same run (ctg-bench --rates). The table: ms per token of
+each, the speed-up over ctgraph's float32, the bytes a token reads with the quantised weights, the
+bandwidth that makes and its fraction of the measured bandwidth, and PyTorch / ctgraph.
 
 --onnx: ONNX Runtime instead of PyTorch as the peer, for inference: ctg-onnx-bench exports each
 workload's inference program, times ctgraph and ONNX Runtime (onnxruntime-node, one thread, every
@@ -67,6 +75,41 @@ def onnx_table(args):
                                                        x["max_diff"]))
 
 
+def weights_table(args):
+    """--weights: quantised decoding against ctgraph's float32 and PyTorch's quantize_dynamic (int8)."""
+    workloads = ["decode-gpt2-cache", "decode-cache"] if args.workloads == ["mlp"] else args.workloads
+    env = thread_env(1)
+    bw = [run_json([args.ctg_bench, "--rates", "--threads", "1"], env)["read_gbps"]]
+    rows = []
+    for w in workloads:
+        f32, q, torch_q = [], [], []
+        for _ in range(max(args.reps, 1)):
+            base = [args.ctg_bench, "--workload", w, "--threads", "1", "--steps", str(args.steps), "--json"]
+            f32.append(run_json(base, env))
+            q.append(run_json(base + ["--weights", args.weights], env))
+            if args.weights == "int8":
+                torch_q.append(run_json(["/usr/bin/python3", args.torch_ref, "--workload", w, "--threads", "1", "--steps",
+                                         str(args.steps), "--warmup", "1", "--json", "--quantize-dynamic"], env))
+            print("done: %s round %d" % (w, len(f32)), file=sys.stderr, flush=True)
+        bw.append(run_json([args.ctg_bench, "--rates", "--threads", "1"], env)["read_gbps"])
+        f_ms = statistics.median(r["ms_per_token"] for r in f32)
+        q_ms = statistics.median(r["ms_per_token"] for r in q)
+        mb = q[0]["bytes_per_token"] / 1e6
+        t_ms = statistics.median(r["ms_per_token"] for r in torch_q) if torch_q else None
+        rows.append((w, f_ms, q_ms, f_ms / q_ms, mb, mb / q_ms, t_ms))
+    gbps = statistics.median(bw)
+    print("memory read bandwidth (ctg-bench --rates, %d measurements in this run): median %.1f GB/s, range %.1f-%.1f"
+          % (len(bw), gbps, min(bw), max(bw)))
+    head = ("workload", "threads", "ctgraph f32 ms/token", "ctgraph %s ms/token" % args.weights, "speed-up",
+            "MB/token", "GB/s", "% of bandwidth", "PyTorch dynamic int8 ms/token", "PyTorch / ctgraph")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for w, f_ms, q_ms, up, mb, g, t_ms in rows:
+        print("| %s | 1 | %.3f | %.3f | %.2f | %.1f | %.1f | %.0f | %s | %s |" % (
+            w, f_ms, q_ms, up, mb, g, 100 * g / gbps, "-" if t_ms is None else "%.3f" % t_ms,
+            "-" if t_ms is None else "%.2f" % (t_ms / q_ms)))
+
+
 def run_json(cmd, env):
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     lines = [l for l in out.splitlines() if l.startswith("{") or l.startswith("[")]
@@ -101,9 +144,14 @@ def main():
                     help="ctgraph's inference against ONNX Runtime on the exported model (ctg-onnx-bench), "
                          "for the inference workloads: " + " ".join(ONNX))
     ap.add_argument("--onnx-bench", default=os.path.join(HERE, "..", "build", "bench", "ctg-onnx-bench"))
+    ap.add_argument("--weights", choices=["int8", "q4"], default=None,
+                    help="quantised decoding (decode workloads, one thread): ctgraph's float32, its quantised "
+                         "weights and, for int8, PyTorch's quantize_dynamic")
     args = ap.parse_args()
     if args.onnx:
         return onnx_table(args)
+    if args.weights:
+        return weights_table(args)
     workloads = ALL if args.all else args.workloads
 
     # The machine's sgemm rate per thread count, from the same run.

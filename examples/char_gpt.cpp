@@ -10,12 +10,21 @@
 //       float weights and optimizer: options{.precision = precision::bf16}).
 //   char_gpt generate CHECKPOINT "prompt" [--tokens N] [--temperature T] [--top-p P] [--seed S]
 //       loads the checkpoint and continues the prompt.
+//   char_gpt quantize CHECKPOINT [--out DIR] [--text FILE] [--require-int8 R] [--require-q4 R]
+//       the trained model with int8 and 4-bit weights (options{.weights}, docs/guide/quantization.md):
+//       its validation loss in float32, int8 and q4 on the training run's validation windows, the
+//       greedy continuation of a prompt and the tokens/s of each; writes DIR/char_gpt.int8.safetensors
+//       and DIR/char_gpt.q4.safetensors and checks that the loaded files decode as the models saved.
+//       With --require-*, exits non-zero when a format's loss exceeds float32's by more than the
+//       fraction R (0.005: half a percent).
 //
 // Model: nn::gpt (token embedding + sinusoidal positions, pre-norm blocks of causal multi-head
 // self-attention and GELU FFN, one ctg::repeat over the layers), dropout 0.1 in training. Text
 // longer than the context is generated with a sliding window: when the cache is full, the last
 // half of the text is prefilled again and generation goes on.
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -170,14 +179,111 @@ int generate_command(int argc, char** argv) {
     return 0;
 }
 
+// ---------------------------------------------------------------- quantize
+// One format's figures: validation loss, tokens/s of greedy generation, the continuation.
+struct quantized_run {
+    double loss = 0, tokens_per_s = 0, megabytes = 0;  // megabytes: the weights as the programs read them
+    std::vector<int> continuation;
+};
+
+template <weight_format Weights>
+quantized_run measure(const std::shared_ptr<parameter_store<float>>& store, token_windows& val, const std::vector<int>& prompt) {
+    quantized_run r;
+    // The loss program reads the weights as the generator does: the same quantised copies.
+    program_for<float, options{.inference = true, .weights = Weights}, decltype(loss())> eval(store);
+    r.loss = mean_output(eval, val, 8);
+    nn::gpt_generator<model, float, precision::f32, precision::f32, Weights> gen(store, 1, Context);
+    double bytes = 0;
+    for (std::size_t s = 0; s < store->size(); ++s) {
+        const auto* q = store->quantized(s, Weights);
+        bytes += q ? double(q->bytes()) : 4.0 * double(store->at(s).shape.size());
+    }
+    r.megabytes = bytes / 1e6;
+    const std::size_t n = std::size_t(Context) - prompt.size();
+    r.continuation = gen.generate({prompt}, n)[0];  // (warm-up, and the greedy text)
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int rep = 0; rep < 3; ++rep) gen.generate({prompt}, n);
+    r.tokens_per_s = 3.0 * double(n) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+}
+
+int quantize_command(int argc, char** argv) {
+    if (argc < 3) throw error("usage: char_gpt quantize CHECKPOINT [--out DIR] [--text FILE] [--require-int8 R] [--require-q4 R]");
+    const std::string path = argv[2];
+    std::string out_dir = ".", text_path = CTG_SOURCE_DIR "/data/text/gnu-licenses.txt";
+    double require_int8 = 0, require_q4 = 0;
+    for (int i = 3; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (i + 1 >= argc) throw error("char_gpt: " + a + " needs a value");
+        const std::string v = argv[++i];
+        if (a == "--out") out_dir = v;
+        else if (a == "--text") text_path = v;
+        else if (a == "--require-int8") require_int8 = std::stod(v);
+        else if (a == "--require-q4") require_q4 = std::stod(v);
+        else throw error("char_gpt: unknown option '" + a + "'");
+    }
+    const auto ids = chars::read_text(text_path, 10 * Context, "char_gpt");
+    token_windows val({ids.end() - long(ids.size() / 10), ids.end()}, Context, Context);  // train's validation windows
+    auto store = std::make_shared<parameter_store<float>>();
+    nn::gpt_generator<model> probe(store, 1, 1);  // registers the model's parameters
+    checkpoint::load_weights(path, *store);
+    const std::vector<int> prompt = encode_prompt("The licensee ");
+
+    const quantized_run f32 = measure<weight_format::f32>(store, val, prompt);
+    const quantized_run i8 = measure<weight_format::int8>(store, val, prompt);
+    const quantized_run q4 = measure<weight_format::q4>(store, val, prompt);
+    std::printf("%-8s %10s %10s %12s %10s\n", "weights", "val loss", "vs f32", "MB weights", "tokens/s");
+    std::printf("%-8s %10.4f %10s %12.2f %10.0f\n", "f32", f32.loss, "", f32.megabytes, f32.tokens_per_s);
+    auto row = [&](const char* name, const quantized_run& r) {
+        std::printf("%-8s %10.4f %+9.2f%% %12.2f %10.0f\n", name, r.loss, 100 * (r.loss / f32.loss - 1), r.megabytes, r.tokens_per_s);
+    };
+    row("int8", i8);
+    row("q4", q4);
+    auto text = [](const std::vector<int>& t) {
+        std::string s;
+        for (int id : t) s += decode(id);
+        return s;
+    };
+    std::printf("greedy continuations of \"The licensee \":\n  f32:  %s\n  int8: %s\n  q4:   %s\n", text(f32.continuation).c_str(),
+                text(i8.continuation).c_str(), text(q4.continuation).c_str());
+
+    // Files: each format saved, loaded into a fresh store, decoding what the saved model decoded.
+    int rc = 0;
+    auto round_trip = [&]<weight_format W>(const char* suffix, const quantized_run& saved) {
+        const std::string file = out_dir + "/char_gpt." + suffix + ".safetensors";
+        save_quantized(*store, W, file);  // (the store holds both formats' copies: measure made them)
+        auto loaded = std::make_shared<parameter_store<float>>();
+        nn::gpt_generator<model> registers(loaded, 1, 1);
+        load_quantized(*loaded, file);
+        nn::gpt_generator<model, float, precision::f32, precision::f32, W> gen(loaded, 1, Context);
+        const bool same = gen.generate({prompt}, saved.continuation.size())[0] == saved.continuation;
+        std::printf("wrote %s (%.2f MB); loaded, it decodes %s\n", file.c_str(), double(std::filesystem::file_size(file)) / 1e6,
+                    same ? "the same text" : "ANOTHER text");
+        if (!same) rc = 1;
+    };
+    round_trip.template operator()<weight_format::int8>("int8", i8);
+    round_trip.template operator()<weight_format::q4>("q4", q4);
+    if (require_int8 > 0 && !(i8.loss <= f32.loss * (1 + require_int8))) {
+        std::fprintf(stderr, "char_gpt: int8 weights raise the validation loss by more than %.2f %%\n", 100 * require_int8);
+        rc = 1;
+    }
+    if (require_q4 > 0 && !(q4.loss <= f32.loss * (1 + require_q4))) {
+        std::fprintf(stderr, "char_gpt: 4-bit weights raise the validation loss by more than %.2f %%\n", 100 * require_q4);
+        rc = 1;
+    }
+    return rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
     const std::string cmd = argc > 1 ? argv[1] : "train";
     if (cmd == "train") return train(argc, argv);
     if (cmd == "generate") return generate_command(argc, argv);
+    if (cmd == "quantize") return quantize_command(argc, argv);
     std::fprintf(stderr, "usage: char_gpt train [--steps N] [--out DIR] [--text FILE] [--require NATS] [--precision f32|bf16]\n"
-                         "       char_gpt generate CHECKPOINT \"prompt\" [--tokens N] [--temperature T] [--top-p P] [--seed S]\n");
+                         "       char_gpt generate CHECKPOINT \"prompt\" [--tokens N] [--temperature T] [--top-p P] [--seed S]\n"
+                         "       char_gpt quantize CHECKPOINT [--out DIR] [--text FILE] [--require-int8 R] [--require-q4 R]\n");
     return 2;
 } catch (const ctg::error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

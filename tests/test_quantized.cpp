@@ -27,11 +27,11 @@ std::shared_ptr<parameter_store<float>> trained_looking_store() {
     return store;
 }
 
-/// A copy of `store` whose weights are the dequantised values of its quantised copies.
-std::shared_ptr<parameter_store<float>> dequantised(const parameter_store<float>& store) {
+/// A copy of `store` whose weights are the dequantised values of its quantised copies in `f`.
+std::shared_ptr<parameter_store<float>> dequantised(const parameter_store<float>& store, weight_format f) {
     auto d = std::make_shared<parameter_store<float>>(store);
     for (std::size_t s = 0; s < store.size(); ++s)
-        if (const auto* q = store.quantized(s)) d->set_quantized(s, *q);
+        if (const auto* q = store.quantized(s, f)) d->set_quantized(s, *q);
     return d;
 }
 
@@ -55,7 +55,7 @@ template <class Model, weight_format Weights>
 void check_against_dequantised() {
     auto store = trained_looking_store<Model>();
     nn::gpt_generator<Model, float, precision::f32, precision::f32, Weights> quantised(store, 2, 16);
-    auto reference_store = dequantised(*store);
+    auto reference_store = dequantised(*store, Weights);
     nn::gpt_generator<Model> reference(reference_store, 2, 16);
     const std::vector<std::vector<int>> prompts = {{1, 2, 3, 4, 5, 6, 7}, {12, 0, 3}};
     std::vector<std::vector<float>> want;
@@ -88,10 +88,10 @@ void check_against_dequantised() {
     }
 }
 
-std::set<std::string> quantised_names(const parameter_store<float>& store, bool transposed) {
+std::set<std::string> quantised_names(const parameter_store<float>& store, weight_format f, bool transposed) {
     std::set<std::string> r;
     for (std::size_t s = 0; s < store.size(); ++s)
-        if (const auto* q = store.quantized(s); q && q->transposed == transposed) r.insert(store.at(s).name);
+        if (const auto* q = store.quantized(s, f); q && q->transposed == transposed) r.insert(store.at(s).name);
     return r;
 }
 }  // namespace
@@ -130,9 +130,9 @@ TEST_CASE("a tied head's product x E^T reads the table's quantised copy, transpo
         };
         auto check = [&](auto& quantised) {
             for (std::size_t s = 0; s < store->size(); ++s)
-                if (const auto* q = store->quantized(s)) ref_store->set_quantized(s, *q);
-            REQUIRE(store->quantized(0) != nullptr);
-            CHECK(store->quantized(0)->transposed);
+                if (const auto* q = store->quantized(s, f)) ref_store->set_quantized(s, *q);
+            REQUIRE(store->quantized(0, f) != nullptr);
+            CHECK(store->quantized(0, f)->transposed);
             program_for<float, options{.inference = true}, decltype(head)> reference(ref_store);
             for (std::size_t rows : {2u, 20u})
                 for (auto path : paths_here()) {
@@ -163,21 +163,26 @@ TEST_CASE("a quantised program quantises exactly the weights its products read",
                                                "blocks.fc1.weight", "blocks.fc2.weight"};
     std::set<std::string> want = projections;
     want.insert("head.weight");
-    CHECK(quantised_names(*store, false) == want);  // not the embedding table, norms or biases
-    CHECK(quantised_names(*store, true).empty());
+    CHECK(quantised_names(*store, weight_format::int8, false) == want);  // not the embedding table, norms or biases
+    CHECK(quantised_names(*store, weight_format::int8, true).empty());
+    CHECK(quantised_names(*store, weight_format::q4, false).empty());
     // A stacked weight has one matrix per layer, each with its own scales.
-    const auto* q = store->quantized(store->slot("blocks.fc1.weight"));
+    const auto* q = store->quantized(store->slot("blocks.fc1.weight"), weight_format::int8);
     REQUIRE(q != nullptr);
     CHECK(q->matrices.size() == 2);
     CHECK(q->matrices[0].K == 32);
     CHECK(q->matrices[0].N == 128);
-    CHECK(store->quantized_bytes() > 0);
+    CHECK(store->quantized_bytes(weight_format::int8) > 0);
+    // Programs of both formats share a store: each slot keeps a copy per format.
+    nn::gpt_generator<gpt, float, precision::f32, precision::f32, weight_format::q4> gen4(store, 1, 8);
+    CHECK(quantised_names(*store, weight_format::q4, false) == want);
+    CHECK(quantised_names(*store, weight_format::int8, false) == want);
 
     auto store2 = trained_looking_store<gpt2>();
     nn::gpt_generator<gpt2, float, precision::f32, precision::f32, weight_format::q4> gen2(store2, 1, 8);
-    CHECK(quantised_names(*store2, true) == std::set<std::string>{"tok_embed"});  // the tied head, read as x E^T
-    CHECK(quantised_names(*store2, false) == projections);
-    const auto* e = store2->quantized(store2->slot("tok_embed"));
+    CHECK(quantised_names(*store2, weight_format::q4, true) == std::set<std::string>{"tok_embed"});  // the tied head, read as x E^T
+    CHECK(quantised_names(*store2, weight_format::q4, false) == projections);
+    const auto* e = store2->quantized(store2->slot("tok_embed"), weight_format::q4);
     REQUIRE(e != nullptr);
     CHECK(e->matrices[0].K == 32);  // the product's input: the width
     CHECK(e->matrices[0].N == 13);  // its outputs: one per token
@@ -187,14 +192,15 @@ TEST_CASE("quantised copies follow writes to the weights", "[quantized]") {
     auto store = trained_looking_store<gpt>();
     nn::gpt_generator<gpt, float, precision::f32, precision::f32, weight_format::int8> gen(store, 1, 8);
     const std::size_t head = store->slot("head.weight");
-    const float before = store->quantized(head)->matrices[0].q8.scale[0];
+    const auto copy = [&] { return store->quantized(head, weight_format::int8); };
+    const float before = copy()->matrices[0].q8.scale[0];
     const auto first = gen.generate({{1, 2}}, 2);
     for (std::size_t k = 0; k < store->at(head).shape.size(); ++k) store->value(head)[k] *= 2.0f;
-    CHECK(store->quantized(head)->stale);
+    CHECK(copy()->stale);
     std::vector<std::vector<float>> logits;
     gen.generate({{1, 2}}, 2, &logits);  // refreshes the copy first
-    CHECK_FALSE(store->quantized(head)->stale);
-    CHECK(store->quantized(head)->matrices[0].q8.scale[0] == Approx(2.0f * before).epsilon(1e-6));
+    CHECK_FALSE(copy()->stale);
+    CHECK(copy()->matrices[0].q8.scale[0] == Approx(2.0f * before).epsilon(1e-6));
     (void)first;
 }
 
@@ -240,7 +246,9 @@ TEST_CASE("quantised models in files: codes and scales bit for bit, all or nothi
             nn::gpt_generator<gpt2, float, precision::f32, precision::f32, weight_format::q4> gen(store, 1, 8);
             run(gen, want, want_tokens);
         }
-        save_quantized(*store, path);
+        CHECK_THROWS_WITH(save_quantized(*store, f == weight_format::int8 ? weight_format::q4 : weight_format::int8, path),
+                          Catch::Contains("no"));  // no copies in the other format
+        save_quantized(*store, f, path);
         const auto meta_file = safetensors::read(path);
         CHECK(meta_file.count(f == weight_format::int8 ? "tok_embed.int8" : "tok_embed.q4_0") == 1);
         CHECK(meta_file.count("tok_embed") == 0);
@@ -250,8 +258,8 @@ TEST_CASE("quantised models in files: codes and scales bit for bit, all or nothi
         nn::gpt_generator<gpt2> probe(loaded, 1, 1);  // the parameters, zero
         load_quantized(*loaded, path);
         for (std::size_t s = 0; s < store->size(); ++s) {
-            const auto* a = store->quantized(s);
-            const auto* b = loaded->quantized(loaded->slot(store->at(s).name));
+            const auto* a = store->quantized(s, f);
+            const auto* b = loaded->quantized(loaded->slot(store->at(s).name), f);
             INFO(store->at(s).name);
             REQUIRE((a == nullptr) == (b == nullptr));
             if (!a) {

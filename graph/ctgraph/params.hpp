@@ -28,6 +28,7 @@
 // their forward pass, quantises it again.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -112,7 +113,7 @@ public:
     }
     ~parameter_store() {
         if (bf16_on_) kernels::bf16_copies::instance().remove(this);
-        if (!quant_.empty()) kernels::quantized_weights::instance().remove(this);
+        if (any_quantized()) kernels::quantized_weights::instance().remove(this);
     }
 
     // ---------------------------------------------------------------- bf16 copies
@@ -183,8 +184,9 @@ public:
     /// parameter) in `format`, int8 with a scale per output column or q4 with a float16 scale per
     /// group of 32 inputs (kernels/quant.hpp). transposed: products read it as x E^T (a tied head
     /// reading the embedding (vocab, width)), so its output columns are E's rows. The copy is kept
-    /// current: writing the values marks it stale, refresh_quantized() quantises it again. The same
-    /// format and orientation again does nothing; another replaces the copy. Throws ctg::error for
+    /// current: writing the values marks it stale, refresh_quantized() quantises it again. A slot
+    /// keeps one copy per format (programs of both formats may share a store); the same format and
+    /// orientation again does nothing, another orientation replaces the copy. Throws ctg::error for
     /// a double store, a parameter of rank < 2 or format f32, ctg::shape_error for q4 with an input
     /// size not a multiple of 32, ctg::numeric_error for a weight that is not finite.
     void quantize(std::size_t slot, weight_format format, bool transposed = false) {
@@ -194,9 +196,10 @@ public:
         } else {
             if (format == weight_format::f32) throw error("ctg::parameter_store::quantize: weight_format::f32 is no quantised format ('" + e.name + "')");
             if (e.shape.rank < 2) throw error("ctg::parameter_store::quantize: '" + e.name + "' has shape " + to_string(e.shape) + ", not a matrix");
-            if (quant_.size() < entries_.size()) quant_.resize(entries_.size());
-            auto& q = quant_[slot];
-            if (q && q->format == format && q->transposed == transposed && !q->stale) return;
+            auto& copies = quant_[quant_index(format)];
+            if (copies.size() < entries_.size()) copies.resize(entries_.size());
+            auto& q = copies[slot];
+            if (q && q->transposed == transposed && !q->stale) return;
             const std::size_t r0 = e.shape.d[e.shape.rank - 2], r1 = e.shape.d[e.shape.rank - 1];
             const std::size_t K = transposed ? r1 : r0, N = transposed ? r0 : r1, count = r0 * r1 != 0 ? e.shape.size() / (r0 * r1) : 0;
             auto t = std::make_unique<kernels::quantized_tensor>();
@@ -230,27 +233,37 @@ public:
                 for (std::size_t k = 0; k < K; ++k)
                     for (std::size_t n = 0; n < N; ++n)
                         values_[e.offset + m * r0 * r1 + (t.transposed ? n * K + k : k * N + n)] = float(t.matrices[m].at(k, n));
-            if (quant_.size() < entries_.size()) quant_.resize(entries_.size());
+            if (t.format == weight_format::f32) throw error("ctg::parameter_store::set_quantized: weight_format::f32 is no quantised format ('" + e.name + "')");
+            auto& copies = quant_[quant_index(t.format)];
+            if (copies.size() < entries_.size()) copies.resize(entries_.size());
             t.stale = false;
-            quant_[slot] = std::make_unique<kernels::quantized_tensor>(std::move(t));
+            copies[slot] = std::make_unique<kernels::quantized_tensor>(std::move(t));
+            for (auto& other : quant_)  // (another format's copy stands for the old values)
+                if (slot < other.size() && other[slot] && other[slot].get() != copies[slot].get()) other[slot]->stale = true, quant_stale_ = true;
             if (bf16_on_) bf16_stale_[slot] = 1, any_stale_ = true;
             register_quantized();
         }
     }
-    /// The quantised copy of a parameter, or null.
-    const kernels::quantized_tensor* quantized(std::size_t slot) const { return slot < quant_.size() ? quant_[slot].get() : nullptr; }
+    /// The quantised copy of a parameter in `format` (int8 or q4), or null.
+    const kernels::quantized_tensor* quantized(std::size_t slot, weight_format format) const {
+        if (format == weight_format::f32) return nullptr;
+        const auto& copies = quant_[quant_index(format)];
+        return slot < copies.size() ? copies[slot].get() : nullptr;
+    }
     /// Quantises again the copies whose values were written since (programs with options::weights
     /// call it before their forward pass).
     void refresh_quantized() {
         if (!quant_stale_) return;
         quant_stale_ = false;
-        for (std::size_t s = 0; s < quant_.size(); ++s)
-            if (quant_[s] && quant_[s]->stale) quantize(s, quant_[s]->format, quant_[s]->transposed);
+        for (auto& copies : quant_)
+            for (std::size_t s = 0; s < copies.size(); ++s)
+                if (copies[s] && copies[s]->stale) quantize(s, copies[s]->format, copies[s]->transposed);
     }
-    /// Bytes of every quantised copy.
-    std::size_t quantized_bytes() const {
+    /// Bytes of the quantised copies in `format`.
+    std::size_t quantized_bytes(weight_format format) const {
         std::size_t n = 0;
-        for (const auto& q : quant_) n += q ? q->bytes() : 0;
+        for (std::size_t s = 0; s < entries_.size(); ++s)
+            if (const auto* q = quantized(s, format)) n += q->bytes();
         return n;
     }
 
@@ -388,13 +401,17 @@ private:
     }
     void mark_stale(std::size_t slot) {
         if (bf16_on_) bf16_stale_[slot] = 1, any_stale_ = true;
-        if (slot < quant_.size() && quant_[slot]) quant_[slot]->stale = true, quant_stale_ = true;
+        for (auto& copies : quant_)
+            if (slot < copies.size() && copies[slot]) copies[slot]->stale = true, quant_stale_ = true;
     }
     void mark_all_stale() {
         if (bf16_on_) std::fill(bf16_stale_.begin(), bf16_stale_.end(), 1), any_stale_ = true;
-        for (auto& q : quant_)
-            if (q) q->stale = true, quant_stale_ = true;
+        for (auto& copies : quant_)
+            for (auto& q : copies)
+                if (q) q->stale = true, quant_stale_ = true;
     }
+    static std::size_t quant_index(weight_format f) { return f == weight_format::int8 ? 0 : 1; }
+    bool any_quantized() const { return !quant_[0].empty() || !quant_[1].empty(); }
     [[noreturn]] static void rethrow_with_name(const error& x, const std::string& name) {
         const std::string what = std::string(x.what()) + " (parameter '" + name + "')";
         if (dynamic_cast<const shape_error*>(&x)) throw shape_error(what);
@@ -404,12 +421,12 @@ private:
     // The quantised matrix of this store at `offset` into values(), read transposed or not
     // (kernels::quantized_weights' lookup): the slot holding it (entries are in offset order), then
     // its matrix, which must start there.
-    static const kernels::quantized_weight* quantized_at(const void* owner, std::size_t offset, bool transposed) {
+    static const kernels::quantized_weight* quantized_at(const void* owner, std::size_t offset, bool transposed, weight_format format) {
         const auto& s = *static_cast<const parameter_store*>(owner);
         auto it = std::upper_bound(s.entries_.begin(), s.entries_.end(), offset, [](std::size_t o, const entry& e) { return o < e.offset; });
         if (it == s.entries_.begin()) return nullptr;
         const std::size_t slot = std::size_t(it - s.entries_.begin()) - 1;
-        const kernels::quantized_tensor* q = s.quantized(slot);
+        const kernels::quantized_tensor* q = s.quantized(slot, format);
         if (!q || q->transposed != transposed || q->matrices.empty()) return nullptr;
         const std::size_t per = q->matrices[0].K * q->matrices[0].N, rel = offset - s.entries_[slot].offset;
         if (per == 0 || rel % per || rel / per >= q->matrices.size()) return nullptr;
@@ -417,12 +434,14 @@ private:
     }
     void register_quantized() {
         if constexpr (std::is_same_v<T, float>)
-            if (!quant_.empty()) kernels::quantized_weights::instance().put(this, values_.data(), values_.data() + values_.size(), &quantized_at);
+            if (any_quantized()) kernels::quantized_weights::instance().put(this, values_.data(), values_.data() + values_.size(), &quantized_at);
     }
     void copy_quantized(const parameter_store& o) {
-        if (!quant_.empty()) kernels::quantized_weights::instance().remove(this);
-        quant_.clear();
-        for (const auto& q : o.quant_) quant_.push_back(q ? std::make_unique<kernels::quantized_tensor>(*q) : nullptr);
+        if (any_quantized()) kernels::quantized_weights::instance().remove(this);
+        for (std::size_t f = 0; f < 2; ++f) {
+            quant_[f].clear();
+            for (const auto& q : o.quant_[f]) quant_[f].push_back(q ? std::make_unique<kernels::quantized_tensor>(*q) : nullptr);
+        }
         quant_stale_ = o.quant_stale_;
         register_quantized();
     }
@@ -473,7 +492,8 @@ private:
     bool strict_ = false;  // programs may not add parameters (strict(bool))
     aligned_vector<kernels::bf16_bits> bf16_;
     std::vector<unsigned char> bf16_stale_;  // per slot
-    std::vector<std::unique_ptr<kernels::quantized_tensor>> quant_;  // per slot, null where none (quantize)
+    // Quantised copies (quantize): [0] int8, [1] q4; per slot, null where none.
+    std::array<std::vector<std::unique_ptr<kernels::quantized_tensor>>, 2> quant_;
     bool quant_stale_ = false;  // some quantised copy is stale
 
     // The gradients' memory, allocated (zeroed) by the first use: a store that only inference

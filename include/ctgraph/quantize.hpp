@@ -1,14 +1,14 @@
 // ctgraph/quantize.hpp: weight-only quantised models in files.
 //
 //   nn::gpt_generator<model, float, precision::f32, precision::f32, weight_format::q4> gen(store, 1, 512);
-//   ctg::save_quantized(*store, "model.q4.safetensors");   // the 4-bit copies and the float rest
+//   ctg::save_quantized(*store, weight_format::q4, "model.q4.safetensors");  // the 4-bit copies, the float rest
 //   ...
 //   ctg::load_quantized(*other_store, "model.q4.safetensors");  // codes as saved, not quantised again
 //
 // A program compiled with options{.weights = weight_format::int8 or q4} quantises, in its store,
 // every parameter its products read as a weight (parameter_store::quantize). save_quantized writes
-// the store as safetensors: each quantised parameter as its codes and scales, every other one as
-// F32 under its own name. The tensor names say the scheme:
+// the store as safetensors: each parameter with a copy in the format asked for as its codes and
+// scales, every other one as F32 under its own name. The tensor names say the scheme:
 //
 //   <name>.int8         I8   (..., N, K)      column n's K codes, symmetric, in [-127, 127]
 //   <name>.int8_scale   F32  (..., N)         column n's scale: W[k][n] = scale[n] code[n][k]
@@ -56,14 +56,18 @@ inline safetensors::tensor raw_tensor(std::string name, const char* dtype, std::
 }
 }  // namespace detail
 
-/// Writes a float store with its quantised copies as safetensors (see the file comment),
-/// atomically: a failed write leaves the previous file.
-inline void save_quantized(const parameter_store<float>& store, const std::string& path) {
+/// Writes a float store with its quantised copies in `format` (int8 or q4) as safetensors (see the
+/// file comment), atomically: a failed write leaves the previous file. Throws ctg::error when the
+/// store has no copy in that format (no program with options{.weights = format} was made over it).
+inline void save_quantized(const parameter_store<float>& store, weight_format format, const std::string& path) {
+    if (store.quantized_bytes(format) == 0)
+        throw error("ctg::save_quantized: the store has no " + std::string(format == weight_format::int8 ? "int8" : format == weight_format::q4 ? "q4" : "quantised") +
+                    " copies (a program compiled with options{.weights = ...} over it makes them)");
     std::vector<safetensors::tensor> tensors;
     safetensors::metadata meta{{"ctgraph.format", "quantized weights 1"}};
     for (std::size_t s = 0; s < store.size(); ++s) {
         const auto& e = store.at(s);
-        const kernels::quantized_tensor* q = store.quantized(s);
+        const kernels::quantized_tensor* q = store.quantized(s, format);
         if (!q) {
             tensors.push_back(safetensors::from_data(e.name, store.value(s), e.shape.to_vector()));
             continue;

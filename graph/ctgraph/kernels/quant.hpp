@@ -458,12 +458,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) inline void
                 _mm512_storeu_ps(ds + g, _mm512_mul_ps(dg, _mm512_loadu_ps(sx + g)));
                 corr16 = _mm512_fmadd_ps(dg, _mm512_loadu_ps(correction + g), corr16);
             }
-            float corr = _mm512_reduce_add_ps(corr16);
-            for (; g < G; ++g) {
-                const float dg = half_to_float(d[g]);
-                ds[g] = dg * sx[g];
-                corr += dg * correction[g];
+            if (g < G) {  // the last groups, masked (a small K has nothing but these)
+                const __mmask16 m = __mmask16((1u << (G - g)) - 1);
+                const __m512 dg = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, d + g));
+                _mm512_mask_storeu_ps(ds + g, m, _mm512_mul_ps(dg, _mm512_maskz_loadu_ps(m, sx + g)));
+                corr16 = _mm512_fmadd_ps(dg, _mm512_maskz_loadu_ps(m, correction + g), corr16);
             }
+            const float corr = _mm512_reduce_add_ps(corr16);
             __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
             std::size_t p = 0;
             for (; p + 2 <= pairs; p += 2) {  // two pairs a step: two independent sums
@@ -635,16 +636,16 @@ struct quantized_tensor {
 /// its right operand (kernels::quantized_product) in a program with options::weights.
 class quantized_weights {
 public:
-    using lookup_fn = const quantized_weight* (*)(const void* owner, std::size_t offset, bool transposed);
+    using lookup_fn = const quantized_weight* (*)(const void* owner, std::size_t offset, bool transposed, weight_format format);
     static quantized_weights& instance() {
         static quantized_weights registry;
         return registry;
     }
-    /// The quantised matrix that starts at w, read transposed or not; null when there is none.
-    const quantized_weight* find(const float* w, bool transposed) const {
+    /// The quantised matrix in `format` that starts at w, read transposed or not; null when there is none.
+    const quantized_weight* find(const float* w, bool transposed, weight_format format) const {
         std::shared_lock lock(mutex_);
         for (const auto& r : ranges_)
-            if (w >= r.begin && w < r.end) return r.lookup(r.owner, std::size_t(w - r.begin), transposed);
+            if (w >= r.begin && w < r.end) return r.lookup(r.owner, std::size_t(w - r.begin), transposed, format);
         return nullptr;
     }
     /// Registers (or, with the same owner, moves) a store's float range.

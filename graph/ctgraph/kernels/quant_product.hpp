@@ -56,7 +56,7 @@ const quantized_weight* quantized_table(weight_format format, const T* table, st
     if constexpr (!std::is_same_v<T, float>) return nullptr;
     else {
         if (format == weight_format::f32 || !table) return nullptr;
-        const quantized_weight* w = quantized_weights::instance().find(table, true);
+        const quantized_weight* w = quantized_weights::instance().find(table, true, format);
         return w && w->format == format && w->N == V && w->K == E ? w : nullptr;
     }
 }
@@ -73,7 +73,7 @@ bool quantized_product(weight_format format, bool trans_b, std::size_t M, std::s
     if constexpr (!std::is_same_v<T, float>) return false;
     else {
     if (format == weight_format::f32 || !B || M == 0) return false;
-    const quantized_weight* w = quantized_weights::instance().find(B, trans_b);
+    const quantized_weight* w = quantized_weights::instance().find(B, trans_b, format);
     if (!w || w->format != format || w->K != K || w->N != N || ldb != (trans_b ? K : N)) return false;
     gemm_flop_counter().fetch_add(2 * std::uint64_t(M) * N * K, std::memory_order_relaxed);
     if (M <= quant_gemv_max_rows) {
