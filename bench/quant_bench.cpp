@@ -44,6 +44,7 @@ double median_ms(int reps, const std::function<void()>& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    const double bw = bench::read_bandwidth_gbps(1);  // first: its gigabyte on huge pages while memory is unfragmented
     int reps = 20, layers = 12;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string a = argv[i];
@@ -73,7 +74,6 @@ int main(int argc, char** argv) {
     }
     std::vector<float> x(widest), y(widest);
     for (float& v : x) v = n01(rng) * 50;
-    const double bw = bench::read_bandwidth_gbps(1);
     std::printf("GPT-2 step's products: %zu weight matrices, %.1f M weights; memory read %.1f GB/s\n", shapes.size(),
                 double(bytes32) / 4e6, bw);
     std::printf("%-8s %-12s %10s %10s %9s %8s %9s\n", "weights", "path", "ms/token", "MB read", "GB/s", "% bw", "vs f32");
@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
         std::printf("%-8s %-12s %10.2f %10.1f %9.1f %8.0f %9.2f\n", fmt, path, ms, double(bytes) / 1e6, gbs, 100 * gbs / bw, f32_ms / ms);
     };
     line("f32", "gemm", f32_ms, bytes32);
-    for (quant_path p : {quant_path::scalar, quant_path::avx512, quant_path::avx512_vnni}) {
+    for (quant_path p : all_quant_paths) {
         if (!quant_path_supported(p)) continue;
         const int r = p == quant_path::scalar ? 3 : reps;
         line("int8", std::string(quant_path_name(p)).c_str(), median_ms(r, [&] {

@@ -11,8 +11,10 @@
 //       tokens/s and the validation loss per token and per character (the validation windows' total
 //       nats over the characters their targets cover: the unit of char_gpt's figure) and a sample.
 //       Writes DIR/subword.model and .vocab, DIR/subword_gpt.npz, DIR/subword_gpt_loss.csv and
-//       DIR/subword_gpt_loss.png. Exits non-zero unless decoding the encoded training and validation
-//       text gives them back exactly and the validation loss ends below its value before training.
+//       DIR/subword_gpt_loss.png. Then the validation loss with int8 and 4-bit weights (options{.weights}).
+//       Exits non-zero unless decoding the encoded training and validation text gives them back
+//       exactly, the validation loss ends below its value before training, and the quantised models'
+//       losses are within 0.5 % (int8) and 3 % (4-bit) of float32's.
 //   subword_gpt encode MODEL TEXT
 //       prints the ids of TEXT under the SentencePiece model MODEL, one line, space-separated
 //       (examples/subword_crosscheck.py compares them with Python's sentencepiece).
@@ -99,6 +101,18 @@ int run(const args& a) {
                 tokens_per_s, tokens_per_s * chars_per_target, r.metric, r.metric / chars_per_target,
                 r.best_metric / chars_per_target, r.best_step, r.step, clock_text(r.seconds).c_str());
 
+    // The trained model with int8 and 4-bit weights (options{.weights}; docs/guide/quantization.md):
+    // the validation loss of each against float32's, over the same windows.
+    auto val_loss = [&]<weight_format W>() {
+        program_for<float, options{.inference = true, .weights = W}, decltype(loss())> eval(prog.shared_params());
+        return mean_output(eval, val_set, 8);
+    };
+    const double f32_loss = val_loss.template operator()<weight_format::f32>();
+    const double int8_loss = val_loss.template operator()<weight_format::int8>();
+    const double q4_loss = val_loss.template operator()<weight_format::q4>();
+    std::printf("validation loss with quantised weights: float32 %.4f, int8 %.4f (%+.2f %%), q4 %.4f (%+.2f %%) nats/token\n",
+                f32_loss, int8_loss, 100 * (int8_loss / f32_loss - 1), q4_loss, 100 * (q4_loss / f32_loss - 1));
+
     nn::gpt_generator<model, float> gen(prog.shared_params(), 1, Context);
     std::mt19937_64 sample_rng(7);
     const std::string prompt = "The licensee";
@@ -111,6 +125,10 @@ int run(const args& a) {
     std::printf("--- sample (120 tokens, temperature 0.8, top-p 0.95) ---\n%s%s\n---\n", prompt.c_str(), decoded.c_str());
     if (!(r.metric < before)) {
         std::fprintf(stderr, "subword_gpt: the validation loss did not fall (%.3f before, %.3f after)\n", before, r.metric);
+        return 1;
+    }
+    if (!(int8_loss <= 1.005 * f32_loss) || !(q4_loss <= 1.03 * f32_loss)) {
+        std::fprintf(stderr, "subword_gpt: quantised weights raise the validation loss by more than 0.5 %% (int8) or 3 %% (q4)\n");
         return 1;
     }
     return 0;

@@ -23,7 +23,7 @@ std::vector<float> normal(std::size_t n, unsigned seed, float sd = 1.0f) {
 }
 std::vector<quant_path> paths_here() {
     std::vector<quant_path> p;
-    for (quant_path q : {quant_path::scalar, quant_path::avx512, quant_path::avx512_vnni})
+    for (quant_path q : all_quant_paths)
         if (quant_path_supported(q)) p.push_back(q);
     return p;
 }
@@ -160,6 +160,8 @@ TEST_CASE("4-bit products on every path of this CPU against float64", "[quant]")
 TEST_CASE("CTG_QUANT_ISA restricts the path, and an unsupported path is refused", "[quant]") {
     ::setenv("CTG_QUANT_ISA", "scalar", 1);
     CHECK(choose_quant_path() == quant_path::scalar);
+    ::setenv("CTG_QUANT_ISA", "avx2", 1);
+    CHECK(choose_quant_path() == (quant_path_supported(quant_path::avx2) ? quant_path::avx2 : quant_path::scalar));
     ::unsetenv("CTG_QUANT_ISA");
     CHECK(quant_path_supported(choose_quant_path()));
     if (!quant_path_supported(quant_path::avx512_vnni)) {

@@ -43,7 +43,7 @@ struct quant_isa {
 
 std::vector<kernels::quant_path> paths_here() {
     std::vector<kernels::quant_path> p;
-    for (auto q : {kernels::quant_path::scalar, kernels::quant_path::avx512, kernels::quant_path::avx512_vnni})
+    for (auto q : kernels::all_quant_paths)
         if (kernels::quant_path_supported(q)) p.push_back(q);
     return p;
 }

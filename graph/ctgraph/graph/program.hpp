@@ -55,9 +55,9 @@ class program {
                   "ctg::compile: the scalar type must be float or double");
     static_assert(Opt.precision == precision::f32 || std::is_same_v<T, float>,
                   "ctg::compile: options{.precision = precision::bf16} needs a float program (bf16 products accumulate in float)");
-    static_assert(Opt.weights == weight_format::f32 || (std::is_same_v<T, float> && Opt.inference),
+    static_assert(Opt.weights == weight_format::f32 || (std::is_same_v<T, float> && Opt.inference && Opt.precision == precision::f32),
                   "ctg::compile: options{.weights = int8 or q4} is weight-only quantisation for inference: it needs a float "
-                  "program with options{.inference = true}");
+                  "program with options{.inference = true} and float products (precision::f32)");
 
 public:
     using scalar = T;  ///< the scalar type (float or double)

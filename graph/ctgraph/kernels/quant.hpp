@@ -27,11 +27,12 @@
 //     column's sum of codes (kept with the matrix); q4 feeds its codes q + 8 (u8, 0..15) against xq
 //     and subtracts 8 times each group's sum of xq (once per row, for every column); two groups of
 //     32 per 512-bit product, their 16 lanes scaled by the two groups' scales.
+// The float-activation way also runs on AVX2 and FMA (256 bits), for CPUs without AVX-512.
 // Each has a scalar reference (quant_path::scalar), which is also the portable path. The rule for
 // the tests: the int8-activation paths' integer sums equal the scalar integer sums exactly
 // (int8_dot_q8 / int8_dot_q4 expose them); the float paths agree with a float64 product of the
 // dequantised weights to K * 2^-24 relative to sum_k |x_k w_k| (float accumulation).
-// CTG_QUANT_ISA=scalar|avx512 restricts the choice (to test every path on any host).
+// CTG_QUANT_ISA=scalar|avx2|avx512 restricts the choice (to test every path on any host).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -219,18 +220,20 @@ inline q4_matrix quantize_q4(const float* w, std::size_t K, std::size_t N, std::
 /// How a quantised product runs.
 enum class quant_path {
     scalar,       ///< the portable reference: float activations, one weight at a time
+    avx2,         ///< AVX2 and FMA: float activations, weights widened in 256-bit registers
     avx512,       ///< AVX-512 (F, BW): float activations, weights widened in registers
     avx512_vnni,  ///< AVX-512 VNNI (and F16C): int8 activations, exact int32 dot products (vpdpbusd)
 };
 /// The path's name, as CTG_QUANT_ISA and the benchmarks spell it.
 inline std::string_view quant_path_name(quant_path p) {
-    return p == quant_path::scalar ? "scalar" : p == quant_path::avx512 ? "avx512" : "avx512_vnni";
+    return p == quant_path::scalar ? "scalar" : p == quant_path::avx2 ? "avx2" : p == quant_path::avx512 ? "avx512" : "avx512_vnni";
 }
 /// Whether this CPU runs a path.
 inline bool quant_path_supported(quant_path p) {
 #if CTG_QUANT_X86
     switch (p) {
         case quant_path::scalar: return true;
+        case quant_path::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
         case quant_path::avx512: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
         case quant_path::avx512_vnni:
             return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
@@ -241,14 +244,17 @@ inline bool quant_path_supported(quant_path p) {
     return p == quant_path::scalar;
 #endif
 }
-/// The fastest path this CPU runs, at most CTG_QUANT_ISA's (scalar, avx512, avx512_vnni) when set.
+/// Every path, slowest first.
+inline constexpr quant_path all_quant_paths[] = {quant_path::scalar, quant_path::avx2, quant_path::avx512, quant_path::avx512_vnni};
+
+/// The fastest path this CPU runs, at most CTG_QUANT_ISA's (scalar, avx2, avx512, avx512_vnni) when set.
 inline quant_path choose_quant_path() {
     quant_path best = quant_path::scalar;
-    for (quant_path p : {quant_path::avx512, quant_path::avx512_vnni})
+    for (quant_path p : all_quant_paths)
         if (quant_path_supported(p)) best = p;
     if (const char* cap = std::getenv("CTG_QUANT_ISA")) {
         const std::string_view c(cap);
-        for (quant_path p : {quant_path::scalar, quant_path::avx512, quant_path::avx512_vnni})
+        for (quant_path p : all_quant_paths)
             if (c == quant_path_name(p) && int(p) < int(best)) best = p;
     }
     return best;
@@ -296,6 +302,74 @@ inline float quantize_row_q8(const float* x, std::size_t K, std::int8_t* xq, std
 }
 
 #if CTG_QUANT_X86
+// ---------------------------------------------------------------- AVX2, float activations
+__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+__attribute__((target("avx2,fma"))) inline void gemv_q8_avx2(std::size_t M, const float* x, std::size_t ldx, const q8_view& w,
+                                                            const float* bias, float* y, std::size_t ldy) {
+    const std::size_t K8 = w.K / 8 * 8;
+    auto widen = [](const std::int8_t* q) {
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))));
+    };
+    for (std::size_t m = 0; m < M; ++m) {
+        const float* xr = x + m * ldx;
+        std::size_t n = 0;
+        for (; n + 4 <= w.N; n += 4) {  // four columns share each load of x
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            const std::int8_t* q = &w.q[n * w.Kp];
+            for (std::size_t k = 0; k < K8; k += 8) {
+                const __m256 xv = _mm256_loadu_ps(xr + k);
+                a0 = _mm256_fmadd_ps(xv, widen(q + k), a0);
+                a1 = _mm256_fmadd_ps(xv, widen(q + w.Kp + k), a1);
+                a2 = _mm256_fmadd_ps(xv, widen(q + 2 * w.Kp + k), a2);
+                a3 = _mm256_fmadd_ps(xv, widen(q + 3 * w.Kp + k), a3);
+            }
+            float s[4] = {hsum8(a0), hsum8(a1), hsum8(a2), hsum8(a3)};
+            for (std::size_t k = K8; k < w.K; ++k)
+                for (std::size_t c = 0; c < 4; ++c) s[c] += xr[k] * float(q[c * w.Kp + k]);
+            for (std::size_t c = 0; c < 4; ++c) y[m * ldy + n + c] = s[c] * w.scale[n + c] + (bias ? bias[n + c] : 0.0f);
+        }
+        for (; n < w.N; ++n) {
+            const std::int8_t* q = &w.q[n * w.Kp];
+            __m256 a = _mm256_setzero_ps();
+            for (std::size_t k = 0; k < K8; k += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k), widen(q + k), a);
+            float s = hsum8(a);
+            for (std::size_t k = K8; k < w.K; ++k) s += xr[k] * float(q[k]);
+            y[m * ldy + n] = s * w.scale[n] + (bias ? bias[n] : 0.0f);
+        }
+    }
+}
+
+__attribute__((target("avx2,fma"))) inline void gemv_q4_avx2(std::size_t M, const float* x, std::size_t ldx, const q4_view& w,
+                                                            const float* bias, float* y, std::size_t ldy) {
+    const __m128i low4 = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+    auto widen = [](__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); };  // the low 8 bytes
+    for (std::size_t m = 0; m < M; ++m) {
+        const float* xr = x + m * ldx;
+        for (std::size_t n = 0; n < w.N; ++n) {
+            __m256 acc = _mm256_setzero_ps();
+            const std::uint8_t* b = &w.nibbles[n * w.G * 16];
+            const std::uint16_t* d = &w.scale[n * w.G];
+            for (std::size_t g = 0; g < w.G; ++g) {
+                const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + g * 16));
+                const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, low4), eight);                      // values 0..15
+                const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), eight);  // values 16..31
+                const float* xg = xr + g * 32;
+                __m256 s = _mm256_mul_ps(_mm256_loadu_ps(xg), widen(lo));
+                s = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 8), widen(_mm_srli_si128(lo, 8)), s);
+                s = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 16), widen(hi), s);
+                s = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 24), widen(_mm_srli_si128(hi, 8)), s);
+                acc = _mm256_fmadd_ps(s, _mm256_set1_ps(from_half(d[g])), acc);
+            }
+            y[m * ldy + n] = hsum8(acc) + (bias ? bias[n] : 0.0f);
+        }
+    }
+}
+
 // ---------------------------------------------------------------- AVX-512, float activations
 __attribute__((target("avx512f,avx512bw"))) inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
@@ -538,6 +612,7 @@ inline void gemv_q8(std::size_t M, const float* x, std::size_t ldx, const q8_mat
         const q8_view v = w.columns(n0, n1);
         const float* b = bias ? bias + n0 : nullptr;
 #if CTG_QUANT_X86
+        if (path == quant_path::avx2) return detail::gemv_q8_avx2(M, x, ldx, v, b, y + n0, ldy);
         if (path == quant_path::avx512) return detail::gemv_q8_avx512(M, x, ldx, v, b, y + n0, ldy);
         if (path == quant_path::avx512_vnni) {
             scratch<std::int8_t> xq(w.Kp);
@@ -556,6 +631,7 @@ inline void gemv_q4(std::size_t M, const float* x, std::size_t ldx, const q4_mat
         const q4_view v = w.columns(n0, n1);
         const float* b = bias ? bias + n0 : nullptr;
 #if CTG_QUANT_X86
+        if (path == quant_path::avx2) return detail::gemv_q4_avx2(M, x, ldx, v, b, y + n0, ldy);
         if (path == quant_path::avx512) return detail::gemv_q4_avx512(M, x, ldx, v, b, y + n0, ldy);
         if (path == quant_path::avx512_vnni) {
             scratch<std::int8_t> xq(w.K), xp(w.K);

@@ -38,7 +38,8 @@ namespace ctg::nn {
 /// matrix products on bf16 operands (the program option of the same name), in a float program.
 /// Cache: precision::bf16 keeps the KV cache in bfloat16 (the default with bf16 products).
 /// Weights: weight_format::int8 or q4 reads every projection and the output head from quantised
-/// copies kept in the store (options::weights; docs/guide/quantization.md), float programs only.
+/// copies kept in the store (options::weights; docs/guide/quantization.md): float programs with
+/// float products (Products f32).
 template <class Model, class T = float, precision Products = precision::f32, precision Cache = Products,
           weight_format Weights = weight_format::f32>
 class gpt_generator {
