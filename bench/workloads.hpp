@@ -479,12 +479,12 @@ struct decode_workload {
         const double weight_bytes = products == precision::bf16 ? 2.0 : double(sizeof(T));
         double quantised_elements = 0;  // (nn::gpt's head is untied: the embedding table stays float)
         for (std::size_t s = 0; s < store->size(); ++s)
-            if (store->quantized(s, weights)) quantised_elements += double(store->at(s).shape.size());
+            if (quantized(*store, s, weights)) quantised_elements += double(store->at(s).shape.size());
         const double float_weights = double(store->num_elements()) - quantised_elements - double(V) * double(d) + double(d);
-        const double weights = float_weights + double(store->quantized_bytes(weights)) / weight_bytes;
+        const double weight_total = float_weights * weight_bytes + double(quantized_bytes(*store, weights));
         const double mean_cached = (double(new_tokens) + 1.0) / 2.0;  // positions 1..new_tokens
         const double cache_bytes = double(sizeof(typename generator::cache_element));
-        return weights * weight_bytes + 2.0 * double(L) * mean_cached * double(d) * cache_bytes;
+        return weight_total + 2.0 * double(L) * mean_cached * double(d) * cache_bytes;
     }
     static double flops() {  // torch_ref.py: sum over L = 1..new tokens of the per-token matrix products
         double f = 0;

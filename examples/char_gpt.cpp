@@ -32,6 +32,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/quantize.hpp>
 #include <ctgraph/train.hpp>
 
 #include "char_gpt_model.hpp"
@@ -195,7 +196,7 @@ quantized_run measure(const std::shared_ptr<parameter_store<float>>& store, toke
     nn::gpt_generator<model, float, precision::f32, precision::f32, Weights> gen(store, 1, Context);
     double bytes = 0;
     for (std::size_t s = 0; s < store->size(); ++s) {
-        const auto* q = store->quantized(s, Weights);
+        const auto* q = quantized(*store, s, Weights);
         bytes += q ? double(q->bytes()) : 4.0 * double(store->at(s).shape.size());
     }
     r.megabytes = bytes / 1e6;

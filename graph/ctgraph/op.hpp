@@ -95,7 +95,7 @@
 //     static constexpr std::uint32_t bf16_operands_only = 0b011;  // affine
 //     // optional: the operands this op reads as the right operand of its forward product, y = x W
 //     // (bit k: operand k). Where such an operand is a parameter, a program compiled with
-//     // options::weights quantises it in the store (parameter_store::quantize), and forward must
+//     // options::weights quantises it in the store (ctg::quantize), and forward must
 //     // call kernels::quantized_product(c.run.weights, ...) first, running its float product only
 //     // when that returns false. transposed_weight_operands: of those, the ones read as W^T (a tied
 //     // head's x E^T), whose output columns are the stored rows.

@@ -22,13 +22,12 @@
 // converts the stale ones. (A pointer from value() kept and written through after another step
 // bypasses this: write weights through value() each time.)
 //
-// Quantised copies (float stores; programs with options::weights make them): int8 or 4-bit copies
-// of the parameters that products read as weights (kernels::quantized_weights), kept current the
-// same way: a write marks a copy stale and refresh_quantized(), which such programs call before
-// their forward pass, quantises it again.
+// Extensions (float stores): copies of the values kept elsewhere, as the quantised copies of
+// graph/ctgraph/quant_store.hpp, attach a detail::store_extension, which the store tells when values
+// are written (the same events that mark bf16 copies stale), when its values move, and which it
+// clones with the store. The store's header carries no code of theirs.
 #pragma once
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -42,12 +41,25 @@
 
 #include "ctgraph/error.hpp"
 #include "ctgraph/kernels/bf16.hpp"
-#include "ctgraph/kernels/quant.hpp"
 #include "ctgraph/memory.hpp"
 #include "ctgraph/names.hpp"
 #include "ctgraph/tensor.hpp"
 
 namespace ctg {
+
+namespace detail {
+/// Something kept beside a float store's values (see the file comment): told what happens to them.
+struct store_extension {
+    virtual ~store_extension() = default;
+    /// Slot `slot`'s values (every slot's, with all_slots) may have been written.
+    virtual void values_written(std::size_t slot) = 0;
+    /// The store's values now live at [begin, end) (after it grew, or in a copy of the store).
+    virtual void values_moved(const void* store, const float* begin, const float* end) = 0;
+    /// A copy for a copy of the store (its values then move: values_moved follows).
+    virtual std::unique_ptr<store_extension> clone() const = 0;
+    static constexpr std::size_t all_slots = ~std::size_t(0);  ///< values_written's "every slot"
+};
+}  // namespace detail
 
 /// Every parameter's values and gradients in two flat, aligned arrays, held by name (slot =
 /// position of the name); shared between programs through a std::shared_ptr. Default initialisation
@@ -88,7 +100,7 @@ public:
         values_.resize(total_, T(0));
         if (!grads_.empty()) grads_.resize(grad_total_, T(0));  // else allocated by the first use (gradients())
         if (bf16_on_) resize_bf16();
-        register_quantized();  // (the values may have moved)
+        moved();
         return entries_.size() - 1;
     }
 
@@ -99,7 +111,7 @@ public:
           zero_pending_(o.zero_pending_) {
         strict_ = o.strict_;
         if (o.bf16_on_) enable_bf16();  // its own copy, registered for its own values
-        copy_quantized(o);
+        if (o.extension_) extension_ = o.extension_->clone(), moved();
     }
     /// Copies names, values and gradients (and the bf16 copies, if enabled).
     parameter_store& operator=(const parameter_store& o) {
@@ -108,12 +120,12 @@ public:
         zero_pending_ = o.zero_pending_;
         strict_ = o.strict_;
         if (o.bf16_on_ || bf16_on_) enable_bf16(); else resize_bf16();
-        copy_quantized(o);
+        extension_ = o.extension_ ? o.extension_->clone() : nullptr;
+        moved();
         return *this;
     }
     ~parameter_store() {
         if (bf16_on_) kernels::bf16_copies::instance().remove(this);
-        if (any_quantized()) kernels::quantized_weights::instance().remove(this);
     }
 
     // ---------------------------------------------------------------- bf16 copies
@@ -139,6 +151,13 @@ public:
     /// The values of a slot without marking its bf16 copy stale: for programs, which read them, and
     /// optimizers, which convert every range they write with write_bf16 in the same pass.
     T* value_storage(std::size_t slot) { return values_.data() + entries_[slot].offset; }
+    /// The store's extension (quantised copies: graph/ctgraph/quant_store.hpp), or null.
+    detail::store_extension* extension() const { return extension_.get(); }
+    /// Attaches an extension (float stores), which is told where the values are at once.
+    void set_extension(std::unique_ptr<detail::store_extension> e) {
+        extension_ = std::move(e);
+        moved();
+    }
     /// Converts elements [lo, hi) of a parameter into its bf16 copy (no-op without copies).
     void write_bf16(std::size_t slot, std::size_t lo, std::size_t hi) {
         if constexpr (std::is_same_v<T, float>)
@@ -177,95 +196,6 @@ public:
     T* grad(std::size_t slot) { return settled_grads().data() + grad_offset_of(slot); }
     /// The gradient of a slot, read-only (settles a pending zero_grad() first).
     const T* grad(std::size_t slot) const { return settled_grads().data() + grad_offset_of(slot); }
-
-    // ---------------------------------------------------------------- quantised copies
-    /// Keeps a quantised copy of parameter `slot` for the products that read it as a weight
-    /// (options::weights; float stores): each matrix of its last two axes (each layer's of a stacked
-    /// parameter) in `format`, int8 with a scale per output column or q4 with a float16 scale per
-    /// group of 32 inputs (kernels/quant.hpp). transposed: products read it as x E^T (a tied head
-    /// reading the embedding (vocab, width)), so its output columns are E's rows. The copy is kept
-    /// current: writing the values marks it stale, refresh_quantized() quantises it again. A slot
-    /// keeps one copy per format (programs of both formats may share a store); the same format and
-    /// orientation again does nothing, another orientation replaces the copy. Throws ctg::error for
-    /// a double store, a parameter of rank < 2 or format f32, ctg::shape_error for q4 with an input
-    /// size not a multiple of 32, ctg::numeric_error for a weight that is not finite.
-    void quantize(std::size_t slot, weight_format format, bool transposed = false) {
-        const entry& e = entries_.at(slot);
-        if constexpr (!std::is_same_v<T, float>) {
-            throw error("ctg::parameter_store::quantize: quantised copies are of float values ('" + e.name + "' is in a double store)");
-        } else {
-            if (format == weight_format::f32) throw error("ctg::parameter_store::quantize: weight_format::f32 is no quantised format ('" + e.name + "')");
-            if (e.shape.rank < 2) throw error("ctg::parameter_store::quantize: '" + e.name + "' has shape " + to_string(e.shape) + ", not a matrix");
-            auto& copies = quant_[quant_index(format)];
-            if (copies.size() < entries_.size()) copies.resize(entries_.size());
-            auto& q = copies[slot];
-            if (q && q->transposed == transposed && !q->stale) return;
-            const std::size_t r0 = e.shape.d[e.shape.rank - 2], r1 = e.shape.d[e.shape.rank - 1];
-            const std::size_t K = transposed ? r1 : r0, N = transposed ? r0 : r1, count = r0 * r1 != 0 ? e.shape.size() / (r0 * r1) : 0;
-            auto t = std::make_unique<kernels::quantized_tensor>();
-            t->format = format, t->transposed = transposed;
-            t->matrices.reserve(count);
-            try {
-                for (std::size_t m = 0; m < count; ++m)
-                    t->matrices.push_back(kernels::quantize_weight(format, values_.data() + e.offset + m * r0 * r1, K, N, transposed));
-            } catch (const error& x) {
-                rethrow_with_name(x, e.name);
-            }
-            q = std::move(t);
-            register_quantized();
-        }
-    }
-    /// Sets a parameter's quantised copy (ctg::load_quantized): its matrices must have the
-    /// parameter's shape; its values become the dequantised weights (the model the copy stands for).
-    void set_quantized(std::size_t slot, kernels::quantized_tensor t) {
-        const entry& e = entries_.at(slot);
-        if constexpr (!std::is_same_v<T, float>) {
-            throw error("ctg::parameter_store::set_quantized: quantised copies are of float values ('" + e.name + "' is in a double store)");
-        } else {
-            const std::size_t r0 = e.shape.rank >= 2 ? e.shape.d[e.shape.rank - 2] : 0, r1 = e.shape.rank >= 2 ? e.shape.d[e.shape.rank - 1] : 0;
-            const std::size_t K = t.transposed ? r1 : r0, N = t.transposed ? r0 : r1;
-            const bool fits = r0 * r1 > 0 && t.matrices.size() == e.shape.size() / (r0 * r1) &&
-                              std::all_of(t.matrices.begin(), t.matrices.end(), [&](const kernels::quantized_weight& m) {
-                                  return m.K == K && m.N == N && m.format == t.format && m.transposed == t.transposed;
-                              });
-            if (!fits) throw shape_error("ctg::parameter_store::set_quantized: the quantised matrices do not have the shape of '" + e.name + "' " + to_string(e.shape));
-            for (std::size_t m = 0; m < t.matrices.size(); ++m)
-                for (std::size_t k = 0; k < K; ++k)
-                    for (std::size_t n = 0; n < N; ++n)
-                        values_[e.offset + m * r0 * r1 + (t.transposed ? n * K + k : k * N + n)] = float(t.matrices[m].at(k, n));
-            if (t.format == weight_format::f32) throw error("ctg::parameter_store::set_quantized: weight_format::f32 is no quantised format ('" + e.name + "')");
-            auto& copies = quant_[quant_index(t.format)];
-            if (copies.size() < entries_.size()) copies.resize(entries_.size());
-            t.stale = false;
-            copies[slot] = std::make_unique<kernels::quantized_tensor>(std::move(t));
-            for (auto& other : quant_)  // (another format's copy stands for the old values)
-                if (slot < other.size() && other[slot] && other[slot].get() != copies[slot].get()) other[slot]->stale = true, quant_stale_ = true;
-            if (bf16_on_) bf16_stale_[slot] = 1, any_stale_ = true;
-            register_quantized();
-        }
-    }
-    /// The quantised copy of a parameter in `format` (int8 or q4), or null.
-    const kernels::quantized_tensor* quantized(std::size_t slot, weight_format format) const {
-        if (format == weight_format::f32) return nullptr;
-        const auto& copies = quant_[quant_index(format)];
-        return slot < copies.size() ? copies[slot].get() : nullptr;
-    }
-    /// Quantises again the copies whose values were written since (programs with options::weights
-    /// call it before their forward pass).
-    void refresh_quantized() {
-        if (!quant_stale_) return;
-        quant_stale_ = false;
-        for (auto& copies : quant_)
-            for (std::size_t s = 0; s < copies.size(); ++s)
-                if (copies[s] && copies[s]->stale) quantize(s, copies[s]->format, copies[s]->transposed);
-    }
-    /// Bytes of the quantised copies in `format`.
-    std::size_t quantized_bytes(weight_format format) const {
-        std::size_t n = 0;
-        for (std::size_t s = 0; s < entries_.size(); ++s)
-            if (const auto* q = quantized(s, format)) n += q->bytes();
-        return n;
-    }
 
     // ---------------------------------------------------------------- frozen parameters
     /// Freezes a parameter (or lets it train again): a frozen one has no gradient memory (grads()
@@ -401,49 +331,15 @@ private:
     }
     void mark_stale(std::size_t slot) {
         if (bf16_on_) bf16_stale_[slot] = 1, any_stale_ = true;
-        for (auto& copies : quant_)
-            if (slot < copies.size() && copies[slot]) copies[slot]->stale = true, quant_stale_ = true;
+        if (extension_) extension_->values_written(slot);
     }
     void mark_all_stale() {
         if (bf16_on_) std::fill(bf16_stale_.begin(), bf16_stale_.end(), 1), any_stale_ = true;
-        for (auto& copies : quant_)
-            for (auto& q : copies)
-                if (q) q->stale = true, quant_stale_ = true;
+        if (extension_) extension_->values_written(detail::store_extension::all_slots);
     }
-    static std::size_t quant_index(weight_format f) { return f == weight_format::int8 ? 0 : 1; }
-    bool any_quantized() const { return !quant_[0].empty() || !quant_[1].empty(); }
-    [[noreturn]] static void rethrow_with_name(const error& x, const std::string& name) {
-        const std::string what = std::string(x.what()) + " (parameter '" + name + "')";
-        if (dynamic_cast<const shape_error*>(&x)) throw shape_error(what);
-        if (dynamic_cast<const numeric_error*>(&x)) throw numeric_error(what);
-        throw error(what);
-    }
-    // The quantised matrix of this store at `offset` into values(), read transposed or not
-    // (kernels::quantized_weights' lookup): the slot holding it (entries are in offset order), then
-    // its matrix, which must start there.
-    static const kernels::quantized_weight* quantized_at(const void* owner, std::size_t offset, bool transposed, weight_format format) {
-        const auto& s = *static_cast<const parameter_store*>(owner);
-        auto it = std::upper_bound(s.entries_.begin(), s.entries_.end(), offset, [](std::size_t o, const entry& e) { return o < e.offset; });
-        if (it == s.entries_.begin()) return nullptr;
-        const std::size_t slot = std::size_t(it - s.entries_.begin()) - 1;
-        const kernels::quantized_tensor* q = s.quantized(slot, format);
-        if (!q || q->transposed != transposed || q->matrices.empty()) return nullptr;
-        const std::size_t per = q->matrices[0].K * q->matrices[0].N, rel = offset - s.entries_[slot].offset;
-        if (per == 0 || rel % per || rel / per >= q->matrices.size()) return nullptr;
-        return &q->matrices[rel / per];
-    }
-    void register_quantized() {
+    void moved() {
         if constexpr (std::is_same_v<T, float>)
-            if (any_quantized()) kernels::quantized_weights::instance().put(this, values_.data(), values_.data() + values_.size(), &quantized_at);
-    }
-    void copy_quantized(const parameter_store& o) {
-        if (any_quantized()) kernels::quantized_weights::instance().remove(this);
-        for (std::size_t f = 0; f < 2; ++f) {
-            quant_[f].clear();
-            for (const auto& q : o.quant_[f]) quant_[f].push_back(q ? std::make_unique<kernels::quantized_tensor>(*q) : nullptr);
-        }
-        quant_stale_ = o.quant_stale_;
-        register_quantized();
+            if (extension_) extension_->values_moved(this, values_.data(), values_.data() + values_.size());
     }
     void resize_bf16() {
         if (!bf16_on_) {
@@ -492,9 +388,7 @@ private:
     bool strict_ = false;  // programs may not add parameters (strict(bool))
     aligned_vector<kernels::bf16_bits> bf16_;
     std::vector<unsigned char> bf16_stale_;  // per slot
-    // Quantised copies (quantize): [0] int8, [1] q4; per slot, null where none.
-    std::array<std::vector<std::unique_ptr<kernels::quantized_tensor>>, 2> quant_;
-    bool quant_stale_ = false;  // some quantised copy is stale
+    std::unique_ptr<detail::store_extension> extension_;  // quantised copies (set_extension), or null
 
     // The gradients' memory, allocated (zeroed) by the first use: a store that only inference
     // programs and generators read never holds it (GPT-2 small: 650 MB of a decoder's 1.7 GB).

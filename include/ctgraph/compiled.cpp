@@ -18,6 +18,7 @@
 #if !defined(CTG_COMPILED_PART) || CTG_COMPILED_PART == 1  // kernels and files
 namespace ctg::kernels {
 CTG_KERNEL_INSTANCES(template)
+CTG_QUANT_INSTANCES(template)
 }  // namespace ctg::kernels
 namespace ctg::npz {
 CTG_NPZ_INSTANCES(template)

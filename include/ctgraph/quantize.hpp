@@ -6,7 +6,7 @@
 //   ctg::load_quantized(*other_store, "model.q4.safetensors");  // codes as saved, not quantised again
 //
 // A program compiled with options{.weights = weight_format::int8 or q4} quantises, in its store,
-// every parameter its products read as a weight (parameter_store::quantize). save_quantized writes
+// every parameter its products read as a weight (ctg::quantize, graph/ctgraph/quant_store.hpp). save_quantized writes
 // the store as safetensors: each parameter with a copy in the format asked for as its codes and
 // scales, every other one as F32 under its own name. The tensor names say the scheme:
 //
@@ -39,6 +39,7 @@
 #include "ctgraph/error.hpp"
 #include "ctgraph/kernels/quant.hpp"
 #include "ctgraph/params.hpp"
+#include "ctgraph/quant_store.hpp"
 #include "ctgraph/safetensors.hpp"
 
 namespace ctg {
@@ -60,14 +61,14 @@ inline safetensors::tensor raw_tensor(std::string name, const char* dtype, std::
 /// file comment), atomically: a failed write leaves the previous file. Throws ctg::error when the
 /// store has no copy in that format (no program with options{.weights = format} was made over it).
 inline void save_quantized(const parameter_store<float>& store, weight_format format, const std::string& path) {
-    if (store.quantized_bytes(format) == 0)
+    if (quantized_bytes(store, format) == 0)
         throw error("ctg::save_quantized: the store has no " + std::string(format == weight_format::int8 ? "int8" : format == weight_format::q4 ? "q4" : "quantised") +
                     " copies (a program compiled with options{.weights = ...} over it makes them)");
     std::vector<safetensors::tensor> tensors;
     safetensors::metadata meta{{"ctgraph.format", "quantized weights 1"}};
     for (std::size_t s = 0; s < store.size(); ++s) {
         const auto& e = store.at(s);
-        const kernels::quantized_tensor* q = store.quantized(s, format);
+        const kernels::quantized_tensor* q = quantized(store, s, format);
         if (!q) {
             tensors.push_back(safetensors::from_data(e.name, store.value(s), e.shape.to_vector()));
             continue;
@@ -222,7 +223,7 @@ inline void load_quantized(parameter_store<float>& store, const std::string& pat
         throw io_error(msg);
     }
     for (std::size_t s = 0; s < store.size(); ++s) {
-        if (quantised[s]) store.set_quantized(s, std::move(*quantised[s]));
+        if (quantised[s]) set_quantized(store, s, std::move(*quantised[s]));
         else std::copy(plain[s].begin(), plain[s].end(), store.value(s));
     }
 }

@@ -49,7 +49,7 @@ struct options {
     /// Weight-only quantisation (inference programs of float): weight_format::int8 or q4 runs every
     /// product whose right operand is a parameter (affine, fused affine and activation, matmul by a
     /// weight, a tied output head x E^T) on the store's quantised copy of that weight, made when the
-    /// program is constructed (parameter_store::quantize) or loaded with it (ctg::load_quantized).
+    /// program is constructed (ctg::quantize, ctgraph/quant_store.hpp) or loaded with it (ctg::load_quantized).
     /// A product by a few rows (a decoding step) reads the quantised bytes (VNNI where the CPU has
     /// it); a larger one (a prefill) dequantises blocks of columns into cache for the float engine.
     /// Everything else reads the float values. (docs/guide/quantization.md)

@@ -282,7 +282,7 @@ public:
     auto forward() {
         prepare();
         if constexpr (Opt.precision == precision::bf16) store_->refresh_bf16();  // copies of weights written since
-        if constexpr (Opt.weights != weight_format::f32) store_->refresh_quantized();
+        if constexpr (Opt.weights != weight_format::f32) refresh_quantized(*store_);  // (graph/ctgraph/quant_store.hpp)
         ++passes_;  // a new random stream for dropout; backward() reuses this pass's
         run_forward(std::make_index_sequence<N>{});
         forwarded_ = true;
@@ -712,13 +712,15 @@ private:
 
     // options::weights: the store keeps a quantised copy of every parameter that a product reads as
     // its weight (graph/weights.hpp), read as W or, by a tied head, as W^T (one read both ways keeps
-    // the first; the other product reads the float).
+    // the first; the other product reads the float). quantize() and refresh_quantized() are found
+    // by argument-dependent lookup where the program is instantiated, in graph/ctgraph/quant_store.hpp
+    // (included by ctgraph.hpp): a program that quantises nothing compiles none of it.
     void quantize_weights() {
         constexpr auto reads = detail::weight_reads<G>();
         for (std::size_t p = 0; p < G::num_params; ++p) {
             const std::uint8_t r = reads[G::param_nodes[p]];
-            if (r & detail::read_as_weight) store_->quantize(param_slot_[p], Opt.weights, false);
-            else if (r & detail::read_as_transposed_weight) store_->quantize(param_slot_[p], Opt.weights, true);
+            if (r & detail::read_as_weight) quantize(*store_, param_slot_[p], Opt.weights, false);
+            else if (r & detail::read_as_transposed_weight) quantize(*store_, param_slot_[p], Opt.weights, true);
         }
     }
 

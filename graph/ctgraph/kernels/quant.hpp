@@ -110,17 +110,17 @@ inline float from_half(std::uint16_t h) {
 
 /// Columns [n0, n0 + N) of a q8_matrix, as the kernels read them (pointers into the matrix).
 struct q8_view {
-    std::size_t K = 0, N = 0, Kp = 0;
-    const std::int8_t* q = nullptr;
-    const float* scale = nullptr;
-    const std::int32_t* column_sum = nullptr;
+    std::size_t K = 0, N = 0, Kp = 0;            ///< as the matrix's; N: the view's columns
+    const std::int8_t* q = nullptr;              ///< its first column's codes
+    const float* scale = nullptr;                ///< its first column's scale
+    const std::int32_t* column_sum = nullptr;    ///< its first column's code sum
 };
 
 /// Columns [n0, n0 + N) of a q4_matrix, as the kernels read them.
 struct q4_view {
-    std::size_t K = 0, N = 0, G = 0;
-    const std::uint8_t* nibbles = nullptr;
-    const std::uint16_t* scale = nullptr;
+    std::size_t K = 0, N = 0, G = 0;             ///< as the matrix's; N: the view's columns
+    const std::uint8_t* nibbles = nullptr;       ///< its first column's groups
+    const std::uint16_t* scale = nullptr;        ///< its first column's scales
 };
 
 /// int8 weights, one scale per output column (see the file comment).
@@ -670,8 +670,8 @@ inline float int8_dot_q8(const float* x, const q8_matrix& w, std::int64_t* out, 
 /// One matrix of a parameter quantised for the products that read it as a weight (options::weights):
 /// y = x W with W (K, N), or, transposed, y = x E^T with E (N, K) as stored (a tied head).
 struct quantized_weight {
-    weight_format format = weight_format::f32;
-    bool transposed = false;
+    weight_format format = weight_format::f32;  ///< int8 or q4
+    bool transposed = false;                    ///< stored as E (N, K), the product x E^T
     std::size_t K = 0, N = 0;  ///< the product's inner and output sizes
     q8_matrix q8;              ///< format int8
     q4_matrix q4;              ///< format q4
@@ -695,10 +695,10 @@ inline quantized_weight quantize_weight(weight_format format, const float* w, st
 /// A parameter's quantised copy: every matrix of it (its last two axes; one per layer of a stacked
 /// parameter), in one format and orientation. `stale`: its values were written since.
 struct quantized_tensor {
-    weight_format format = weight_format::f32;
-    bool transposed = false;
-    std::vector<quantized_weight> matrices;
-    bool stale = false;
+    weight_format format = weight_format::f32;  ///< int8 or q4
+    bool transposed = false;                    ///< read as x E^T (see quantized_weight)
+    std::vector<quantized_weight> matrices;     ///< one per matrix of the parameter (per layer of a stacked one)
+    bool stale = false;                         ///< the float values were written since it was made
     /// Bytes of the matrices.
     std::size_t bytes() const {
         std::size_t n = 0;
@@ -708,11 +708,13 @@ struct quantized_tensor {
 };
 
 /// Where the quantised copies of parameters are: the float ranges of the stores that keep some, each
-/// with the store's lookup (parameter_store::quantize). A product by a weight asks it for the copy of
+/// with the store's lookup (ctg::quantize, graph/ctgraph/quant_store.hpp). A product by a weight asks it for the copy of
 /// its right operand (kernels::quantized_product) in a program with options::weights.
 class quantized_weights {
 public:
+    /// A store's lookup: its matrix at `offset` into its values, or null.
     using lookup_fn = const quantized_weight* (*)(const void* owner, std::size_t offset, bool transposed, weight_format format);
+    /// The process's registry.
     static quantized_weights& instance() {
         static quantized_weights registry;
         return registry;
@@ -734,6 +736,7 @@ public:
             }
         ranges_.push_back({owner, begin, end, lookup});
     }
+    /// Forgets a store's range (it is destroyed, or keeps no copies).
     void remove(const void* owner) {
         std::unique_lock lock(mutex_);
         std::erase_if(ranges_, [owner](const range& r) { return r.owner == owner; });

@@ -91,4 +91,17 @@ bool quantized_product(weight_format format, bool trans_b, std::size_t M, std::s
     }
 }
 
+// Compiled once in the library where a program defines CTG_SEPARATE_COMPILATION (see
+// kernels/gemm.hpp): a unit that instantiates a product op does not generate the quantised kernels.
+#define CTG_QUANT_INSTANCES(how)                                                                                     \
+    how bool quantized_product<float>(weight_format, bool, std::size_t, std::size_t, std::size_t, const float*,     \
+                                      std::size_t, const float*, std::size_t, const float*, float*, std::size_t);    \
+    how bool quantized_product<double>(weight_format, bool, std::size_t, std::size_t, std::size_t, const double*,   \
+                                       std::size_t, const double*, std::size_t, const double*, double*, std::size_t); \
+    how const quantized_weight* quantized_table<float>(weight_format, const float*, std::size_t, std::size_t);       \
+    how const quantized_weight* quantized_table<double>(weight_format, const double*, std::size_t, std::size_t);
+#if defined(CTG_SEPARATE_COMPILATION)
+CTG_QUANT_INSTANCES(extern template)
+#endif
+
 }  // namespace ctg::kernels

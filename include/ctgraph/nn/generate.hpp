@@ -29,6 +29,7 @@
 #include "ctgraph/memory.hpp"
 #include "ctgraph/nn/decode.hpp"
 #include "ctgraph/nn/transformer.hpp"
+#include "ctgraph/quant_store.hpp"
 
 namespace ctg::nn {
 
