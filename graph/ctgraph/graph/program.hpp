@@ -55,7 +55,11 @@ class program {
                   "ctg::compile: the scalar type must be float or double");
     static_assert(Opt.precision == precision::f32 || std::is_same_v<T, float>,
                   "ctg::compile: options{.precision = precision::bf16} needs a float program (bf16 products accumulate in float)");
-    static_assert(Opt.weights == weight_format::f32 || (std::is_same_v<T, float> && Opt.inference && Opt.precision == precision::f32),
+    // Weight-only quantisation (options::weights), where the program may have it: nothing of it
+    // is instantiated otherwise, so a program that asks for it wrongly gets the one error below.
+    static constexpr bool quantised_weights =
+        Opt.weights != weight_format::f32 && std::is_same_v<T, float> && Opt.inference && Opt.precision == precision::f32;
+    static_assert(Opt.weights == weight_format::f32 || quantised_weights,
                   "ctg::compile: options{.weights = int8 or q4} is weight-only quantisation for inference: it needs a float "
                   "program with options{.inference = true} and float products (precision::f32)");
 
@@ -168,7 +172,7 @@ public:
     explicit program(std::shared_ptr<parameter_store<T>> store) : store_(std::move(store)) {
         detail::add_parameters(*store_, tables, param_slot_.data());
         if constexpr (Opt.precision == precision::bf16) store_->enable_bf16();  // products read the weights' bf16 copies
-        if constexpr (Opt.weights != weight_format::f32) quantize_weights();  // ... or their quantised copies
+        if constexpr (quantised_weights) quantize_weights();  // ... or their quantised copies
         // A training program says which of its parameters train (options::frozen): the store keeps
         // gradients and optimizers keep state for those alone.
         if constexpr (!Opt.inference)
@@ -282,7 +286,7 @@ public:
     auto forward() {
         prepare();
         if constexpr (Opt.precision == precision::bf16) store_->refresh_bf16();  // copies of weights written since
-        if constexpr (Opt.weights != weight_format::f32) refresh_quantized(*store_);  // (graph/ctgraph/quant_store.hpp)
+        if constexpr (quantised_weights) refresh_quantized(*store_);  // (graph/ctgraph/quant_store.hpp)
         ++passes_;  // a new random stream for dropout; backward() reuses this pass's
         run_forward(std::make_index_sequence<N>{});
         forwarded_ = true;
@@ -738,7 +742,7 @@ private:
                              any_shadowed ? shadow_.data() : nullptr, any_bf16_only ? only_plan.only.data() : nullptr,
                              any_bf16_only ? transient_.data() : nullptr, backward_transient_.data()};
         s.run.bf16_shadows = bf16_shadows;
-        s.run.weights = Opt.weights;
+        s.run.weights = quantised_weights ? Opt.weights : weight_format::f32;
         s.run.bf16_only = bf16_only_on;
         s.run.bf16_saved = bf16_saved_on;
         s.forward_only_without_adjoint = true;  // (scratch_sizes sizes such nodes so)
