@@ -2,6 +2,8 @@
 // that disagree with the model.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -134,7 +136,11 @@ TEST_CASE("a writer killed during a save leaves the previous checkpoint intact",
     fill(0);
     opt.step(store);  // (the optimizer has state to save)
     fill(0);
+    // The kill schedule in units of one save's time here (an -O0 build under load saves ten times
+    // slower than a Release one alone): from inside the first save to about ten saves later.
+    const auto t0 = std::chrono::steady_clock::now();
     checkpoint::save(path, store, opt, run_state{.step = 0});
+    const double save_us = std::max(200.0, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     int cut_short = 0;
     std::set<long> versions;
     for (int k = 0; k < 40; ++k) {
@@ -146,7 +152,7 @@ TEST_CASE("a writer killed during a save leaves the previous checkpoint intact",
                 checkpoint::save(path, store, opt, run_state{.step = v});
             }
         }
-        ::usleep(useconds_t(1000 + 5000 * k));  // from inside the first save to many saves later
+        ::usleep(useconds_t(save_us * (0.2 + 0.25 * k)));  // from inside the first save to many saves later
         ::kill(pid, SIGKILL);
         int status = 0;
         ::waitpid(pid, &status, 0);
