@@ -493,9 +493,6 @@ inline void quantize_row_q8_groups(const float* x, std::size_t K, std::int8_t* x
     for (std::size_t g = 0; g < K / 32; ++g) sx[g] = quantize_row_q8(x + g * 32, 32, xq + g * 32, 32);
 }
 
-/// A float16 scale as float, in one instruction (F16C).
-__attribute__((target("f16c"))) inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
-
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) inline void gemv_q4_vnni(std::size_t M, const float* x,
                                                                                                std::size_t ldx, const q4_view& w,
                                                                                                const float* bias, float* y,
