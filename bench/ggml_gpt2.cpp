@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/quantize.hpp>
 
 using namespace ctg;
 

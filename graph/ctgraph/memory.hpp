@@ -9,10 +9,6 @@
 #include <utility>
 #include <vector>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
 namespace ctg {
 
 /// How many buffers ctgraph has allocated (arena, inputs, parameters, optimizer state) since the
@@ -25,6 +21,18 @@ inline std::atomic<long>& allocation_count() {
 /// Arrays from this size up are placed on 2 MiB boundaries and advised to use huge pages.
 inline constexpr std::size_t huge_page_min_bytes = std::size_t(4) << 20;
 
+namespace detail {
+/// `bytes` (a multiple of align) aligned to `align`, counted by allocation_count(); throws
+/// std::bad_alloc. Arrays of huge_page_min_bytes and more go on transparent huge pages (see
+/// memory_impl.hpp, which defines it: in the library where programs link it, so that no unit
+/// parses the system's memory-mapping header for it).
+template <class = void>
+void* allocate_aligned(std::size_t bytes, std::size_t align);
+#if defined(CTG_SEPARATE_COMPILATION)
+extern template void* allocate_aligned<void>(std::size_t, std::size_t);
+#endif
+}  // namespace detail
+
 template <class T, std::size_t Align = 64>
 struct aligned_allocator {
     using value_type = T;
@@ -36,23 +44,7 @@ struct aligned_allocator {
     template <class U>
     aligned_allocator(const aligned_allocator<U, Align>&) {}
     T* allocate(std::size_t n) {
-        std::size_t bytes = (n * sizeof(T) + Align - 1) / Align * Align;
-        void* p = nullptr;
-#if defined(__linux__)
-        // A large array (weights, their copies, an arena) on transparent huge pages where the
-        // kernel grants them on request (THP "madvise", Debian's default): a stream through it
-        // then misses the TLB once per 2 MiB instead of once per 4 KiB, which a decoding step,
-        // reading every weight once, pays in bandwidth (measured: docs/benchmarks.md).
-        if (bytes >= huge_page_min_bytes) {
-            const std::size_t huge = std::size_t(2) << 20, rounded = (bytes + huge - 1) / huge * huge;
-            p = std::aligned_alloc(huge, rounded);
-            if (p) ::madvise(p, rounded, MADV_HUGEPAGE);  // (advice: refused or ignored is harmless)
-        }
-#endif
-        if (!p) p = std::aligned_alloc(Align, bytes ? bytes : Align);
-        if (!p) throw std::bad_alloc();
-        allocation_count().fetch_add(1, std::memory_order_relaxed);
-        return static_cast<T*>(p);
+        return static_cast<T*>(detail::allocate_aligned<>((n * sizeof(T) + Align - 1) / Align * Align, Align));
     }
     void deallocate(T* p, std::size_t) { std::free(p); }
     template <class U>
@@ -135,3 +127,7 @@ inline std::size_t place_forward_frame(const std::array<std::size_t, N>& until, 
 }  // namespace detail
 
 }  // namespace ctg
+
+#if !defined(CTG_SEPARATE_COMPILATION)
+#include "ctgraph/memory_impl.hpp"
+#endif

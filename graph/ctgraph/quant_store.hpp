@@ -22,12 +22,17 @@
 #include <vector>
 
 #include "ctgraph/error.hpp"
+#include "ctgraph/graph/weights.hpp"
 #include "ctgraph/kernels/quant.hpp"
 #include "ctgraph/params.hpp"
 
 namespace ctg {
 
 namespace detail {
+/// (graph/weights.hpp: programs with options::weights check that this header is here.)
+template <>
+struct quantized_copies_declared<float> : std::true_type {};
+
 /// A float store's quantised copies (see the file comment). (A template, as everything in this
 /// header, so that a program that quantises nothing does not compile it: T is float.)
 template <class T>

@@ -12,10 +12,15 @@
 #endif
 #include <ctgraph/ctgraph.hpp>
 #include <ctgraph/npz.hpp>
+#include <ctgraph/kernels/quant_product_impl.hpp>
+#include <ctgraph/memory_impl.hpp>
 #include <ctgraph/plot.hpp>
 #include <ctgraph/safetensors.hpp>
 
 #if !defined(CTG_COMPILED_PART) || CTG_COMPILED_PART == 1  // kernels and files
+namespace ctg::detail {
+template void* allocate_aligned<void>(std::size_t, std::size_t);
+}  // namespace ctg::detail
 namespace ctg::kernels {
 CTG_KERNEL_INSTANCES(template)
 CTG_QUANT_INSTANCES(template)

@@ -20,7 +20,6 @@
 #include "ctgraph/error.hpp"
 #include "ctgraph/graph/node.hpp"
 #include "ctgraph/graph/program.hpp"
-#include "ctgraph/quant_store.hpp"
 #include "ctgraph/graph/repeat.hpp"
 #include "ctgraph/graph/scan.hpp"
 #include "ctgraph/ops/add.hpp"

@@ -62,6 +62,8 @@ class program {
     static_assert(Opt.weights == weight_format::f32 || quantised_weights,
                   "ctg::compile: options{.weights = int8 or q4} is weight-only quantisation for inference: it needs a float "
                   "program with options{.inference = true} and float products (precision::f32)");
+    static_assert(!quantised_weights || detail::quantized_copies_declared<T>::value,
+                  "ctg::compile: options{.weights = int8 or q4} needs #include <ctgraph/quantize.hpp> (the quantised copies)");
 
 public:
     using scalar = T;  ///< the scalar type (float or double)
@@ -718,7 +720,8 @@ private:
     // its weight (graph/weights.hpp), read as W or, by a tied head, as W^T (one read both ways keeps
     // the first; the other product reads the float). quantize() and refresh_quantized() are found
     // by argument-dependent lookup where the program is instantiated, in graph/ctgraph/quant_store.hpp
-    // (included by ctgraph.hpp): a program that quantises nothing compiles none of it.
+    // (included by ctgraph/quantize.hpp, which such a program includes; the static_assert above says
+    // so): a program that quantises nothing does not even parse them.
     void quantize_weights() {
         constexpr auto reads = detail::weight_reads<G>();
         for (std::size_t p = 0; p < G::num_params; ++p) {

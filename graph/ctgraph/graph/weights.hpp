@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "ctgraph/graph/analysis.hpp"
@@ -27,6 +28,11 @@ template <class Op>
 concept runs_cell = requires { typename Op::info::G; Op::first_hoisted; };
 
 inline constexpr std::uint8_t read_as_weight = 1, read_as_transposed_weight = 2;
+
+/// Whether the quantised copies (graph/ctgraph/quant_store.hpp) are declared in this unit: that
+/// header specialises it true. A program with options::weights needs them.
+template <class T>
+struct quantized_copies_declared : std::false_type {};
 
 template <class G>
 constexpr std::array<std::uint8_t, G::size> weight_reads();

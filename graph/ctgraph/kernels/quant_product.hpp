@@ -1,107 +1,48 @@
-// ctgraph/kernels/quant_product.hpp: a product by a weight read from its quantised copy, for the
-// ops of a program compiled with options::weights (affine, affine_activation, matmul,
-// matmul_transposed call it before their float product).
-//
-// A few rows (a decoding step, up to quant_gemv_max_rows): kernels::gemv_q8 / gemv_q4 read the
-// quantised bytes, each weight once for all rows. More rows (a prefill): blocks of columns are
-// dequantised into cache, (columns, K) floats, and multiplied by the float engine (kernels::gemm),
-// so the prefill runs at the float product rate while reading the quantised bytes once.
+// ctgraph/kernels/quant_product.hpp: what an op calls to read a weight from its quantised copy
+// (options::weights): affine, affine_activation, matmul and matmul_transposed call
+// quantized_product before their float product, embedding calls quantized_rows before its copy.
+// This header only declares them: a program that links the library (CTG_SEPARATE_COMPILATION)
+// compiles none of the quantisation code, whatever ops it uses; the definitions
+// (kernels/quant_product_impl.hpp) are included here in header-only builds.
 #pragma once
-#include <algorithm>
 #include <cstddef>
-#include <type_traits>
 
-#include "ctgraph/kernels/gemm.hpp"
-#include "ctgraph/kernels/quant.hpp"
 #include "ctgraph/op.hpp"
+#include "ctgraph/tensor.hpp"
 
 namespace ctg::kernels {
 
-/// Rows up to which a quantised product runs the quantised kernels (gemv_q8 / gemv_q4); above,
-/// it dequantises blocks of columns for the float engine.
-inline constexpr std::size_t quant_gemv_max_rows = 8;
-/// Columns dequantised at a time for a product by more rows (768 inputs: 768 KiB of floats).
-inline constexpr std::size_t quant_dequantize_columns = 256;
-
-/// Columns [n0, n1) of a quantised weight as floats, column after column: out (n1 - n0, K).
-inline void dequantize_columns(const quantized_weight& w, std::size_t n0, std::size_t n1, float* out) {
-    const std::size_t K = w.K;
-    if (w.format == weight_format::int8) {
-        for (std::size_t n = n0; n < n1; ++n) {
-            const std::int8_t* q = &w.q8.q[n * w.q8.Kp];
-            const float s = w.q8.scale[n];
-            float* o = out + (n - n0) * K;
-            for (std::size_t k = 0; k < K; ++k) o[k] = float(q[k]) * s;
-        }
-        return;
-    }
-    const std::size_t G = w.q4.G;
-    for (std::size_t n = n0; n < n1; ++n)
-        for (std::size_t g = 0; g < G; ++g) {
-            const std::uint8_t* b = &w.q4.nibbles[(n * G + g) * 16];
-            const float d = from_half(w.q4.scale[n * G + g]);
-            float* o = out + (n - n0) * K + g * 32;
-            for (std::size_t j = 0; j < 16; ++j) {
-                o[j] = float(int(b[j] & 0x0f) - 8) * d;
-                o[j + 16] = float(int(b[j] >> 4) - 8) * d;
-            }
-        }
-}
-
-/// The quantised copy in `format` of a table (V, E) that a product reads transposed (a tied head's
-/// x E^T), for its lookups (ops/embedding.hpp): row v is the copy's column v. Null where there is none
-/// (format f32, double, a table no product reads).
-template <class T>
-const quantized_weight* quantized_table(weight_format format, const T* table, std::size_t V, std::size_t E) {
-    if constexpr (!std::is_same_v<T, float>) return nullptr;
-    else {
-        if (format == weight_format::f32 || !table) return nullptr;
-        const quantized_weight* w = quantized_weights::instance().find(table, true, format);
-        return w && w->format == format && w->N == V && w->K == E ? w : nullptr;
-    }
-}
-
 /// C (M, N) = A (M, K) op(B) + bias (optional; C's leading dimension ldc), with op(B) = B or, with
 /// trans_b, B^T, read from B's quantised copy in `format` (kernels::quantized_weights) when B is a
-/// whole quantised matrix of that format and orientation. Returns false, having done nothing,
-/// where there is none (format f32, an activation, a part of a matrix): the caller then runs its
-/// float product.
-/// (double: always false; quantised weights are for float programs.)
+/// whole quantised matrix of that format and orientation: up to quant_gemv_max_rows rows by the
+/// quantised kernels (kernels/quant.hpp), more by blocks of dequantised columns and the float
+/// engine. Returns false, having done nothing, where there is none (format f32, an activation, a
+/// part of a matrix): the caller then runs its float product. (double: always false.)
 template <class T>
 bool quantized_product(weight_format format, bool trans_b, std::size_t M, std::size_t N, std::size_t K, const T* A,
-                       std::size_t lda, const T* B, std::size_t ldb, const T* bias, T* C, std::size_t ldc) {
-    if constexpr (!std::is_same_v<T, float>) return false;
-    else {
-    if (format == weight_format::f32 || !B || M == 0) return false;
-    const quantized_weight* w = quantized_weights::instance().find(B, trans_b, format);
-    if (!w || w->format != format || w->K != K || w->N != N || ldb != (trans_b ? K : N)) return false;
-    gemm_flop_counter().fetch_add(2 * std::uint64_t(M) * N * K, std::memory_order_relaxed);
-    if (M <= quant_gemv_max_rows) {
-        if (format == weight_format::int8) gemv_q8(M, A, lda, w->q8, bias, C, ldc);
-        else gemv_q4(M, A, lda, w->q4, bias, C, ldc);
-        return true;
-    }
-    scratch<float> block(std::min(N, quant_dequantize_columns) * K);
-    for (std::size_t n0 = 0; n0 < N; n0 += quant_dequantize_columns) {
-        const std::size_t n1 = std::min(N, n0 + quant_dequantize_columns);
-        dequantize_columns(*w, n0, n1, block.data());
-        gemm(false, true, M, n1 - n0, K, 1.0f, A, lda, block.data(), K, 0.0f, C + n0, ldc, bias ? bias + n0 : nullptr);
-    }
-    return true;
-    }
-}
+                       std::size_t lda, const T* B, std::size_t ldb, const T* bias, T* C, std::size_t ldc);
 
-// Compiled once in the library where a program defines CTG_SEPARATE_COMPILATION (see
-// kernels/gemm.hpp): a unit that instantiates a product op does not generate the quantised kernels.
+/// Rows ids[0..n) of a table (V, E) that a product reads transposed (a tied head's x E^T) from its
+/// quantised copy in `format`, dequantised into y (n, E): row v is the copy's column v. Returns
+/// false, having done nothing, where the table has no such copy (format f32, double, a table no
+/// product reads). The ids must be in [0, V) (the caller checks them).
+template <class T>
+bool quantized_rows(weight_format format, const T* table, std::size_t V, std::size_t E, const index_t* ids, std::size_t n, T* y);
+
+// Compiled once in the library (include/ctgraph/compiled.cpp) where programs link it.
 #define CTG_QUANT_INSTANCES(how)                                                                                     \
     how bool quantized_product<float>(weight_format, bool, std::size_t, std::size_t, std::size_t, const float*,     \
                                       std::size_t, const float*, std::size_t, const float*, float*, std::size_t);    \
     how bool quantized_product<double>(weight_format, bool, std::size_t, std::size_t, std::size_t, const double*,   \
                                        std::size_t, const double*, std::size_t, const double*, double*, std::size_t); \
-    how const quantized_weight* quantized_table<float>(weight_format, const float*, std::size_t, std::size_t);       \
-    how const quantized_weight* quantized_table<double>(weight_format, const double*, std::size_t, std::size_t);
+    how bool quantized_rows<float>(weight_format, const float*, std::size_t, std::size_t, const index_t*, std::size_t, float*); \
+    how bool quantized_rows<double>(weight_format, const double*, std::size_t, std::size_t, const index_t*, std::size_t, double*);
 #if defined(CTG_SEPARATE_COMPILATION)
 CTG_QUANT_INSTANCES(extern template)
 #endif
 
 }  // namespace ctg::kernels
+
+#if !defined(CTG_SEPARATE_COMPILATION)
+#include "ctgraph/kernels/quant_product_impl.hpp"
+#endif

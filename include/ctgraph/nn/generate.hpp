@@ -29,7 +29,6 @@
 #include "ctgraph/memory.hpp"
 #include "ctgraph/nn/decode.hpp"
 #include "ctgraph/nn/transformer.hpp"
-#include "ctgraph/quant_store.hpp"
 
 namespace ctg::nn {
 

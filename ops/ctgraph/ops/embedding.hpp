@@ -36,22 +36,16 @@ struct embedding_op {
         const index_t* ids = c.x[1].template as<index_t>();
         const T* table = c.x_data(0);
         T* y = c.y_data();
-        // A table that a tied head reads from its quantised copy (options::weights) is looked up
-        // there too: the model is its codes (a file holds nothing else), row v = the head's column v.
-        const kernels::quantized_weight* q = kernels::quantized_table(c.run.weights, table, V, E);
-        for (std::size_t i = 0; i < n; ++i) {
-            const index_t id = ids[i];
-            if (id < 0 || std::size_t(id) >= V)
-                throw index_error("ctg::embedding: id " + std::to_string(id) + " at position " + std::to_string(i) +
+        for (std::size_t i = 0; i < n; ++i)
+            if (ids[i] < 0 || std::size_t(ids[i]) >= V)
+                throw index_error("ctg::embedding: id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
                                   " of input '" + std::string(c.x_name[1]) + "' is outside the table's range [0, " +
                                   std::to_string(V) + ")");
-            if constexpr (std::is_same_v<T, float>)
-                if (q) {
-                    kernels::dequantize_columns(*q, std::size_t(id), std::size_t(id) + 1, y + i * E);
-                    continue;
-                }
-            std::copy(table + std::size_t(id) * E, table + (std::size_t(id) + 1) * E, y + i * E);
-        }
+        // A table that a tied head reads from its quantised copy (options::weights) is looked up
+        // there too: the model is its codes (a file holds nothing else), row v = the head's column v.
+        if (kernels::quantized_rows(c.run.weights, table, V, E, ids, n, y)) return;
+        for (std::size_t i = 0; i < n; ++i)
+            std::copy(table + std::size_t(ids[i]) * E, table + (std::size_t(ids[i]) + 1) * E, y + i * E);
     }
     template <class T>
     static void backward(op_io<T, 2>& c) {
