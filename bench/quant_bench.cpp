@@ -2,7 +2,7 @@
 // int8 and 4-bit weights (kernels/quant.hpp), on every path this CPU runs, against the machine's
 // memory read bandwidth measured in the same run.
 //
-//   ctg-quant-bench [--reps 20] [--layers 12]
+//   ctg-quant-bench [--reps 20] [--layers 12] [--threads 1]
 //
 // A step's products: per layer x W for the attention's q, k, v (768 x 2304), its projection
 // (768 x 768) and the FFN (768 x 3072, 3072 x 768), then the head (768 x 50257): 163 M weights
@@ -10,7 +10,8 @@
 // M = 1, what a float decoding step runs; int8 and 4-bit run kernels::gemv_q8 / gemv_q4. Each
 // line: the median time of the products of one step, the bytes they read (weights and scales),
 // the bandwidth that makes, its fraction of the measured read bandwidth, and the speed-up over
-// float32. The memory bound of a format is bytes / bandwidth.
+// float32. The memory bound of a format is bytes / bandwidth. One thread unless --threads says
+// otherwise, as the decoding figures are (the pool would otherwise share the larger products).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,13 +45,15 @@ double median_ms(int reps, const std::function<void()>& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    const double bw = bench::read_bandwidth_gbps(1);  // first: its gigabyte on huge pages while memory is unfragmented
-    int reps = 20, layers = 12;
+    int reps = 20, layers = 12, threads = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string a = argv[i];
         if (a == "--reps") reps = std::atoi(argv[i + 1]);
         else if (a == "--layers") layers = std::atoi(argv[i + 1]);
+        else if (a == "--threads") threads = std::max(1, std::atoi(argv[i + 1]));
     }
+    thread_pool::instance().resize(threads);
+    const double bw = bench::read_bandwidth_gbps(threads);  // first: its gigabyte on huge pages while memory is unfragmented
     struct shape {
         std::size_t K, N;
     };
@@ -74,8 +77,8 @@ int main(int argc, char** argv) {
     }
     std::vector<float> x(widest), y(widest);
     for (float& v : x) v = n01(rng) * 50;
-    std::printf("GPT-2 step's products: %zu weight matrices, %.1f M weights; memory read %.1f GB/s\n", shapes.size(),
-                double(bytes32) / 4e6, bw);
+    std::printf("GPT-2 step's products: %zu weight matrices, %.1f M weights; %d thread(s); memory read %.1f GB/s\n", shapes.size(),
+                double(bytes32) / 4e6, threads, bw);
     std::printf("%-8s %-12s %10s %10s %9s %8s %9s\n", "weights", "path", "ms/token", "MB read", "GB/s", "% bw", "vs f32");
     const double f32_ms = median_ms(reps, [&] {
         for (std::size_t i = 0; i < shapes.size(); ++i)
