@@ -1,5 +1,5 @@
 // Quantised weights (kernels/quant.hpp): the int8 and 4-bit formats' rules, and their products on
-// every path this CPU runs (the scalar reference always; AVX-512; AVX-512 VNNI) against float64
+// every path this CPU runs (the scalar reference always; AVX2; AVX-VNNI; AVX-512; AVX-512 VNNI) against float64
 // products of the dequantised weights; the int8 dot products bit for bit.
 #include <catch2/catch.hpp>
 
@@ -104,14 +104,14 @@ TEST_CASE("int8 products on every path of this CPU against float64, the int8 dot
                 std::vector<float> xr(x.begin() + long(m * K), x.begin() + long((m + 1) * K));
                 std::vector<std::int64_t> dots(N);
                 const float sx = int8_dot_q8(xr.data(), q, dots.data(), quant_path::scalar);
-                if (p == quant_path::avx512_vnni) {
+                if (quant_int8_activations(p)) {
                     std::vector<std::int64_t> vnni(N);
                     int8_dot_q8(xr.data(), q, vnni.data(), p);
                     REQUIRE(vnni == dots);  // bit for bit
                 }
                 for (std::size_t n = 0; n < N; ++n) {
                     double ref = 0, mag = 0;
-                    if (p == quant_path::avx512_vnni) {
+                    if (quant_int8_activations(p)) {
                         ref = double(sx) * double(q.scale[n]) * double(dots[n]);
                         mag = std::abs(ref);
                     } else {
@@ -144,8 +144,8 @@ TEST_CASE("4-bit products on every path of this CPU against float64", "[quant]")
                         float xs[32];
                         std::int8_t xq[32];
                         float sx = 1;
-                        if (p == quant_path::avx512_vnni) sx = kernels::detail::quantize_row_q8(&x[m * K + g * 32], 32, xq, 32);
-                        for (std::size_t j = 0; j < 32; ++j) xs[j] = p == quant_path::avx512_vnni ? float(xq[j]) * sx : x[m * K + g * 32 + j];
+                        if (quant_int8_activations(p)) sx = kernels::detail::quantize_row_q8(&x[m * K + g * 32], 32, xq, 32);
+                        for (std::size_t j = 0; j < 32; ++j) xs[j] = quant_int8_activations(p) ? float(xq[j]) * sx : x[m * K + g * 32 + j];
                         for (std::size_t j = 0; j < 32; ++j) {
                             ref += double(xs[j]) * q.at(g * 32 + j, n);
                             mag += std::abs(double(xs[j]) * q.at(g * 32 + j, n));
@@ -162,6 +162,18 @@ TEST_CASE("CTG_QUANT_ISA restricts the path, and an unsupported path is refused"
     CHECK(choose_quant_path() == quant_path::scalar);
     ::setenv("CTG_QUANT_ISA", "avx2", 1);
     CHECK(choose_quant_path() == (quant_path_supported(quant_path::avx2) ? quant_path::avx2 : quant_path::scalar));
+    // A cap the CPU lacks gives the fastest path below it that it has.
+    ::setenv("CTG_QUANT_ISA", "avx_vnni", 1);
+    CHECK(choose_quant_path() == (quant_path_supported(quant_path::avx_vnni) ? quant_path::avx_vnni
+                                  : quant_path_supported(quant_path::avx2)   ? quant_path::avx2
+                                                                             : quant_path::scalar));
+    ::setenv("CTG_QUANT_ISA", "avx-512", 1);
+    try {
+        (void)choose_quant_path();
+        FAIL("an unknown CTG_QUANT_ISA was accepted");
+    } catch (const std::invalid_argument& e) {
+        CHECK(std::string(e.what()).find("CTG_QUANT_ISA='avx-512'") != std::string::npos);
+    }
     ::unsetenv("CTG_QUANT_ISA");
     CHECK(quant_path_supported(choose_quant_path()));
     if (!quant_path_supported(quant_path::avx512_vnni)) {

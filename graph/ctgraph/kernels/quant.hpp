@@ -26,13 +26,14 @@
 //     unsigned by signed bytes: q8 feeds xq + 128 (u8) against q and subtracts 128 times the
 //     column's sum of codes (kept with the matrix); q4 feeds its codes q + 8 (u8, 0..15) against xq
 //     and subtracts 8 times each group's sum of xq (once per row, for every column); two groups of
-//     32 per 512-bit product, their 16 lanes scaled by the two groups' scales.
+//     32 per 512-bit product, their 16 lanes scaled by the two groups' scales. With AVX-512 VNNI,
+//     or AVX-VNNI's 256-bit vpdpbusd (one group per product) on CPUs without AVX-512.
 // The float-activation way also runs on AVX2 and FMA (256 bits), for CPUs without AVX-512.
 // Each has a scalar reference (quant_path::scalar), which is also the portable path. The rule for
 // the tests: the int8-activation paths' integer sums equal the scalar integer sums exactly
 // (int8_dot_q8 / int8_dot_q4 expose them); the float paths agree with a float64 product of the
 // dequantised weights to K * 2^-24 relative to sum_k |x_k w_k| (float accumulation).
-// CTG_QUANT_ISA=scalar|avx2|avx512 restricts the choice (to test every path on any host).
+// CTG_QUANT_ISA=scalar|avx2|avx_vnni|avx512 restricts the choice (to test every path on any host).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -42,11 +43,13 @@
 #include <cstring>
 #include <mutex>
 #include <shared_mutex>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define CTG_QUANT_X86 1
 #else
@@ -221,19 +224,28 @@ inline q4_matrix quantize_q4(const float* w, std::size_t K, std::size_t N, std::
 enum class quant_path {
     scalar,       ///< the portable reference: float activations, one weight at a time
     avx2,         ///< AVX2 and FMA: float activations, weights widened in 256-bit registers
+    avx_vnni,     ///< AVX-VNNI (AVX2, FMA, F16C): int8 activations, exact int32 dot products (256-bit vpdpbusd)
     avx512,       ///< AVX-512 (F, BW): float activations, weights widened in registers
     avx512_vnni,  ///< AVX-512 VNNI (and F16C): int8 activations, exact int32 dot products (vpdpbusd)
 };
 /// The path's name, as CTG_QUANT_ISA and the benchmarks spell it.
 inline std::string_view quant_path_name(quant_path p) {
-    return p == quant_path::scalar ? "scalar" : p == quant_path::avx2 ? "avx2" : p == quant_path::avx512 ? "avx512" : "avx512_vnni";
+    return p == quant_path::scalar ? "scalar" : p == quant_path::avx2 ? "avx2" : p == quant_path::avx_vnni ? "avx_vnni"
+           : p == quant_path::avx512 ? "avx512" : "avx512_vnni";
 }
+/// Whether a path quantises the activations to int8 (its integer sums are exact; see the file comment).
+inline bool quant_int8_activations(quant_path p) { return p == quant_path::avx_vnni || p == quant_path::avx512_vnni; }
 /// Whether this CPU runs a path.
 inline bool quant_path_supported(quant_path p) {
 #if CTG_QUANT_X86
     switch (p) {
         case quant_path::scalar: return true;
         case quant_path::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        case quant_path::avx_vnni: {  // CPUID leaf 7 sub-leaf 1, EAX bit 4 (F16C: leaf 1, ECX bit 29)
+            unsigned a = 0, b = 0, c = 0, d = 0, a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
+                   ((a >> 4) & 1u) && __get_cpuid(1, &a1, &b1, &c1, &d1) && ((c1 >> 29) & 1u);
+        }
         case quant_path::avx512: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
         case quant_path::avx512_vnni:
             return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
@@ -245,18 +257,24 @@ inline bool quant_path_supported(quant_path p) {
 #endif
 }
 /// Every path, slowest first.
-inline constexpr quant_path all_quant_paths[] = {quant_path::scalar, quant_path::avx2, quant_path::avx512, quant_path::avx512_vnni};
+inline constexpr quant_path all_quant_paths[] = {quant_path::scalar, quant_path::avx2, quant_path::avx_vnni, quant_path::avx512,
+                                                 quant_path::avx512_vnni};
 
-/// The fastest path this CPU runs, at most CTG_QUANT_ISA's (scalar, avx2, avx512, avx512_vnni) when set.
+/// The fastest path this CPU runs, or the fastest it runs up to CTG_QUANT_ISA's in the order above
+/// (scalar, avx2, avx_vnni, avx512, avx512_vnni) when that is set; std::invalid_argument for
+/// another value.
 inline quant_path choose_quant_path() {
+    int cap = int(quant_path::avx512_vnni);
+    if (const char* c = std::getenv("CTG_QUANT_ISA")) {
+        cap = -1;
+        for (quant_path p : all_quant_paths)
+            if (std::string_view(c) == quant_path_name(p)) cap = int(p);
+        if (cap < 0)
+            throw std::invalid_argument("CTG_QUANT_ISA='" + std::string(c) + "': expected scalar, avx2, avx_vnni, avx512 or avx512_vnni");
+    }
     quant_path best = quant_path::scalar;
     for (quant_path p : all_quant_paths)
-        if (quant_path_supported(p)) best = p;
-    if (const char* cap = std::getenv("CTG_QUANT_ISA")) {
-        const std::string_view c(cap);
-        for (quant_path p : all_quant_paths)
-            if (c == quant_path_name(p) && int(p) < int(best)) best = p;
-    }
+        if (int(p) <= cap && quant_path_supported(p)) best = p;
     return best;
 }
 
@@ -453,18 +471,16 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline std::int32_t dot_u
 /// The M rows of x quantised for gemv_q8_vnni: row m's codes plus 128 as unsigned bytes at
 /// xu + m Kp (padded with zeros, i.e. 128, to Kp), its scale at sx[m]. Once per product: every
 /// piece of columns reads them.
-__attribute__((target("avx512f,avx512bw"))) inline void quantize_rows_u8(std::size_t M, const float* x, std::size_t ldx,
-                                                                         std::size_t K, std::size_t Kp, std::int8_t* xu, float* sx) {
-    const __m512i offset = _mm512_set1_epi8(char(0x80));
+inline void quantize_rows_u8(std::size_t M, const float* x, std::size_t ldx, std::size_t K, std::size_t Kp, std::int8_t* xu,
+                             float* sx) {
     for (std::size_t m = 0; m < M; ++m) {
         std::int8_t* r = xu + m * Kp;
         sx[m] = quantize_row_q8(x + m * ldx, K, r, Kp);
-        for (std::size_t k = 0; k < Kp; k += 64)  // xq + 128 as u8 (flipping the sign bit)
-            _mm512_store_si512(r + k, _mm512_xor_si512(_mm512_load_si512(r + k), offset));
+        for (std::size_t k = 0; k < Kp; ++k) r[k] = std::int8_t(std::uint8_t(r[k]) ^ 0x80u);  // xq + 128 as u8 (the sign bit flipped)
     }
 }
 
-/// y = x W for the rows quantise_rows_u8 made. One column at a time, its Kp bytes one sequential
+/// y = x W for the rows quantize_rows_u8 made. One column at a time, its Kp bytes one sequential
 /// stream (four accumulators along K): the columns are contiguous, so the product reads the
 /// weights front to back as the hardware prefetcher likes best. (Four columns side by side, each
 /// load of x shared, read four interleaved streams of Kp bytes and ran 25-35 % slower from memory.)
@@ -493,9 +509,93 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void gemv_q8_vnni(
     }
 }
 
+// ---------------------------------------------------------------- AVX-VNNI (256-bit), int8 activations
+__attribute__((target("avx2,avxvnni"))) inline std::int32_t hsum_epi32_256(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
+}
+
+/// sum_k u[k] q[k] over Kp bytes (a multiple of 64), u unsigned and q signed bytes, exactly.
+__attribute__((target("avx2,avxvnni"))) inline std::int32_t dot_u8s8_avxvnni(const std::int8_t* u, const std::int8_t* q, std::size_t Kp) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0;
+    for (std::size_t k = 0; k < Kp; k += 64) {
+        a0 = _mm256_dpbusd_avx_epi32(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(u + k)),
+                                     _mm256_load_si256(reinterpret_cast<const __m256i*>(q + k)));
+        a1 = _mm256_dpbusd_avx_epi32(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(u + k + 32)),
+                                     _mm256_load_si256(reinterpret_cast<const __m256i*>(q + k + 32)));
+    }
+    return hsum_epi32_256(_mm256_add_epi32(a0, a1));
+}
+
+/// gemv_q8_vnni in 256-bit registers (CPUs with AVX-VNNI and no AVX-512): the same sums, exactly.
+__attribute__((target("avx2,avxvnni"))) inline void gemv_q8_avxvnni(std::size_t M, const std::int8_t* xu, const float* sx,
+                                                                    const q8_view& w, const float* bias, float* y, std::size_t ldy) {
+    for (std::size_t n = 0; n < w.N; ++n)
+        for (std::size_t m = 0; m < M; ++m) {
+            const std::int32_t exact = dot_u8s8_avxvnni(xu + m * w.Kp, &w.q[n * w.Kp], w.Kp) - 128 * w.column_sum[n];
+            y[m * ldy + n] = float(exact) * (sx[m] * w.scale[n]) + (bias ? bias[n] : 0.0f);
+        }
+}
+
 /// A row of x quantised per group of 32 (ggml's Q8_0: scale max |x_g| / 127 per group).
 inline void quantize_row_q8_groups(const float* x, std::size_t K, std::int8_t* xq, float* sx) {
     for (std::size_t g = 0; g < K / 32; ++g) sx[g] = quantize_row_q8(x + g * 32, 32, xq + g * 32, 32);
+}
+
+/// What both VNNI q4 paths need of a row: x quantised per group of 32 (xq, sx) and each group's
+/// offset correction 8 sx_g sum_j xq[j] (the codes are fed as q + 8, unsigned).
+inline void prepare_q4_row(const float* x, std::size_t K, std::int8_t* xq, float* sx, float* correction) {
+    quantize_row_q8_groups(x, K, xq, sx);
+    for (std::size_t g = 0; g < K / 32; ++g) {
+        std::int32_t t = 0;
+        for (std::size_t j = 0; j < 32; ++j) t += xq[g * 32 + j];
+        correction[g] = 8.0f * sx[g] * float(t);
+    }
+}
+
+/// 4-bit products by int8 activations in 256-bit registers: per group, its 32 codes (q + 8, in x's
+/// order: the low nibbles are j < 16, the high ones j >= 16) against the group's 32 xq.
+__attribute__((target("avx2,fma,f16c,avxvnni"))) inline void gemv_q4_avxvnni(std::size_t M, const float* x, std::size_t ldx,
+                                                                              const q4_view& w, const float* bias, float* y,
+                                                                              std::size_t ldy, std::int8_t* xq, float* sx,
+                                                                              float* correction, float* ds) {
+    const std::size_t G = w.G;
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    for (std::size_t m = 0; m < M; ++m) {
+        prepare_q4_row(x + m * ldx, w.K, xq, sx, correction);
+        for (std::size_t n = 0; n < w.N; ++n) {
+            const std::uint8_t* b = &w.nibbles[n * G * 16];
+            const std::uint16_t* d = &w.scale[n * G];
+            float corr = 0;
+            std::size_t g = 0;
+            __m256 corr8 = _mm256_setzero_ps();
+            for (; g + 8 <= G; g += 8) {  // the column's scales times x's, and the correction, 8 groups at a time
+                const __m256 dg = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + g)));
+                _mm256_storeu_ps(ds + g, _mm256_mul_ps(dg, _mm256_loadu_ps(sx + g)));
+                corr8 = _mm256_fmadd_ps(dg, _mm256_loadu_ps(correction + g), corr8);
+            }
+            for (; g < G; ++g) {
+                const float dg = _cvtsh_ss(d[g]);
+                ds[g] = dg * sx[g], corr += dg * correction[g];
+            }
+            corr += hsum8(corr8);
+            __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+            auto group = [&](std::size_t gi) {
+                const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + gi * 16));
+                const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4));
+                const __m256i dot = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), codes,
+                                                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + gi * 32)));
+                return _mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(ds[gi]));
+            };
+            for (g = 0; g + 2 <= G; g += 2) {  // two groups a step: two independent sums
+                acc0 = _mm256_add_ps(acc0, group(g));
+                acc1 = _mm256_add_ps(acc1, group(g + 1));
+            }
+            if (g < G) acc0 = _mm256_add_ps(acc0, group(g));
+            y[m * ldy + n] = hsum8(_mm256_add_ps(acc0, acc1)) - corr + (bias ? bias[n] : 0.0f);
+        }
+    }
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) inline void gemv_q4_vnni(std::size_t M, const float* x,
@@ -510,12 +610,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"))) inline void
     // are group g's, 4-7 and 12-15 group g + 1's.
     const __m512i pick = _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
     for (std::size_t m = 0; m < M; ++m) {
-        quantize_row_q8_groups(x + m * ldx, w.K, xq, sx);
-        for (std::size_t g = 0; g < G; ++g) {  // 8 sx_g sum_j xq: the codes' offset, once per row
-            std::int32_t t = 0;
-            for (std::size_t j = 0; j < 32; ++j) t += xq[g * 32 + j];
-            correction[g] = 8.0f * sx[g] * float(t);
-        }
+        prepare_q4_row(x + m * ldx, w.K, xq, sx, correction);
         // x in the order of a pair's codes: the 32 bytes of nibbles of groups g and g + 1 give
         // [low nibbles of g, of g + 1 | high nibbles of g, of g + 1], values j < 16 then j >= 16.
         for (std::size_t p = 0; p < pairs; ++p) {
@@ -611,12 +706,15 @@ inline void gemv_q8(std::size_t M, const float* x, std::size_t ldx, const q8_mat
                     quant_path path = choose_quant_path()) {
     if (!quant_path_supported(path)) throw error("ctg::kernels::gemv_q8: this CPU does not run the path " + std::string(quant_path_name(path)));
 #if CTG_QUANT_X86
-    if (path == quant_path::avx512_vnni) {  // the rows quantised once, for every piece
+    if (quant_int8_activations(path)) {  // the rows quantised once, for every piece
         scratch<std::int8_t> xu(M * w.Kp);
         scratch<float> sx(M);
         detail::quantize_rows_u8(M, x, ldx, w.K, w.Kp, xu.data(), sx.data());
         detail::quant_pieces(M, w.K, w.N, [&](std::size_t n0, std::size_t n1) {
-            detail::gemv_q8_vnni(M, xu.data(), sx.data(), w.columns(n0, n1), bias ? bias + n0 : nullptr, y + n0, ldy);
+            const q8_view v = w.columns(n0, n1);
+            const float* b = bias ? bias + n0 : nullptr;
+            if (path == quant_path::avx512_vnni) detail::gemv_q8_vnni(M, xu.data(), sx.data(), v, b, y + n0, ldy);
+            else detail::gemv_q8_avxvnni(M, xu.data(), sx.data(), v, b, y + n0, ldy);
         });
         return;
     }
@@ -642,6 +740,11 @@ inline void gemv_q4(std::size_t M, const float* x, std::size_t ldx, const q4_mat
 #if CTG_QUANT_X86
         if (path == quant_path::avx2) return detail::gemv_q4_avx2(M, x, ldx, v, b, y + n0, ldy);
         if (path == quant_path::avx512) return detail::gemv_q4_avx512(M, x, ldx, v, b, y + n0, ldy);
+        if (path == quant_path::avx_vnni) {
+            scratch<std::int8_t> xq(w.K);
+            scratch<float> sx(w.G), correction(w.G), ds(w.G);
+            return detail::gemv_q4_avxvnni(M, x, ldx, v, b, y + n0, ldy, xq.data(), sx.data(), correction.data(), ds.data());
+        }
         if (path == quant_path::avx512_vnni) {
             scratch<std::int8_t> xq(w.K), xp(w.K);
             scratch<float> sx(w.G), correction(w.G), ds(w.G + 2);
@@ -662,8 +765,10 @@ inline float int8_dot_q8(const float* x, const q8_matrix& w, std::int64_t* out, 
     for (auto& v : xu) v = std::int8_t(std::uint8_t(v) ^ 0x80u);
     for (std::size_t n = 0; n < w.N; ++n) {
 #if CTG_QUANT_X86
-        if (path == quant_path::avx512_vnni) {  // as gemv_q8_vnni computes it: (xq + 128) q, less 128 sum q
-            out[n] = detail::dot_u8s8_vnni(xu.data(), &w.q[n * w.Kp], w.Kp) - 128 * std::int64_t(w.column_sum[n]);
+        if (quant_int8_activations(path)) {  // as the VNNI kernels compute it: (xq + 128) q, less 128 sum q
+            const std::int8_t* q = &w.q[n * w.Kp];
+            out[n] = (path == quant_path::avx512_vnni ? detail::dot_u8s8_vnni(xu.data(), q, w.Kp) : detail::dot_u8s8_avxvnni(xu.data(), q, w.Kp)) -
+                     128 * std::int64_t(w.column_sum[n]);
             continue;
         }
 #endif
