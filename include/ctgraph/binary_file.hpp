@@ -20,7 +20,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -33,6 +32,7 @@
 
 #include "ctgraph/error.hpp"
 #include "ctgraph/params.hpp"
+#include "ctgraph/paths.hpp"
 
 /// What the file-format readers and writers share: whole-file reads, atomic writes, overflow-checked
 /// sizes and bounds-checked little-endian reads. Failures throw ctg::io_error naming the file.
@@ -236,18 +236,13 @@ inline long temporary_pid(std::string_view file_name) {
 /// its dead writer's file until that process ends: no harm but the space. Returns how many files
 /// were removed; errors (an unreadable directory, a file gone meanwhile) are skipped.
 inline std::size_t remove_stale_temporaries(const std::string& dir, std::string_view prefix = {}) {
-    namespace fs = std::filesystem;
     std::size_t removed = 0;
-    std::error_code ec;
-    fs::directory_iterator it(dir.empty() ? fs::path(".") : fs::path(dir), ec), end;
-    for (; !ec && it != end; it.increment(ec)) {
-        const std::string name = it->path().filename().string();
+    for (const std::string& name : paths::entry_names(dir)) {
         if (!name.starts_with(prefix)) continue;
         const long pid = temporary_pid(name);
         if (pid <= 0 || pid == long(::getpid())) continue;
         if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;
-        std::error_code rm;
-        if (fs::remove(it->path(), rm)) ++removed;
+        if (paths::remove_file(paths::join(dir.empty() ? "." : dir, name))) ++removed;
     }
     return removed;
 }

@@ -43,7 +43,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -60,6 +59,7 @@
 #include "ctgraph/memory.hpp"
 #include "ctgraph/npz.hpp"
 #include "ctgraph/params.hpp"
+#include "ctgraph/paths.hpp"
 
 namespace ctg {
 
@@ -228,8 +228,7 @@ void save(const std::string& path, const parameter_store<T>& store, Optimizer& o
     arrays.push_back(npz::from_data("run/progress", progress, {4}));
     for (const auto& [field, value] : run.config) arrays.push_back(detail::text("run/config/" + field, value));
     for (const auto& [name, value] : run.counters) arrays.push_back(npz::from_data("counter/" + name, &value, {1}));
-    const std::filesystem::path p(path);
-    binary_file::remove_stale_temporaries(p.has_parent_path() ? p.parent_path().string() : ".", p.filename().string());
+    binary_file::remove_stale_temporaries(paths::directory_of(path), paths::file_name_of(path));
     npz::write(path, arrays);
 }
 
@@ -371,11 +370,9 @@ inline long step_of_file_name(std::string_view file, std::string_view name) {
 /// The step-numbered checkpoints of run `name` in `dir`, by step, oldest first.
 inline std::vector<std::pair<long, std::string>> step_files(const std::string& dir, const std::string& name) {
     std::vector<std::pair<long, std::string>> found;
-    std::error_code ec;
-    std::filesystem::directory_iterator it(dir.empty() ? "." : dir, ec), end;
-    for (; !ec && it != end; it.increment(ec)) {
-        const long step = step_of_file_name(it->path().filename().string(), name);
-        if (step >= 0) found.emplace_back(step, it->path().string());
+    for (const std::string& file : paths::entry_names(dir)) {
+        const long step = step_of_file_name(file, name);
+        if (step >= 0) found.emplace_back(step, paths::join(dir.empty() ? "." : dir, file));
     }
     std::sort(found.begin(), found.end());
     return found;
@@ -403,7 +400,7 @@ inline std::optional<std::string> latest(const std::string& dir, const std::stri
     auto files = step_files(dir, name);
     for (auto it = files.rbegin(); it != files.rend(); ++it)
         if (detail::looks_whole(it->second)) return it->second;
-    const std::string single = (std::filesystem::path(dir.empty() ? "." : dir) / (name + ".npz")).string();
+    const std::string single = paths::join(dir.empty() ? "." : dir, name + ".npz");
     if (detail::looks_whole(single)) return single;
     return std::nullopt;
 }

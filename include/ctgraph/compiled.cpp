@@ -2,7 +2,7 @@
 // (kernels/gemm.hpp) and the oneDNN wrapper (kernels/onednn_impl.hpp), the executors of the ops whose type names no model, for float and double
 // (ops/instances.hpp), the parameter store, the optimizers, the programs' checks and bindings over
 // their tables (graph/program_tables.hpp), token choice, the .npz and safetensors readers and
-// writers, the PNG charts. Every other
+// writers, the PNG charts, the file-system helpers (paths.hpp). Every other
 // unit of the program defines CTG_SEPARATE_COMPILATION and so declares these `extern template`.
 // CMake: the ctgraph::ctgraph library compiles this file in three parts, side by side
 // (CTG_COMPILED_PART 1, 2, 3); by hand, compile it whole with the program's flags (-march,
@@ -14,6 +14,7 @@
 #include <ctgraph/npz.hpp>
 #include <ctgraph/kernels/quant_product_impl.hpp>
 #include <ctgraph/memory_impl.hpp>
+#include <ctgraph/paths_impl.hpp>
 #include <ctgraph/plot.hpp>
 #include <ctgraph/safetensors.hpp>
 
@@ -34,6 +35,9 @@ CTG_SAFETENSORS_INSTANCES(template)
 namespace ctg::plot {
 CTG_PLOT_INSTANCES(template)
 }  // namespace ctg::plot
+namespace ctg::paths {
+CTG_PATHS_INSTANCES(template)
+}  // namespace ctg::paths
 namespace ctg::detail {
 CTG_TABLES_INSTANCES(template)
 }  // namespace ctg::detail

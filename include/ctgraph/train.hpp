@@ -41,7 +41,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -63,6 +62,7 @@
 #include "ctgraph/npz.hpp"
 #include "ctgraph/optim.hpp"
 #include "ctgraph/params.hpp"
+#include "ctgraph/paths.hpp"
 #include "ctgraph/plot.hpp"
 #include "ctgraph/tensor.hpp"
 
@@ -397,11 +397,8 @@ public:
                         ", batch " + std::to_string(run.batch_in_epoch) + ") is outside this run");
         }
         if (!cfg_.out_dir.empty() && writes_) {
-            std::error_code ec;
-            std::filesystem::create_directories(cfg_.out_dir, ec);
-            if (ec || !std::filesystem::is_directory(cfg_.out_dir))
-                throw io_error("ctg::trainer: cannot use '" + cfg_.out_dir + "' as the output directory" +
-                               (ec ? ": " + ec.message() : ": it is not a directory"));
+            if (const std::string why = paths::make_directories(cfg_.out_dir); !why.empty())
+                throw io_error("ctg::trainer: cannot use '" + cfg_.out_dir + "' as the output directory: " + why);
             binary_file::remove_stale_temporaries(cfg_.out_dir, cfg_.name);  // of writers killed before
         }
 
@@ -605,18 +602,15 @@ public:
         std::vector<std::string> older;  // step-numbered files up to this step, oldest first
         for (const auto& [step, file] : checkpoint::step_files(cfg_.out_dir, cfg_.name))
             if (step <= run_.step) older.push_back(file);
-        for (std::size_t i = 0; i + cfg_.keep_last < older.size(); ++i) {
-            std::error_code ec;
-            std::filesystem::remove(older[i], ec);
-        }
+        for (std::size_t i = 0; i + cfg_.keep_last < older.size(); ++i) paths::remove_file(older[i]);
     }
     /// `<out_dir>/<name><suffix>`.
     std::string path(const std::string& suffix) const {
-        return (std::filesystem::path(cfg_.out_dir) / (cfg_.name + suffix)).string();
+        return paths::join(cfg_.out_dir, cfg_.name + suffix);
     }
     /// The step-numbered checkpoint of `step` (keep_last > 0): `<out_dir>/<name>-step00000042.npz`.
     std::string checkpoint_path(long step) const {
-        return (std::filesystem::path(cfg_.out_dir) / checkpoint::step_file_name(cfg_.name, step)).string();
+        return paths::join(cfg_.out_dir, checkpoint::step_file_name(cfg_.name, step));
     }
 
 private:
