@@ -241,10 +241,16 @@ inline bool quant_path_supported(quant_path p) {
     switch (p) {
         case quant_path::scalar: return true;
         case quant_path::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-        case quant_path::avx_vnni: {  // CPUID leaf 7 sub-leaf 1, EAX bit 4 (F16C: leaf 1, ECX bit 29)
-            unsigned a = 0, b = 0, c = 0, d = 0, a1 = 0, b1 = 0, c1 = 0, d1 = 0;
-            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
-                   ((a >> 4) & 1u) && __get_cpuid(1, &a1, &b1, &c1, &d1) && ((c1 >> 29) & 1u);
+        case quant_path::avx_vnni: {
+            // CPUID leaf 7 sub-leaf 1, EAX bit 4 (F16C: leaf 1, ECX bit 29), asked once: every product
+            // asks which paths run, and in a VM each CPUID instruction is a trip to the hypervisor
+            // (asked per product, it made a small model's decoding 5x slower).
+            static const bool has = [] {
+                unsigned a = 0, b = 0, c = 0, d = 0, a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+                return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
+                       ((a >> 4) & 1u) && __get_cpuid(1, &a1, &b1, &c1, &d1) && ((c1 >> 29) & 1u);
+            }();
+            return has;
         }
         case quant_path::avx512: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
         case quant_path::avx512_vnni:
