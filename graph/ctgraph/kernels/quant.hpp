@@ -33,7 +33,7 @@
 // the tests: the int8-activation paths' integer sums equal the scalar integer sums exactly
 // (int8_dot_q8 / int8_dot_q4 expose them); the float paths agree with a float64 product of the
 // dequantised weights to K * 2^-24 relative to sum_k |x_k w_k| (float accumulation).
-// CTG_QUANT_ISA=scalar|avx2|avx_vnni|avx512 restricts the choice (to test every path on any host).
+// CTG_QUANT_ISA=scalar|avx2|avx_vnni|avx512|avx512_vnni caps the choice (to test every path on any host).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -466,12 +466,20 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void gemv_q4_avx512(
 }
 
 // ---------------------------------------------------------------- AVX-512 VNNI, int8 activations
-/// sum_k u[k] q[k] over Kp bytes (a multiple of 64), u unsigned and q signed bytes, exactly.
+/// sum_k u[k] q[k] over Kp bytes (a multiple of 64), u unsigned and q signed bytes, exactly: one
+/// sequential stream through q, four accumulators along K.
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline std::int32_t dot_u8s8_vnni(const std::int8_t* u, const std::int8_t* q,
                                                                                            std::size_t Kp) {
-    __m512i acc = _mm512_setzero_si512();
-    for (std::size_t k = 0; k < Kp; k += 64) acc = _mm512_dpbusd_epi32(acc, _mm512_load_si512(u + k), _mm512_load_si512(q + k));
-    return _mm512_reduce_add_epi32(acc);
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    std::size_t k = 0;
+    for (; k + 256 <= Kp; k += 256) {
+        a0 = _mm512_dpbusd_epi32(a0, _mm512_load_si512(u + k), _mm512_load_si512(q + k));
+        a1 = _mm512_dpbusd_epi32(a1, _mm512_load_si512(u + k + 64), _mm512_load_si512(q + k + 64));
+        a2 = _mm512_dpbusd_epi32(a2, _mm512_load_si512(u + k + 128), _mm512_load_si512(q + k + 128));
+        a3 = _mm512_dpbusd_epi32(a3, _mm512_load_si512(u + k + 192), _mm512_load_si512(q + k + 192));
+    }
+    for (; k < Kp; k += 64) a0 = _mm512_dpbusd_epi32(a0, _mm512_load_si512(u + k), _mm512_load_si512(q + k));
+    return _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)));
 }
 
 /// The M rows of x quantised for gemv_q8_vnni: row m's codes plus 128 as unsigned bytes at
@@ -494,25 +502,11 @@ inline void quantize_rows_u8(std::size_t M, const float* x, std::size_t ldx, std
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void gemv_q8_vnni(std::size_t M, const std::int8_t* xu, const float* sx,
                                                                                  const q8_view& w, const float* bias, float* y,
                                                                                  std::size_t ldy) {
-    const std::size_t Kp = w.Kp, K256 = Kp / 256 * 256;
-    for (std::size_t n = 0; n < w.N; ++n) {
-        const std::int8_t* q = &w.q[n * Kp];
+    for (std::size_t n = 0; n < w.N; ++n)
         for (std::size_t m = 0; m < M; ++m) {
-            const std::int8_t* u = xu + m * Kp;
-            __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-            std::size_t k = 0;
-            for (; k < K256; k += 256) {
-                a0 = _mm512_dpbusd_epi32(a0, _mm512_load_si512(u + k), _mm512_load_si512(q + k));
-                a1 = _mm512_dpbusd_epi32(a1, _mm512_load_si512(u + k + 64), _mm512_load_si512(q + k + 64));
-                a2 = _mm512_dpbusd_epi32(a2, _mm512_load_si512(u + k + 128), _mm512_load_si512(q + k + 128));
-                a3 = _mm512_dpbusd_epi32(a3, _mm512_load_si512(u + k + 192), _mm512_load_si512(q + k + 192));
-            }
-            for (; k < Kp; k += 64) a0 = _mm512_dpbusd_epi32(a0, _mm512_load_si512(u + k), _mm512_load_si512(q + k));
-            const std::int32_t dot = _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)));
-            const std::int32_t exact = dot - 128 * w.column_sum[n];
+            const std::int32_t exact = dot_u8s8_vnni(xu + m * w.Kp, &w.q[n * w.Kp], w.Kp) - 128 * w.column_sum[n];
             y[m * ldy + n] = float(exact) * (sx[m] * w.scale[n]) + (bias ? bias[n] : 0.0f);
         }
-    }
 }
 
 // ---------------------------------------------------------------- AVX-VNNI (256-bit), int8 activations
