@@ -27,7 +27,7 @@ and peak MB, per program, compiler and optimisation level.
   --write-baseline FILE   write the ratios and memory of this run as the baseline for --check
   --features       what each feature costs: bench/compile/features.cpp (one GPT training step)
                    alone and with each feature macro (bf16, recomputation, frozen parameters, LoRA,
-                   the KV-cache generator, MPI), alternating, medians of --reps
+                   the KV-cache generator, MPI, xtensor views), alternating, medians of --reps
 """
 import argparse
 import json
@@ -41,7 +41,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FEATURES = ["", "WITH_BF16", "WITH_RECOMPUTE", "WITH_FROZEN", "WITH_LORA", "WITH_KV_CACHE", "WITH_MPI"]
+FEATURES = ["", "WITH_BF16", "WITH_RECOMPUTE", "WITH_FROZEN", "WITH_LORA", "WITH_KV_CACHE", "WITH_MPI", "WITH_XTENSOR"]
 PROGRAMS = ["gpt_f32_f64", "gpt_bf16", "encoder_tagger", "seq2seq_additive", "bilstm", "user_score"]
 TOLERANCE = 1.15
 

@@ -32,6 +32,7 @@
 
 #include "ctgraph/onnx.hpp"
 #include "ctgraph/onnx/onnxruntime.hpp"
+#include "ctgraph/xtensor.hpp"
 #include "workloads.hpp"
 
 using namespace ctg;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/nn/gpt2.hpp>
 #include <ctgraph/train.hpp>
 

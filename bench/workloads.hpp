@@ -15,6 +15,7 @@
 #include <boost/hana/tuple.hpp>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/quantize.hpp>
 #include <ctgraph/train.hpp>
 #include <ctgraph/npz.hpp>

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/quantize.hpp>
 #include <ctgraph/train.hpp>
 

@@ -10,6 +10,7 @@
 #include <xtensor/xview.hpp>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 
 #include "dates.hpp"
 

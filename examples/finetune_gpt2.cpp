@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/nn/gpt2_hf.hpp>
 #include <ctgraph/nn/lora.hpp>
 #include <ctgraph/train.hpp>

@@ -13,6 +13,7 @@
 #include <random>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #if defined(CTG_HAVE_ONNX)  // where CMake built ctgraph::onnx (check 4 below)
 #include <ctgraph/onnx.hpp>
 #include <ctgraph/onnx/onnxruntime.hpp>

@@ -16,6 +16,7 @@
 #include <string>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/train.hpp>
 #include <xtensor/xsort.hpp>
 

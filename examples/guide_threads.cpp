@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/train.hpp>
 
 // [count]

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/nn/torch_layout.hpp>
 #include <ctgraph/safetensors.hpp>
 

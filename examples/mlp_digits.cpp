@@ -1,6 +1,7 @@
 // A complete training program: a two-layer MLP on the 8x8 handwritten digits in data/digits, trained
 // by ctg::trainer (shuffled epochs, test loss each epoch, progress, curves, checkpoint); >= 95 %.
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/train.hpp>
 #include <xtensor/xsort.hpp>
 #include "datasets.hpp"  // load_digits, split: 1797 images of 64 pixels and their labels

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 
 using namespace ctg;
 

@@ -30,6 +30,7 @@
 #include <sentencepiece_trainer.h>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/quantize.hpp>
 #include <ctgraph/train.hpp>
 

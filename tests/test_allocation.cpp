@@ -8,6 +8,7 @@
 #include <new>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/train.hpp>
 
 #include "allocation_counter.hpp"

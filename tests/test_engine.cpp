@@ -5,6 +5,7 @@
 #include <string>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 
 using namespace ctg;
 

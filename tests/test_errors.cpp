@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 
 using namespace ctg;
 using Catch::Matchers::Contains;

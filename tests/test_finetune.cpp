@@ -12,6 +12,7 @@
 
 #include <ctgraph/checkpoint.hpp>
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/train.hpp>
 
 #include "gradcheck.hpp"

@@ -5,6 +5,7 @@
 #include <random>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 
 using namespace ctg;
 

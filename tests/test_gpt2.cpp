@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/nn/gpt2_hf.hpp>
 
 #include "gradcheck.hpp"

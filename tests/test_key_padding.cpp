@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/nn/torch_layout.hpp>
 
 #ifndef CTG_TORCH_LAYOUTS_REF

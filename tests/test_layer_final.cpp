@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/train.hpp>
 
 #include "pool_threads.hpp"

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/nn/lora.hpp>
 #include <ctgraph/train.hpp>
 

@@ -10,6 +10,7 @@
 #include <set>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/quantize.hpp>
 
 using namespace ctg;

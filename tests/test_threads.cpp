@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 
 #include "pool_threads.hpp"
 

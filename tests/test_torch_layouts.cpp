@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/nn/torch_layout.hpp>
 
 #ifndef CTG_TORCH_LAYOUTS_REF

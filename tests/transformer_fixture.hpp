@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 
 namespace ctg::testing::tfm {
 

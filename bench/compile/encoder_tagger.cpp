@@ -43,6 +43,6 @@ int main() {
     tag.feed("tokens", tokens.data(), rshape{2, {8, 20}});
     tag.feed("lengths", lengths.data(), rshape{1, {8}});
     tag.forward();
-    std::printf("first logit %.4f\n", double(tag.output()(0, 0, 0)));
+    std::printf("first logit %.4f\n", double(tag.output_data()[0]));
     return 0;
 }

@@ -8,6 +8,7 @@
 //   WITH_LORA         nn::lora adapters on the queries and values, only they train
 //   WITH_KV_CACHE     nn::gpt_generator: the prefill and step programs over a KV cache
 //   WITH_MPI          ctgraph/dist.hpp: the step through dist::data_parallel (one rank)
+//   WITH_XTENSOR      ctgraph/xtensor.hpp: the loss read back through an xtensor view of the output
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -18,6 +19,9 @@
 #endif
 #if defined(WITH_LORA)
 #include <ctgraph/nn/lora.hpp>
+#endif
+#if defined(WITH_XTENSOR)
+#include <ctgraph/xtensor.hpp>
 #endif
 
 using namespace ctg;
@@ -64,6 +68,9 @@ int main(int argc, char** argv) {
     adamw.step(prog.params());
 #endif
     std::printf("loss %.4f\n", double(loss));
+#if defined(WITH_XTENSOR)
+    std::printf("loss again %.4f, tok_embed[0, 0] %.4f\n", double(prog.output()()), double(prog.param<"tok_embed">()(0, 0)));
+#endif
 #if defined(WITH_KV_CACHE)
     nn::gpt_generator<model> gen(prog.shared_params(), 1, 64);
     std::printf("token %d\n", int(gen.generate({{1, 2, 3}}, 8)[0][0]));

@@ -59,14 +59,13 @@ int main() {
         std::printf("step %d loss %.4f\n", it, double(l));
     }
     step.params() = train.params();
-    xt::xtensor<float, 3> memory = xt::zeros<float>({n, s, std::size_t(M)});
-    xt::xtensor<float, 2> state = xt::zeros<float>({n, std::size_t(H + M)});
+    std::vector<float> memory(n * s * std::size_t(M)), state(n * std::size_t(H + M));
     std::vector<index_t> token(n, 1);
-    step.feed<"memory">(memory);
-    step.feed<"state">(state);
+    step.feed("memory", memory.data(), rshape{3, {n, s, std::size_t(M)}});
+    step.feed("state", state.data(), rshape{2, {n, std::size_t(H + M)}});
     step.feed("token", token.data(), rshape{1, {n}});
     step.feed("src_len", len.data(), rshape{1, {n}});
     step.forward();
-    std::printf("first logit %.4f\n", double(step.template output<1>()(0, 0)));
+    std::printf("first logit %.4f\n", double(step.template output_data<1>()[0]));
     return 0;
 }

@@ -52,6 +52,6 @@ int main() {
     predict.feed("keys", keys.data(), rshape{2, {n, std::size_t(N)}});
     predict.feed("values", values.data(), rshape{2, {n, std::size_t(N)}});
     predict.forward();
-    std::printf("first logit %.4f\n", double(predict.output()(0, 0, 0)));
+    std::printf("first logit %.4f\n", double(predict.output_data()[0]));
     return 0;
 }

@@ -1,8 +1,8 @@
 // ctgraph/data.hpp: what ctg::trainer reads batches from (included by ctgraph/train.hpp).
 //
 // A batch source has `size()` samples and `feed(program, rows, n)`, which feeds the samples
-// rows[0..n) to the program's inputs as one batch. Here: ctg::dataset (named columns of xtensor
-// data held in memory), ctg::token_windows (next-token windows of one token stream), and
+// rows[0..n) to the program's inputs as one batch. Here: ctg::dataset (named columns of tensors
+// held in memory), ctg::token_windows (next-token windows of one token stream), and
 // ctg::mean_output (the mean of a program's scalar output over a source: a validation loss).
 //
 //   ctg::dataset<float> train{{"pixels", x}, {"labels", y}};
@@ -19,9 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include <xtensor/xexpression.hpp>
-
 #include "ctgraph/error.hpp"
+#include "ctgraph/graph/elements.hpp"
 #include "ctgraph/tensor.hpp"
 
 namespace ctg {
@@ -44,30 +43,31 @@ struct column {
     std::vector<T> values{};  ///< the floating-point samples (when not is_index)
     std::vector<index_t> indices{};  ///< the integer samples (when is_index)
 
-    /// Copies an xtensor expression (samples first, rank 1 to 4) as input `input_name`'s column. Throws
+    /// Copies a tensor (samples first, rank 1 to 4) as input `input_name`'s column: an xtensor
+    /// container or expression, or any type with shape() and row-major begin()/end(). Throws
     /// ctg::shape_error for another rank, ctg::index_error for an integer outside int32.
     template <class E>
-    column(std::string input_name, const xt::xexpression<E>& e) : name(std::move(input_name)) {
-        const auto& d = e.derived_cast();
-        if (d.dimension() == 0 || d.dimension() > max_rank)
+        requires requires(const E& e) { e.shape(); e.begin(); }
+    column(std::string input_name, const E& d) : name(std::move(input_name)) {
+        const std::size_t rank = d.shape().size();
+        if (rank == 0 || rank > max_rank)
             throw shape_error("ctg::column '" + name + "': needs rank 1 to " + std::to_string(max_rank) +
-                              " (samples first), got rank " + std::to_string(d.dimension()));
-        shape.rank = d.dimension();
+                              " (samples first), got rank " + std::to_string(rank));
+        shape.rank = rank;
         for (std::size_t a = 0; a < shape.rank; ++a) shape.d[a] = d.shape()[a];
-        is_index = std::is_integral_v<typename E::value_type>;
-        std::size_t k = 0;
+        is_index = std::is_integral_v<std::remove_cvref_t<decltype(*d.begin())>>;
         if (is_index) {
             indices.resize(shape.size());
-            for (auto v : d) {
+            detail::for_each_row_major(d, [&](std::size_t k, auto v) {
                 const long long id = static_cast<long long>(v);
                 if (id < std::numeric_limits<index_t>::min() || id > std::numeric_limits<index_t>::max())
                     throw index_error("ctg::column '" + name + "': element " + std::to_string(k) + " = " +
                                       std::to_string(id) + " does not fit int32");
-                indices[k++] = index_t(id);
-            }
+                indices[k] = index_t(id);
+            });
         } else {
             values.resize(shape.size());
-            for (auto v : d) values[k++] = T(v);
+            detail::for_each_row_major(d, [&](std::size_t k, auto v) { values[k] = T(v); });
         }
     }
     std::size_t samples() const { return shape.d[0]; }  ///< the number of samples

@@ -6,6 +6,7 @@
 #include <random>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/train.hpp>
 #include <xtensor/xview.hpp>
 using namespace ctg;

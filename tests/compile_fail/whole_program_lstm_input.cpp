@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/train.hpp>
 using namespace ctg;
 inline constexpr dim B = dyn('B'), T = dyn('T');

@@ -8,6 +8,7 @@
 
 #include <ctgraph/checkpoint.hpp>
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/npz.hpp>
 #include <ctgraph/safetensors.hpp>
 #include <ctgraph/train.hpp>

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include <ctgraph/ctgraph.hpp>
+#include <ctgraph/xtensor.hpp>
 #include <ctgraph/train.hpp>
 
 namespace ctgdiff {

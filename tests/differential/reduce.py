@@ -343,7 +343,7 @@ def standalone_cpp(prog, data, fails):
     head = text[text.index("inline constexpr dim"):text.index('std::unique_ptr<ctgdiff::model> build()')]
     lines = ['// A minimal program on which a check of the differential tests fails (seed %d):' % prog['seed']]
     lines += ['//   ' + l for f in fails[:6] for l in f.splitlines()[:3]]
-    lines += ['#include <cstdio>', '#include <iterator>', '#include <vector>', '', '#include <ctgraph/ctgraph.hpp>']
+    lines += ['#include <cstdio>', '#include <iterator>', '#include <vector>', '', '#include <ctgraph/ctgraph.hpp>', '#include <ctgraph/xtensor.hpp>']
     if 'train_step' in kinds(fails):
         lines.append('#include <ctgraph/train.hpp>')
     lines += ['', 'using namespace ctg;']

@@ -24,13 +24,9 @@
 #include <utility>
 #include <vector>
 
-#include <xtensor/xadapt.hpp>
-#include <xtensor/xexpression.hpp>
-#include <xtensor/xnoalias.hpp>
-#include <xtensor/xtensor.hpp>
-
 #include "ctgraph/error.hpp"
 #include "ctgraph/graph/analysis.hpp"
+#include "ctgraph/graph/elements.hpp"
 #include "ctgraph/graph/exec.hpp"
 #include "ctgraph/graph/program_tables.hpp"
 #include "ctgraph/graph/summary.hpp"
@@ -198,7 +194,7 @@ public:
     /// Clears the gradients of the whole store (lazily: the next backward's first writer assigns).
     void zero_grad() { store_->zero_grad(); }
 
-    /// Value of parameter `Name` as an xtensor view (writable).
+    /// Value of parameter `Name` as an xtensor view (writable; needs <ctgraph/xtensor.hpp>).
     template <fixed_string Name>
     auto param() { return adapt(store_->value(param_slot_[param_ordinal<Name>()]), static_shape(leaf<Name>())); }
     /// Gradient of parameter `Name` as an xtensor view.
@@ -214,42 +210,36 @@ public:
         return false;
     }();
 
-    /// Copies an xtensor expression into input `Name`. Its rank and static dimensions must match the
+    /// Copies a tensor into input `Name`: an xtensor container or expression, or any type with
+    /// shape() and row-major begin()/end(). Its rank and static dimensions must match the
     /// declaration; dynamic ones bind the dimension letters (checked together at forward()).
     template <fixed_string Name, class E>
-    void feed(const xt::xexpression<E>& e) {
+        requires requires(const E& e) { e.shape(); e.begin(); }
+    void feed(const E& d) {
         constexpr int i = leaf<Name>();  // a missing name is reported there; the checks below then pass
         static_assert(with_name<(leaf_index<Name> < 0 || G::kind[i] == leaf_kind::input ||
                                  G::kind[i] == leaf_kind::index_input),
                                 Name>::value,
                       "ctg::program::feed: this leaf is not an input");
-        const auto& d = e.derived_cast();
         const rshape s = detail::input_shape_of(tables, std::size_t(i), d.shape());
         if constexpr (G::is_bf16[i]) {  // floats, rounded to the bf16 storage
             auto& slot = set_shape(input_ordinal(i), s);
-            std::size_t k = 0;
-            for (auto v : d) slot.halves[k++] = kernels::to_bf16(float(v));  // row-major traversal
+            detail::for_each_row_major(d, [&](std::size_t k, auto v) { slot.halves[k] = kernels::to_bf16(float(v)); });
         } else if constexpr (G::kind[i] == leaf_kind::index_input) {
             static_assert(leaf_index<Name> < 0 || std::is_integral_v<typename E::value_type>,
                           "ctg::program::feed: an index_input takes an integer tensor");
-            std::size_t k = 0;
-            for (auto v : d) {  // check everything before changing anything
+            detail::for_each_row_major(d, [&](std::size_t k, auto v) {  // check everything before changing anything
                 const long long id = static_cast<long long>(v);
                 if (id < std::numeric_limits<index_t>::min() || id > std::numeric_limits<index_t>::max())
                     throw index_error("ctg::program::feed: input '" + std::string(Name.view()) + "' element " +
                                       std::to_string(k) + " = " + std::to_string(id) + " does not fit int32");
-                ++k;
-            }
+            });
             auto& slot = set_shape(input_ordinal(i), s);
-            k = 0;
-            for (auto v : d) slot.indices[k++] = index_t(v);  // row-major traversal
+            detail::for_each_row_major(d, [&](std::size_t k, auto v) { slot.indices[k] = index_t(v); });
         } else {
-            auto& slot = set_shape(input_ordinal(i), s);
-            // A fixed-rank shape: feeding allocates nothing once the buffer is large enough.
-            std::array<std::size_t, G::rank[i]> shp{};
-            for (std::size_t a = 0; a < shp.size(); ++a) shp[a] = s.d[a];
-            auto dst = xt::adapt(slot.values.data(), s.size(), xt::no_ownership(), shp);
-            xt::noalias(dst) = xt::cast<T>(d);
+            auto& slot = set_shape(input_ordinal(i), s);  // (allocates nothing once the buffer is large enough)
+            T* dst = slot.values.data();
+            detail::for_each_row_major(d, [&](std::size_t k, auto v) { dst[k] = T(v); });
         }
     }
     /// Whether input `name` is an index input (integer ids) rather than a floating-point one; throws
@@ -396,6 +386,12 @@ public:
     /// Output k after forward(), as an xtensor view.
     template <std::size_t K = 0>
     auto output() { return adapt(val_[output_nodes[K]].template as<T>(), shapes_[output_nodes[K]]); }
+    /// Output k's memory after forward() (row-major, output_shape<K>() elements), without xtensor.
+    template <std::size_t K = 0>
+    const T* output_data() const { return val_[output_nodes[K]].template as<T>(); }
+    /// Output k's shape after forward().
+    template <std::size_t K = 0>
+    const rshape& output_shape() const { return shapes_[output_nodes[K]]; }
     /// Gradient of input `Name` (needs options::input_grads) after backward().
     template <fixed_string Name>
     auto input_grad() {
@@ -599,7 +595,19 @@ private:
     }
     input_slot& set_shape(std::size_t k, const rshape& s) { return detail::set_input_shape(tables, inputs_.data(), k, s); }
 
-    static auto adapt(T* p, const rshape& s) { return xt::adapt(p, s.size(), xt::no_ownership(), s.to_vector()); }
+    // The views of results: xtensor adaptors, whose type <ctgraph/xtensor.hpp> gives (dependent on
+    // P, so that a program that reads raw pointers never needs it).
+    template <class P>
+    static auto adapt(P* p, const rshape& s) {
+        if constexpr (detail::tensor_views_defined<P>) {
+            return detail::tensor_views<P>::adapt(p, s);
+        } else {
+            static_assert(detail::tensor_views_defined<P>,
+                          "ctg::program: param, grad, output, value_of, adjoint_of and input_grad give xtensor views: "
+                          "#include <ctgraph/xtensor.hpp> (or read raw memory: output_data, node_shape, params())");
+            return p;
+        }
+    }
 
     // ---------------------------------------------------------------- planning
     // Binds the dimension letters from the inputs (throwing on disagreement), plans the arena when
@@ -920,12 +928,16 @@ private:
 template <class T, options Opt, class... Outs>
     requires any_poison<Outs...>
 class program<T, Opt, Outs...> {
-    // The type of a program's views (xt::adapt of a T* lvalue), over no elements.
+    // A program's view (an xtensor adaptor, <ctgraph/xtensor.hpp>) over no elements; without that
+    // header a null pointer, so that code reading views gets no second error from here.
+    template <class P = T>
     static auto empty() {
-        T* none = nullptr;
-        return xt::adapt(none, std::size_t(0), xt::no_ownership(), std::vector<std::size_t>{0});
+        P* none = nullptr;
+        if constexpr (detail::tensor_views_defined<P>)
+            return detail::tensor_views<P>::adapt(none, rshape{1, {0}});
+        else
+            return none;
     }
-    using empty_view = decltype(empty());
 
 /// @cond CTG_FAILED_PROGRAM
 public:
@@ -946,9 +958,9 @@ public:
     std::shared_ptr<parameter_store<T>> shared_params() const { return store_; }
     void zero_grad() {}
     template <fixed_string Name>
-    empty_view param() { return empty(); }
+    auto param() { return empty(); }
     template <fixed_string Name>
-    empty_view grad() { return empty(); }
+    auto grad() { return empty(); }
 
     template <fixed_string Name>
     static constexpr bool has_input = true;
@@ -967,7 +979,7 @@ public:
     void backward_with(OnFinal&&, T = T(1)) {}
     template <class OnFinal>
     void for_each_final(OnFinal&&) const {}
-    empty_view seed(std::size_t) { return empty(); }
+    auto seed(std::size_t) { return empty(); }
     void training(bool) {}
     bool training() const { return false; }
     void dropout_seed(std::uint64_t) {}
@@ -977,13 +989,17 @@ public:
     void poison_arena(bool) {}
 
     template <std::size_t K = 0>
-    empty_view output() { return empty(); }
+    auto output() { return empty(); }
+    template <std::size_t K = 0>
+    const T* output_data() const { return nullptr; }
+    template <std::size_t K = 0>
+    rshape output_shape() const { return rshape{}; }
     template <fixed_string Name>
-    empty_view input_grad() { return empty(); }
+    auto input_grad() { return empty(); }
     template <class E>
-    empty_view value_of(E) { return empty(); }
+    auto value_of(E) { return empty(); }
     template <class E>
-    empty_view adjoint_of(E) { return empty(); }
+    auto adjoint_of(E) { return empty(); }
     const view& value_view(std::size_t) const { return none_; }
     const view& adjoint_view(std::size_t) const { return none_; }
     const rshape& node_shape(std::size_t) const { return none_.shape; }

@@ -15,10 +15,10 @@
 #include <utility>
 #include <vector>
 
-#include <xtensor/xtensor.hpp>
-
 #include "ctgraph/dim.hpp"
 #include "ctgraph/error.hpp"
+#include "ctgraph/graph/elements.hpp"
+#include "ctgraph/tensor.hpp"
 
 namespace ctg::nn {
 
@@ -81,32 +81,45 @@ int choose(const Row& logits, std::size_t n, const sampling& s, std::mt19937_64&
     return choose(logits, n, s, rng, scratch);
 }
 
-/// Generates one sequence per row of `state` (see the file comment). Returns the chosen tokens,
+/// Generates one sequence per row of `state` (see the file comment): `state` is any (B, S) tensor
+/// with shape() and row-major begin()/end() (an xt::xtensor<T, 2>, say). Returns the chosen tokens,
 /// without `<SOS>` and `<EOS>`; eos < 0 means "no end token" (always max_steps tokens).
-template <fixed_string TokenName, fixed_string StateName, class StepProgram, class T>
-std::vector<std::vector<int>> decode(StepProgram& step, xt::xtensor<T, 2> state, int sos, int eos,
+template <fixed_string TokenName, fixed_string StateName, class StepProgram, class State>
+    requires requires(const State& s) { s.shape(); s.begin(); }
+std::vector<std::vector<int>> decode(StepProgram& step, const State& state0, int sos, int eos,
                                      std::size_t max_steps, const sampling& how, std::mt19937_64& rng) {
-    const std::size_t n = state.shape(0);
-    xt::xtensor<int, 1> tok = xt::xtensor<int, 1>::from_shape({n});
-    tok.fill(sos);
+    using T = typename StepProgram::scalar;
+    static_assert(StepProgram::template has_input<TokenName>, "ctg::nn::decode: the step program has no input of the token's name");
+    static_assert(StepProgram::template has_input<StateName>, "ctg::nn::decode: the step program has no input of the state's name");
+    if (state0.shape().size() != 2)
+        throw shape_error("ctg::nn::decode: the state must be (B, S), got rank " + std::to_string(state0.shape().size()));
+    const std::size_t n = state0.shape()[0], width = state0.shape()[1];
+    std::vector<T> state(n * width);
+    ctg::detail::for_each_row_major(state0, [&](std::size_t k, auto v) { state[k] = T(v); });
+    std::vector<index_t> tok(n, sos);
     std::vector<std::vector<int>> out(n);
     std::vector<bool> done(n, false);
     std::size_t finished = 0;
     for (std::size_t t = 0; t < max_steps && finished < n; ++t) {
-        step.template feed<TokenName>(tok);
-        step.template feed<StateName>(state);
+        step.feed(TokenName.view(), tok.data(), rshape{1, {n}});
+        step.feed(StateName.view(), state.data(), rshape{2, {n, width}});
         step.forward();
-        state = step.template output<0>();
-        auto z = step.template output<1>();
-        const std::size_t vocab = z.shape(1);
+        const rshape& next = step.template output_shape<0>();
+        if (next.size() != state.size())
+            throw shape_error("ctg::nn::decode: the step's next state has " + std::to_string(next.size()) +
+                              " elements, its state input " + std::to_string(state.size()));
+        const T* ns = step.template output_data<0>();
+        std::copy(ns, ns + state.size(), state.begin());
+        const T* z = step.template output_data<1>();
+        const std::size_t vocab = step.template output_shape<1>()[1];
         for (std::size_t b = 0; b < n; ++b) {
-            tok(b) = choose([&](std::size_t v) { return z(b, v); }, vocab, how, rng);
+            tok[b] = choose([&](std::size_t v) { return z[b * vocab + v]; }, vocab, how, rng);
             if (done[b]) continue;
-            if (tok(b) == eos) {
+            if (tok[b] == eos) {
                 done[b] = true;
                 ++finished;
             } else {
-                out[b].push_back(tok(b));
+                out[b].push_back(tok[b]);
             }
         }
     }
