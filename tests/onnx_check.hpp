@@ -17,6 +17,7 @@
 
 #include "ctgraph/onnx.hpp"
 #include "ctgraph/onnx/onnxruntime.hpp"
+#include "ctgraph/xtensor.hpp"
 
 namespace ctg::testing {
 
