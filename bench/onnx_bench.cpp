@@ -130,7 +130,7 @@ result forward_workload(const std::string& name, const std::vector<input_spec>& 
 
 /// One cached step (at position pos) or the prefill (a prompt of pos tokens) of a decode workload's generator.
 template <template <class> class W, bool Prefill>
-result decode_workload(const std::string& name, std::size_t pos, const settings& s) {
+result onnx_decode_workload(const std::string& name, std::size_t pos, const settings& s) {
     using D = W<float>;
     using gen = typename D::generator;
     constexpr std::size_t L = D::L, d = D::d, C = D::new_tokens + 1;
@@ -186,11 +186,11 @@ int main(int argc, char** argv) {
         {"attn-additive", [&] { return forward_workload<attn_additive>("attn-additive", attn, s); }},
         {"gpt-s", [&] { return forward_workload<gpt_s>("gpt-s", {{"x", {16, 64}, 65}}, s); }},
         {"gpt-m", [&] { return forward_workload<gpt_m>("gpt-m", {{"x", {8, 256}, 65}}, s); }},
-        {"decode-cache", [&] { return decode_workload<decode_cache, false>("decode-cache", 128, s); }},
+        {"decode-cache", [&] { return onnx_decode_workload<decode_cache, false>("decode-cache", 128, s); }},
         {"decode-nocache", [&] { return forward_workload<decode_nocache>("decode-nocache", {{"x", {1, 128}, 65}}, s); }},
         {"gpt2-124m", [&] { return forward_workload<gpt2_124m>("gpt2-124m", {{"x", {4, 64}, 50257}}, s); }},
-        {"gpt2-124m-prefill", [&] { return decode_workload<decode_gpt2_cache, true>("gpt2-124m-prefill", 64, s); }},
-        {"decode-gpt2-cache", [&] { return decode_workload<decode_gpt2_cache, false>("decode-gpt2-cache", 64, s); }},
+        {"gpt2-124m-prefill", [&] { return onnx_decode_workload<decode_gpt2_cache, true>("gpt2-124m-prefill", 64, s); }},
+        {"decode-gpt2-cache", [&] { return onnx_decode_workload<decode_gpt2_cache, false>("decode-gpt2-cache", 64, s); }},
     };
     if (wanted.empty())
         for (const auto& w : all) wanted.push_back(w.first);
