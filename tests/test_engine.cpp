@@ -1,11 +1,15 @@
 // The engine: node identity, topological order, printing, memory planning, parameter sharing.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include <ctgraph/ctgraph.hpp>
 #include <ctgraph/xtensor.hpp>
+#include <xtensor/xmanipulation.hpp>
+#include <xtensor/xview.hpp>
 
 using namespace ctg;
 
@@ -287,6 +291,51 @@ TEST_CASE("an inference program computes the same outputs with no adjoint memory
     infer.forward();
     CHECK((train.output() == infer.output()));
     CHECK(infer.arena_elements() < train.arena_elements());
+}
+
+namespace {
+// A tensor of the user's own (no xtensor): shape() and row-major begin()/end() are all feed needs.
+template <class V, std::size_t R>
+struct plain_tensor {
+    std::array<std::size_t, R> dims;
+    std::vector<V> elems;
+    const std::array<std::size_t, R>& shape() const { return dims; }
+    auto begin() const { return elems.begin(); }
+    auto end() const { return elems.end(); }
+};
+}  // namespace
+
+TEST_CASE("feed takes xtensor containers, strided views and expressions, and a user's own tensor type alike", "[engine]") {
+    auto logits = X{} * W{};
+    auto prog = compile<double>(softmax_cross_entropy(logits, index_input<"y", B>{}));
+    prog.params().init(3);
+    const std::vector<double> x = {1, -2, 3, 0.5, 0.25, -4};
+    const std::vector<index_t> y = {2, 0};
+    prog.feed("x", x.data(), rshape{2, {2, 3}});
+    prog.feed("y", y.data(), rshape{1, {2}});
+    const double reference = prog.forward();
+
+    SECTION("an xt::xtensor (one contiguous block) and integer labels in an xt::xtensor<long>") {
+        prog.feed<"x">(xt::xtensor<double, 2>{{1, -2, 3}, {0.5, 0.25, -4}});
+        prog.feed<"y">(xt::xtensor<long, 1>{2, 0});
+    }
+    SECTION("a transposed view (strided: read by its iterators) and a lazy expression") {
+        xt::xtensor<double, 2> xt_t = {{1, 0.5}, {-2, 0.25}, {3, -4}};
+        prog.feed<"x">(xt::transpose(xt_t));
+        prog.feed<"y">(xt::xtensor<int, 1>{1, -1} + 1);  // {2, 0}
+    }
+    SECTION("a view that is a contiguous row block of a larger tensor (data_offset != 0)") {
+        xt::xtensor<double, 2> big = {{9, 9, 9}, {1, -2, 3}, {0.5, 0.25, -4}};
+        prog.feed<"x">(xt::view(big, xt::range(1, 3), xt::all()));
+        prog.feed<"y">(xt::xtensor<int, 1>{2, 0});
+    }
+    SECTION("the user's own tensor type, float elements into a double program") {
+        prog.feed<"x">(plain_tensor<float, 2>{{2, 3}, {1, -2, 3, 0.5f, 0.25f, -4}});
+        prog.feed<"y">(plain_tensor<short, 1>{{2}, {2, 0}});
+    }
+    CHECK(prog.forward() == reference);
+    CHECK(*prog.output_data() == reference);  // the raw read of the (scalar) output
+    CHECK(prog.output_shape().rank == 0);
 }
 
 TEST_CASE("options::input_grads_for: only the named inputs get adjoints, equal to input_grads = true's", "[engine]") {

@@ -226,7 +226,7 @@ public:
             auto& slot = set_shape(input_ordinal(i), s);
             detail::for_each_row_major(d, [&](std::size_t k, auto v) { slot.halves[k] = kernels::to_bf16(float(v)); });
         } else if constexpr (G::kind[i] == leaf_kind::index_input) {
-            static_assert(leaf_index<Name> < 0 || std::is_integral_v<typename E::value_type>,
+            static_assert(leaf_index<Name> < 0 || std::is_integral_v<std::remove_cvref_t<decltype(*d.begin())>>,
                           "ctg::program::feed: an index_input takes an integer tensor");
             detail::for_each_row_major(d, [&](std::size_t k, auto v) {  // check everything before changing anything
                 const long long id = static_cast<long long>(v);
